@@ -1,0 +1,107 @@
+// attention: multi-head scaled dot-product attention with additive key mask and optional
+// causal mask, on 4-D views of the projection outputs:
+//   q(d, hq, i, b), kv(d, hk, j, b)   d < head_dim, h = head index inside the buffer
+//   out(d, h, i, b) = sum_j softmax_j(q_h . k_h / sqrt(head_dim) + mask) * v_h
+// Query head h lives at hq = q_head + h, its key at k_head + h and value at v_head + h.
+// That one rule covers self-attention on a fused QKV buffer (q_head 0, k_head H,
+// v_head 2H) and cross-attention on a separate Q buffer and fused KV buffer (0, 0, H).
+//
+// key_mask(j, b) is additive (0 for a real key, -1e30 for padding): a finite value so a
+// row whose keys are all masked (a padded query) gives a uniform row instead of NaN.
+// Causal: key j is visible to query i iff j <= i + (Tk - Tq), so the same kernel serves
+// a full sequence (Tq == Tk) and incremental decoding (Tq new rows after a cache).
+#include "common.h"
+
+namespace halformer {
+using namespace Halide;
+
+class Attention : public Generator<Attention> {
+ public:
+  GeneratorParam<int> heads{"heads", 4};
+  GeneratorParam<int> head_dim{"head_dim", 16};
+  GeneratorParam<int> q_head{"q_head", 0};
+  GeneratorParam<int> k_head{"k_head", 4};
+  GeneratorParam<int> v_head{"v_head", 8};
+  GeneratorParam<bool> causal{"causal", false};
+  // Schedule knobs.
+  GeneratorParam<int> vec{"vec", 16};
+  GeneratorParam<int> tile_q{"tile_q", 8};  // queries per tile
+
+  Input<Buffer<float, 4>> q{"q"};
+  Input<Buffer<float, 4>> kv{"kv"};
+  Input<Buffer<float, 2>> key_mask{"key_mask"};  // (Tk, B)
+  Output<Buffer<float, 4>> out{"out"};           // (head_dim, heads, Tq, B)
+
+  void generate() {
+    const int H = heads, D = head_dim;
+    Var d("d"), h("h"), i("i"), j("j"), b("b");
+    Expr Tq = q.dim(2).extent(), Tk = kv.dim(2).extent();
+
+    // Query rows past Tq belong to a partial tile and are discarded: clamp reads.
+    Func qc("q_clamped");
+    qc(d, h, i, b) = q(d, q_head + h, min(i, Tq - 1), b);
+    // Keys transposed per (head, batch) so the score loop vectorises over keys.
+    Func kt("k_transposed");
+    kt(j, d, h, b) = kv(d, k_head + h, j, b);
+
+    RDom rd(0, D, "rd");
+    Func score("score");
+    score(j, i, h, b) = 0.0f;
+    score(j, i, h, b) += qc(rd, h, i, b) * kt(j, rd, h, b);
+    Expr s = score(j, i, h, b) * (1.0f / std::sqrt(float(D))) + key_mask(j, b);
+    if (causal) s = select(j > i + (Tk - Tq), -1e30f, s);
+    Func masked("masked");
+    masked(j, i, h, b) = s;
+
+    RDom rj(0, Tk, "rj");
+    Func row_max("row_max"), row_sum("row_sum"), p("p");
+    row_max(i, h, b) = maximum(masked(rj, i, h, b));
+    p(j, i, h, b) = exp(masked(j, i, h, b) - row_max(i, h, b));
+    row_sum(i, h, b) = sum(p(rj, i, h, b));
+
+    Func acc("acc");
+    acc(d, h, i, b) = 0.0f;
+    acc(d, h, i, b) += p(rj, i, h, b) * kv(d, v_head + h, rj, b);
+    out(d, h, i, b) = acc(d, h, i, b) / row_sum(i, h, b);
+
+    // ---- shapes the runtime must honour
+    q.dim(0).set_bounds(0, D);
+    kv.dim(0).set_bounds(0, D);
+    out.dim(0).set_bounds(0, D).dim(1).set_bounds(0, H);
+    out.dim(2).set_min(0).dim(3).set_min(0);
+    q.dim(2).set_min(0);
+    kv.dim(2).set_min(0);
+    key_mask.dim(0).set_min(0);
+
+    // ---- schedule
+    if (using_autoscheduler()) {
+      q.set_estimates({{0, D}, {0, 3 * H}, {0, 128}, {0, 1}});
+      kv.set_estimates({{0, D}, {0, 3 * H}, {0, 128}, {0, 1}});
+      key_mask.set_estimates({{0, 128}, {0, 1}});
+      out.set_estimates({{0, D}, {0, H}, {0, 128}, {0, 1}});
+      return;
+    }
+    // Per (batch, head) task: transpose K once, then for each tile of queries compute
+    // the score rows, softmax statistics and the V product while they sit in cache.
+    const int dvec = pow2_divisor(D, vec);
+    Var io("io"), ii("ii"), hb("hb");
+    out.split(i, io, ii, tile_q, TailStrategy::GuardWithIf)
+        .reorder(d, ii, io, h, b)
+        .fuse(h, b, hb)
+        .parallel(hb)
+        .vectorize(d, dvec);
+    kt.compute_at(out, hb).vectorize(j, vec, TailStrategy::GuardWithIf);
+    masked.compute_at(out, io).vectorize(j, vec, TailStrategy::GuardWithIf);
+    score.compute_at(masked, i).vectorize(j, vec, TailStrategy::GuardWithIf);
+    score.update().reorder(j, rd).vectorize(j, vec, TailStrategy::GuardWithIf);
+    row_max.compute_at(out, io);
+    p.compute_at(out, io).vectorize(j, vec, TailStrategy::GuardWithIf);
+    row_sum.compute_at(out, io);
+    acc.compute_at(out, io).vectorize(d, dvec);
+    acc.update().reorder(d, i, rj).vectorize(d, dvec);
+  }
+};
+
+}  // namespace halformer
+
+HALIDE_REGISTER_GENERATOR(halformer::Attention, attention)

@@ -1,0 +1,44 @@
+// Shared vocabulary of the layer generators: shape letters and enum GeneratorParams.
+//
+// Layout convention (Halide dims are innermost first):
+//   activations  x(c, m)        c = feature (contiguous), m = row = token (batch*time flattened)
+//   4-D views    x(d, h, t, b)  d = within-head feature, h = head, t = time, b = batch
+//   weights      w(n, k)        linear weights pre-transposed by the runtime at load time so
+//                               that the output feature n is contiguous (vectorised loads).
+#pragma once
+
+#include "Halide.h"
+
+#include <map>
+#include <string>
+
+namespace halformer {
+
+enum class Act { None, Relu, Gelu, GeluTanh };
+inline const std::map<std::string, Act> kActNames = {
+    {"none", Act::None}, {"relu", Act::Relu}, {"gelu", Act::Gelu}, {"gelu_tanh", Act::GeluTanh}};
+
+// erf-based GELU (torch's default) and its tanh approximation (torch approximate="tanh").
+inline Halide::Expr apply_activation(Act act, Halide::Expr v) {
+  using namespace Halide;
+  switch (act) {
+    case Act::None: return v;
+    case Act::Relu: return max(v, 0.0f);
+    case Act::Gelu: return 0.5f * v * (1.0f + erf(v * 0.70710678118654752f));
+    case Act::GeluTanh: {
+      Expr inner = 0.79788456080286536f * (v + 0.044715f * v * v * v);
+      return 0.5f * v * (1.0f + tanh(inner));
+    }
+  }
+  return v;
+}
+
+// Largest power of two <= limit that divides n (>= 1). Used to pick vector widths that
+// need no tail for sizes baked in at generation time (e.g. d_model 96 -> 16, 60 -> 4).
+inline int pow2_divisor(int n, int limit) {
+  int v = 1;
+  while (v * 2 <= limit && n % (v * 2) == 0) v *= 2;
+  return v;
+}
+
+}  // namespace halformer

@@ -1,0 +1,66 @@
+// embedding: out(c, t, b) = table(c, token(t, b)) * scale + position(c, pos_offset + t)
+//   positions sinusoidal: PE(p, 2i) = sin(p * w_i), PE(p, 2i+1) = cos(p * w_i),
+//                         w_i = exp(2i * -ln(10000) / d), evaluated in fp32 like PyTorch
+//   positions learned:    a (C, max_len) table, the pos_table input
+//   positions none:       nothing added
+// Token ids are range-checked by the runtime before the call; the clamp here only keeps
+// a bad id from reading outside the table.
+#include "common.h"
+
+namespace halformer {
+using namespace Halide;
+
+enum class PosKind { Sinusoidal, Learned, None };
+
+class Embedding : public Generator<Embedding> {
+ public:
+  GeneratorParam<int> channels{"channels", 64};
+  GeneratorParam<int> vocab{"vocab", 16};
+  GeneratorParam<int> max_len{"max_len", 64};
+  GeneratorParam<bool> scale{"scale", true};  // multiply by sqrt(channels)
+  GeneratorParam<PosKind> positions{"positions", PosKind::Sinusoidal,
+                                    {{"sinusoidal", PosKind::Sinusoidal},
+                                     {"learned", PosKind::Learned},
+                                     {"none", PosKind::None}}};
+  GeneratorParam<int> vec{"vec", 16};
+
+  Input<Buffer<int32_t, 2>> tokens{"tokens"};  // (T, B)
+  Input<Buffer<float, 2>> table{"table"};       // (C, vocab)
+  Input<Buffer<float, 2>> pos_table{"pos_table"};  // (C, max_len); read only when learned
+  Input<int32_t> pos_offset{"pos_offset"};      // position of t = 0 (decode steps)
+  Output<Buffer<float, 3>> out{"out"};          // (C, T, B)
+
+  void generate() {
+    const int C = channels;
+    Var c("c"), t("t"), b("b");
+    Expr tok = clamp(tokens(t, b), 0, int(vocab) - 1);
+    Expr e = table(c, tok);
+    if (scale) e = e * std::sqrt(float(C));
+    Expr p = pos_offset + t;
+    if (positions == PosKind::Sinusoidal) {
+      Expr freq = exp(cast<float>((c / 2) * 2) * float(-std::log(10000.0) / C));
+      Expr angle = cast<float>(p) * freq;
+      e = e + select(c % 2 == 0, sin(angle), cos(angle));
+    } else if (positions == PosKind::Learned) {
+      e = e + pos_table(c, clamp(p, 0, int(max_len) - 1));
+    }
+    out(c, t, b) = e;
+
+    table.dim(0).set_bounds(0, C).dim(1).set_bounds(0, vocab).set_stride(C);
+    out.dim(0).set_bounds(0, C);
+
+    if (using_autoscheduler()) {
+      tokens.set_estimates({{0, 128}, {0, 1}});
+      table.set_estimates({{0, C}, {0, vocab}});
+      pos_table.set_estimates({{0, C}, {0, max_len}});
+      pos_offset.set_estimate(0);
+      out.set_estimates({{0, C}, {0, 128}, {0, 1}});
+      return;
+    }
+    out.vectorize(c, pow2_divisor(C, vec)).parallel(b);
+  }
+};
+
+}  // namespace halformer
+
+HALIDE_REGISTER_GENERATOR(halformer::Embedding, embedding)

@@ -1,0 +1,74 @@
+// layernorm: out(c, m) = gamma(c) * (x(c, m) - mean(m)) / spread(m) + beta(c)
+//   standard  (torch.nn.LayerNorm):        spread = sqrt(biased variance + eps)
+//   annotated (The Annotated Transformer): spread = unbiased std + eps
+#include "common.h"
+
+namespace halformer {
+using namespace Halide;
+
+enum class NormKind { Standard, Annotated };
+
+class LayerNorm : public Generator<LayerNorm> {
+ public:
+  GeneratorParam<int> channels{"channels", 64};
+  GeneratorParam<float> eps{"eps", 1e-5f};
+  GeneratorParam<NormKind> kind{"kind", NormKind::Standard,
+                                {{"standard", NormKind::Standard}, {"annotated", NormKind::Annotated}}};
+  GeneratorParam<int> vec{"vec", 16};
+  GeneratorParam<int> rows_per_task{"rows_per_task", 8};
+
+  Input<Buffer<float, 2>> x{"x"};  // (C, M)
+  Input<Buffer<float, 1>> gamma{"gamma"};
+  Input<Buffer<float, 1>> beta{"beta"};
+  Output<Buffer<float, 2>> out{"out"};
+
+  void generate() {
+    const int C = channels;
+    Var c("c"), m("m");
+    RDom r(0, C, "r");
+    Func total("total"), mean("mean"), sqdev("sqdev"), inv_spread("inv_spread");
+    total(m) = 0.0f;
+    total(m) += x(r, m);
+    mean(m) = total(m) / float(C);
+    Expr dev = x(r, m) - mean(m);
+    sqdev(m) = 0.0f;
+    sqdev(m) += dev * dev;
+    if (kind == NormKind::Standard) {
+      inv_spread(m) = 1.0f / sqrt(sqdev(m) / float(C) + float(eps));
+    } else {
+      inv_spread(m) = 1.0f / (sqrt(sqdev(m) / float(std::max(C - 1, 1))) + float(eps));
+    }
+    out(c, m) = gamma(c) * ((x(c, m) - mean(m)) * inv_spread(m)) + beta(c);
+
+    x.dim(0).set_bounds(0, C);
+    out.dim(0).set_bounds(0, C);
+    gamma.dim(0).set_bounds(0, C);
+    beta.dim(0).set_bounds(0, C);
+
+    if (using_autoscheduler()) {
+      x.set_estimates({{0, C}, {0, 128}});
+      gamma.set_estimates({{0, C}});
+      beta.set_estimates({{0, C}});
+      out.set_estimates({{0, C}, {0, 128}});
+      return;
+    }
+    // Row sums are vectorised by splitting the reduction into `v` lanes (rfactor).
+    const int v = pow2_divisor(C, vec);
+    Var mo("mo"), u("u");
+    out.split(m, mo, m, rows_per_task, TailStrategy::GuardWithIf).parallel(mo).vectorize(c, v);
+    for (Func f : {total, sqdev}) {
+      f.compute_at(out, m);
+      if (v > 1) {
+        RVar ro("ro"), ri("ri");
+        Func lanes = f.update().split(r.x, ro, ri, v).rfactor(ri, u);
+        lanes.compute_at(out, m).vectorize(u).update().vectorize(u);
+      }
+    }
+    mean.compute_at(out, m);
+    inv_spread.compute_at(out, m);
+  }
+};
+
+}  // namespace halformer
+
+HALIDE_REGISTER_GENERATOR(halformer::LayerNorm, layernorm)

@@ -1,0 +1,83 @@
+// linear: out(n, m) = act(sum_k x(k, m) * w(n, k) + b(n)) [+ residual(n, m)]
+//
+// The workhorse of every Transformer layer (QKV / output projections, feed-forward,
+// vocabulary projection). Sizes K and N are baked in at generation time so that the
+// schedule can pick exact tiles; the row count M (batch * time) is dynamic, down to 1
+// (decode). Fusing bias + activation + residual into the epilogue saves a full pass
+// over the activations for each of them.
+#include "common.h"
+#include "schedules/cpu_matmul.h"
+
+namespace halformer {
+using namespace Halide;
+
+template <bool kResidual>
+class Linear : public Generator<Linear<kResidual>> {
+ public:
+  template <typename T> using GP = GeneratorParam<T>;
+  template <typename T> using In = typename Generator<Linear<kResidual>>::template Input<T>;
+  template <typename T> using Out = typename Generator<Linear<kResidual>>::template Output<T>;
+
+  // Algorithm parameters.
+  GP<int> in_features{"in_features", 64};    // K
+  GP<int> out_features{"out_features", 64};  // N
+  GP<Act> activation{"activation", Act::None, kActNames};
+  // Schedule knobs (the tuner sets these).
+  GP<int> vec{"vec", 16};
+  GP<int> tile_n{"tile_n", 2};
+  GP<int> tile_m{"tile_m", 8};
+  GP<bool> parallel{"parallel", true};
+
+  In<Buffer<float, 2>> x{"x"};        // (K, M)
+  In<Buffer<float, 2>> w{"w"};        // (N, K), pre-transposed
+  In<Buffer<float, 1>> b{"b"};        // (N)
+  Out<Buffer<float, 2>> out{"out"};   // (N, M)
+  In<Buffer<float, 2>>* residual = nullptr;  // (N, M), linear_residual only
+
+  void configure() {
+    if (kResidual) residual = this->template add_input<Buffer<float, 2>>("residual");
+  }
+
+  void generate() {
+    const int K = in_features, N = out_features;
+    Var n("n"), m("m");
+    RDom r(0, K, "k");
+
+    // Rows beyond M are computed by the last partial tile and discarded: clamp reads.
+    Expr M = x.dim(1).extent();
+    Func xc("x_clamped");
+    xc(Halide::_0, m) = x(Halide::_0, min(m, M - 1));
+
+    Func acc("acc");
+    acc(n, m) = b(n);
+    acc(n, m) += xc(r, m) * w(n, r);
+
+    Expr y = apply_activation(activation, acc(n, m));
+    if (kResidual) y += (*residual)(n, m);
+    out(n, m) = y;
+
+    // ---- shapes the runtime must honour
+    x.dim(0).set_bounds(0, K);
+    w.dim(0).set_bounds(0, N).dim(1).set_bounds(0, K).set_stride(N);
+    out.dim(0).set_bounds(0, N);
+    x.dim(1).set_min(0);
+    out.dim(1).set_min(0);
+    b.dim(0).set_bounds(0, N);
+
+    // ---- schedule
+    if (this->using_autoscheduler()) {
+      x.set_estimates({{0, K}, {0, 128}});
+      w.set_estimates({{0, N}, {0, K}});
+      b.set_estimates({{0, N}});
+      if (kResidual) residual->set_estimates({{0, N}, {0, 128}});
+      out.set_estimates({{0, N}, {0, 128}});
+      return;
+    }
+    schedule_cpu_matmul(out, acc, n, m, r.x, N, MatmulKnobs{vec, tile_n, tile_m, parallel});
+  }
+};
+
+}  // namespace halformer
+
+HALIDE_REGISTER_GENERATOR(halformer::Linear<false>, linear)
+HALIDE_REGISTER_GENERATOR(halformer::Linear<true>, linear_residual)

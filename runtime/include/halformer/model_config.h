@@ -1,0 +1,67 @@
+// The contract between a generated model (DIR/<name>_model.cpp, written by the spec
+// compiler) and the generic runtime: the spec's values the runtime needs, and one
+// function pointer per layer role, each an ahead-of-time compiled Halide pipeline.
+// Several roles may point at the same pipeline when their baked sizes agree.
+#pragma once
+
+#include <cstdint>
+
+struct halide_buffer_t;
+
+namespace halformer {
+
+// Signatures of the generated pipelines (generators/*.cpp); buffers are Halide
+// buffers, dims innermost first.
+using EmbeddingFn = int (*)(halide_buffer_t* tokens, halide_buffer_t* table,
+                            halide_buffer_t* pos_table, int32_t pos_offset, halide_buffer_t* out);
+using LinearFn = int (*)(halide_buffer_t* x, halide_buffer_t* w, halide_buffer_t* b,
+                         halide_buffer_t* out);
+using LinearResidualFn = int (*)(halide_buffer_t* x, halide_buffer_t* w, halide_buffer_t* b,
+                                 halide_buffer_t* residual, halide_buffer_t* out);
+using AttentionFn = int (*)(halide_buffer_t* q, halide_buffer_t* kv, halide_buffer_t* key_mask,
+                            halide_buffer_t* out);
+using LayerNormFn = int (*)(halide_buffer_t* x, halide_buffer_t* gamma, halide_buffer_t* beta,
+                            halide_buffer_t* out);
+using SoftmaxFn = int (*)(halide_buffer_t* x, halide_buffer_t* out);
+using ArgmaxFn = int (*)(halide_buffer_t* x, halide_buffer_t* out);
+
+enum class HeadOutput { LogSoftmax, Softmax, Logits };
+enum class PositionKind { Sinusoidal, Learned, None };
+
+struct ModelConfig {
+  const char* name;
+  const char* spec_file;  // where the spec was read from at build time
+  const char* weight_preset;
+  int d_model, heads, d_ff;
+  int encoder_layers, decoder_layers;
+  int src_vocab, tgt_vocab, max_len;
+  bool pre_norm;        // x + f(LN(x)) instead of LN(x + f(x))
+  bool final_norm;      // LN after each whole stack
+  PositionKind positions;
+  bool causal;          // decoder self-attention
+  bool padding_mask;    // mask keys equal to pad_id
+  HeadOutput head;
+  int pad_id, bos_id, eos_id;
+  int max_new_tokens;
+};
+
+struct KernelTable {
+  EmbeddingFn embed_src, embed_tgt;
+  LinearFn qkv;                 // d -> 3d, self-attention projections
+  AttentionFn encoder_self_attention, decoder_self_attention, cross_attention;
+  LinearResidualFn attention_out;  // d -> d, + residual
+  LinearFn cross_q;             // d -> d
+  LinearFn cross_kv;            // d -> 2d (encoder memory)
+  LinearFn ff1;                 // d -> d_ff, + activation
+  LinearResidualFn ff2;         // d_ff -> d, + residual
+  LayerNormFn layer_norm;       // d
+  LinearFn generator;           // d -> tgt_vocab
+  SoftmaxFn head;               // softmax / log_softmax over tgt_vocab (null for logits)
+  ArgmaxFn argmax;              // over tgt_vocab
+};
+
+}  // namespace halformer
+
+// Defined by the generated <name>_model.cpp that is linked into each model.
+const halformer::ModelConfig& halformer_model_config();
+const halformer::KernelTable& halformer_model_kernels();

@@ -1,0 +1,126 @@
+// Naive reference implementations of every layer kind: the readable spec each fast
+// kernel is tested against. Plain loops, double accumulation, PyTorch's layouts
+// (row-major, Linear weights [out][in]) -- deliberately nothing shared with the
+// generators or the runtime. Shape letters: M rows, K in, N out, T time, B batch,
+// H heads, D head size.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ref {
+
+using Vec = std::vector<float>;
+
+inline double activate(const std::string& act, double v) {
+  if (act == "relu") return v > 0 ? v : 0;
+  if (act == "gelu") return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+  if (act == "gelu_tanh")
+    return 0.5 * v * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+  return v;
+}
+
+// y[m][n] = act(sum_k x[m][k] * w[n][k] + b[n]) (+ residual[m][n])
+inline Vec linear(const Vec& x, const Vec& w, const Vec& b, int M, int K, int N,
+                  const std::string& act = "none", const Vec* residual = nullptr) {
+  Vec y(size_t(M) * N);
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      double s = b[n];
+      for (int k = 0; k < K; ++k) s += double(x[size_t(m) * K + k]) * w[size_t(n) * K + k];
+      double v = activate(act, s);
+      if (residual) v += (*residual)[size_t(m) * N + n];
+      y[size_t(m) * N + n] = float(v);
+    }
+  return y;
+}
+
+// Multi-head attention. q rows [B][Tq][Cq], kv rows [B][Tk][Ckv]; head h of the query is
+// at columns (q_head + h) * D, its key at (k_head + h) * D, value at (v_head + h) * D.
+// key_mask [B][Tk] additive; causal: key j visible to query i iff j <= i + Tk - Tq.
+inline Vec attention(const Vec& q, int Cq, const Vec& kv, int Ckv, const Vec& key_mask, int B,
+                     int Tq, int Tk, int H, int D, int q_head, int k_head, int v_head, bool causal) {
+  Vec out(size_t(B) * Tq * H * D);
+  std::vector<double> s(Tk);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < Tq; ++i) {
+        const float* qi = &q[(size_t(b) * Tq + i) * Cq + (q_head + h) * D];
+        double mx = -1e300;
+        for (int j = 0; j < Tk; ++j) {
+          const float* kj = &kv[(size_t(b) * Tk + j) * Ckv + (k_head + h) * D];
+          double dot = 0;
+          for (int d = 0; d < D; ++d) dot += double(qi[d]) * kj[d];
+          s[j] = dot / std::sqrt(double(D)) + key_mask[size_t(b) * Tk + j];
+          if (causal && j > i + Tk - Tq) s[j] = -1e30;
+          mx = std::max(mx, s[j]);
+        }
+        double total = 0;
+        for (int j = 0; j < Tk; ++j) total += (s[j] = std::exp(s[j] - mx));
+        for (int d = 0; d < D; ++d) {
+          double acc = 0;
+          for (int j = 0; j < Tk; ++j) acc += s[j] * kv[(size_t(b) * Tk + j) * Ckv + (v_head + h) * D + d];
+          out[(size_t(b) * Tq + i) * H * D + h * D + d] = float(acc / total);
+        }
+      }
+  return out;
+}
+
+// standard: (x - mean) / sqrt(biased var + eps); annotated: (x - mean) / (unbiased std + eps)
+inline Vec layer_norm(const Vec& x, const Vec& g, const Vec& beta, int M, int C, double eps,
+                      bool annotated) {
+  Vec y(x.size());
+  for (int m = 0; m < M; ++m) {
+    const float* r = &x[size_t(m) * C];
+    double mean = 0, sq = 0;
+    for (int c = 0; c < C; ++c) mean += r[c];
+    mean /= C;
+    for (int c = 0; c < C; ++c) sq += (r[c] - mean) * (r[c] - mean);
+    double spread = annotated ? std::sqrt(sq / std::max(C - 1, 1)) + eps : std::sqrt(sq / C + eps);
+    for (int c = 0; c < C; ++c) y[size_t(m) * C + c] = float(g[c] * (r[c] - mean) / spread + beta[c]);
+  }
+  return y;
+}
+
+// tokens [B][T]; table [V][C]; positions: "sinusoidal" | "learned" (pos [P][C]) | "none"
+inline Vec embedding(const std::vector<int32_t>& tokens, int B, int T, const Vec& table, int C,
+                     bool scale, const std::string& positions, const Vec& pos, int pos_offset) {
+  Vec y(size_t(B) * T * C);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int c = 0; c < C; ++c) {
+        double e = table[size_t(tokens[size_t(b) * T + t]) * C + c] * (scale ? std::sqrt(double(C)) : 1.0);
+        int p = pos_offset + t;
+        if (positions == "sinusoidal") {
+          double angle = p / std::pow(10000.0, double(c - c % 2) / C);
+          e += (c % 2 == 0) ? std::sin(angle) : std::cos(angle);
+        } else if (positions == "learned") {
+          e += pos[size_t(p) * C + c];
+        }
+        y[(size_t(b) * T + t) * C + c] = float(e);
+      }
+  return y;
+}
+
+inline Vec softmax(const Vec& x, int M, int V, bool log) {
+  Vec y(x.size());
+  for (int m = 0; m < M; ++m) {
+    const float* r = &x[size_t(m) * V];
+    double mx = *std::max_element(r, r + V), total = 0;
+    for (int v = 0; v < V; ++v) total += std::exp(double(r[v]) - mx);
+    for (int v = 0; v < V; ++v)
+      y[size_t(m) * V + v] = float(log ? r[v] - mx - std::log(total) : std::exp(r[v] - mx) / total);
+  }
+  return y;
+}
+
+inline std::vector<int32_t> argmax(const Vec& x, int M, int V) {
+  std::vector<int32_t> y(M);
+  for (int m = 0; m < M; ++m) y[m] = int32_t(std::max_element(&x[size_t(m) * V], &x[size_t(m) * V] + V) - &x[size_t(m) * V]);
+  return y;
+}
+
+}  // namespace ref

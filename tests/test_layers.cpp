@@ -1,0 +1,185 @@
+// Every layer kind's generated CPU pipeline against the naive reference
+// (tests/reference/layers.h) on awkward shapes: 1 row (decode), row counts that are
+// not a multiple of the row tile (8) or vector width (16), feature sizes that are not
+// multiples of the vector width (60, 36, 17, 37), and head size 20 (not a power of two).
+// Tolerance: max |got - ref| <= 2e-5 * max(1, max |ref|) (fp32 vs double accumulation).
+#include <gtest/gtest.h>
+#include <HalideBuffer.h>
+
+#include <random>
+
+#include "reference/layers.h"
+#include "test_argmax_37.h"
+#include "test_attention_causal.h"
+#include "test_attention_cross.h"
+#include "test_attention_self.h"
+#include "test_embedding_learned.h"
+#include "test_embedding_sinusoidal.h"
+#include "test_layernorm_annotated.h"
+#include "test_layernorm_standard.h"
+#include "test_linear_gelu.h"
+#include "test_linear_relu.h"
+#include "test_linear_residual.h"
+#include "test_log_softmax_37.h"
+#include "test_softmax_37.h"
+
+namespace {
+
+using Buf = Halide::Runtime::Buffer<float>;
+using ref::Vec;
+
+Vec random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  Vec v(n);
+  for (auto& x : v) v[&x - v.data()] = dist(rng);
+  return v;
+}
+
+Buf view(Vec& v, std::initializer_list<int> dims_innermost_first) {
+  std::vector<int> d(dims_innermost_first);
+  return Buf(v.data(), d);
+}
+
+void expect_close(const Vec& got, const Vec& want, const char* what, double rel = 2e-5) {
+  ASSERT_EQ(got.size(), want.size());
+  double scale = 1, err = 0;
+  for (float w : want) scale = std::max(scale, double(std::abs(w)));
+  for (size_t i = 0; i < got.size(); ++i) err = std::max(err, double(std::abs(got[i] - want[i])));
+  EXPECT_LE(err, rel * scale) << what << ": max abs error " << err << " (scale " << scale << ")";
+}
+
+// Transposes torch's [N][K] Linear weight to the kernels' (n, k) layout: [K][N].
+Vec transposed(const Vec& w, int N, int K) {
+  Vec t(w.size());
+  for (int n = 0; n < N; ++n)
+    for (int k = 0; k < K; ++k) t[size_t(k) * N + n] = w[size_t(n) * K + k];
+  return t;
+}
+
+const int kRows[] = {1, 3, 8, 13, 35};
+
+template <typename Fn>
+void check_linear(Fn fn, int K, int N, const char* act, bool residual) {
+  for (int M : kRows) {
+    SCOPED_TRACE("M=" + std::to_string(M));
+    Vec x = random_vec(size_t(M) * K, 1), w = random_vec(size_t(N) * K, 2, 0.2f), b = random_vec(N, 3);
+    Vec res = random_vec(size_t(M) * N, 4), out(size_t(M) * N, -7.0f);
+    Vec wt = transposed(w, N, K);
+    Buf xb = view(x, {K, M}), wb = view(wt, {N, K}), bb = view(b, {N}), ob = view(out, {N, M}),
+        rb = view(res, {N, M});
+    int rc;
+    if constexpr (std::is_invocable_v<Fn, halide_buffer_t*, halide_buffer_t*, halide_buffer_t*,
+                                      halide_buffer_t*, halide_buffer_t*>)
+      rc = fn(xb, wb, bb, rb, ob);
+    else
+      rc = fn(xb, wb, bb, ob);
+    ASSERT_EQ(rc, 0);
+    expect_close(out, ref::linear(x, w, b, M, K, N, act, residual ? &res : nullptr), act);
+  }
+}
+
+TEST(Linear, ReluK60N36) { check_linear(test_linear_relu, 60, 36, "relu", false); }
+TEST(Linear, GeluK17N100) { check_linear(test_linear_gelu, 17, 100, "gelu", false); }
+TEST(Linear, ResidualK60N36) { check_linear(test_linear_residual, 60, 36, "none", true); }
+
+// heads 3, head size 20; fused QKV buffer (0, 3, 6) or separate Q / KV buffers (0, 0, 3).
+template <typename Fn>
+void check_attention(Fn fn, bool causal, bool cross) {
+  const int H = 3, D = 20, Cq = cross ? H * D : 3 * H * D, Ckv = cross ? 2 * H * D : 3 * H * D;
+  struct Shape { int B, Tq, Tk; };
+  for (Shape s : {Shape{1, 1, 1}, Shape{2, 5, 5}, Shape{1, 1, 9}, Shape{3, 13, 13}, Shape{2, 3, 17}, Shape{1, 35, 35}}) {
+    if (!cross && s.Tq != s.Tk && !causal) continue;  // self-attention: same sequence
+    SCOPED_TRACE("B=" + std::to_string(s.B) + " Tq=" + std::to_string(s.Tq) + " Tk=" + std::to_string(s.Tk));
+    Vec q = random_vec(size_t(s.B) * s.Tq * Cq, 5), kv = random_vec(size_t(s.B) * s.Tk * Ckv, 6);
+    Vec mask(size_t(s.B) * s.Tk, 0.0f);
+    if (s.B > 1) mask[size_t(s.Tk) * 2 - 1] = -1e30f;  // batch 1's last key is padding
+    if (!cross) q = kv;                                  // self-attention reads one buffer
+    int Tq = cross ? s.Tq : s.Tk;
+    Vec out(size_t(s.B) * Tq * H * D, -7.0f);
+    Buf qb = cross ? view(q, {D, H, Tq, s.B}) : view(q, {D, 3 * H, Tq, s.B});
+    Buf kvb = view(kv, {D, Ckv / D, s.Tk, s.B}), mb = view(mask, {s.Tk, s.B}), ob = view(out, {D, H, Tq, s.B});
+    ASSERT_EQ(fn(qb, kvb, mb, ob), 0);
+    Vec want = cross ? ref::attention(q, Cq, kv, Ckv, mask, s.B, Tq, s.Tk, H, D, 0, 0, H, false)
+                     : ref::attention(kv, Ckv, kv, Ckv, mask, s.B, Tq, s.Tk, H, D, 0, H, 2 * H, causal);
+    expect_close(out, want, "attention");
+  }
+}
+
+TEST(Attention, SelfHead20) { check_attention(test_attention_self, false, false); }
+TEST(Attention, CausalHead20) { check_attention(test_attention_causal, true, false); }
+TEST(Attention, CrossHead20) { check_attention(test_attention_cross, false, true); }
+
+// Decode step: one new query row against a longer cache (causal offset Tk - Tq).
+TEST(Attention, CausalDecodeRowMatchesFullSequence) {
+  const int H = 3, D = 20, C = 3 * H * D, T = 11;
+  Vec kv = random_vec(size_t(T) * C, 7), mask(T, 0.0f), full(size_t(T) * H * D), row(H * D);
+  Buf kvb = view(kv, {D, 3 * H, T, 1}), mb = view(mask, {T, 1}), fb = view(full, {D, H, T, 1});
+  ASSERT_EQ(test_attention_causal(kvb, kvb, mb, fb), 0);
+  for (int t = 0; t < T; ++t) {
+    halide_dimension_t qd[4] = {{0, D, 1}, {0, 3 * H, D}, {0, 1, C}, {0, 1, T * C}};
+    halide_dimension_t kd[4] = {{0, D, 1}, {0, 3 * H, D}, {0, t + 1, C}, {0, 1, T * C}};
+    Buf qb(kv.data() + size_t(t) * C, 4, qd), kb(kv.data(), 4, kd), m1 = view(mask, {t + 1, 1}),
+        ob = view(row, {D, H, 1, 1});
+    ASSERT_EQ(test_attention_causal(qb, kb, m1, ob), 0);
+    for (int i = 0; i < H * D; ++i) ASSERT_EQ(row[i], full[size_t(t) * H * D + i]) << "t=" << t;
+  }
+}
+
+template <typename Fn>
+void check_layernorm(Fn fn, bool annotated) {
+  const int C = 60;
+  for (int M : kRows) {
+    Vec x = random_vec(size_t(M) * C, 8, 3.0f), g = random_vec(C, 9), b = random_vec(C, 10), out(x.size());
+    Buf xb = view(x, {C, M}), gb = view(g, {C}), bb = view(b, {C}), ob = view(out, {C, M});
+    ASSERT_EQ(fn(xb, gb, bb, ob), 0);
+    expect_close(out, ref::layer_norm(x, g, b, M, C, 1e-5, annotated), "layer_norm");
+  }
+}
+TEST(LayerNorm, StandardC60) { check_layernorm(test_layernorm_standard, false); }
+TEST(LayerNorm, AnnotatedC60) { check_layernorm(test_layernorm_annotated, true); }
+
+template <typename Fn>
+void check_embedding(Fn fn, const std::string& positions, bool scale) {
+  const int C = 60, V = 11, P = 40;
+  for (int offset : {0, 7}) {
+    for (auto [B, T] : {std::pair{1, 1}, {2, 13}, {3, 5}}) {
+      std::vector<int32_t> tok(size_t(B) * T);
+      for (size_t i = 0; i < tok.size(); ++i) tok[i] = int32_t((i * 7 + 3) % V);
+      Vec table = random_vec(size_t(V) * C, 11), pos = random_vec(size_t(P) * C, 12), out(size_t(B) * T * C);
+      Halide::Runtime::Buffer<int32_t> tb(tok.data(), T, B);
+      Buf tab = view(table, {C, V}), pb = view(pos, {C, P}), ob = view(out, {C, T, B});
+      ASSERT_EQ(fn(tb, tab, pb, offset, ob), 0);
+      expect_close(out, ref::embedding(tok, B, T, table, C, scale, positions, pos, offset), positions.c_str());
+    }
+  }
+}
+TEST(Embedding, SinusoidalScaledC60) { check_embedding(test_embedding_sinusoidal, "sinusoidal", true); }
+TEST(Embedding, LearnedUnscaledC60) { check_embedding(test_embedding_learned, "learned", false); }
+
+TEST(Softmax, LogAndPlainV37) {
+  const int V = 37;
+  for (int M : kRows) {
+    Vec x = random_vec(size_t(M) * V, 13, 4.0f), a(x.size()), b(x.size());
+    Buf xb = view(x, {V, M}), ab = view(a, {V, M}), bb = view(b, {V, M});
+    ASSERT_EQ(test_log_softmax_37(xb, ab), 0);
+    ASSERT_EQ(test_softmax_37(xb, bb), 0);
+    expect_close(a, ref::softmax(x, M, V, true), "log_softmax");
+    expect_close(b, ref::softmax(x, M, V, false), "softmax");
+  }
+}
+
+TEST(Argmax, FirstMaximumV37) {
+  const int V = 37;
+  for (int M : kRows) {
+    Vec x = random_vec(size_t(M) * V, 14);
+    if (M > 2) x[size_t(2) * V + 30] = x[size_t(2) * V + 4] = 100.0f;  // a tie: first index wins
+    std::vector<int32_t> got(M);
+    Buf xb = view(x, {V, M});
+    Halide::Runtime::Buffer<int32_t> gb(got.data(), M);
+    ASSERT_EQ(test_argmax_37(xb, gb), 0);
+    EXPECT_EQ(got, ref::argmax(x, M, V));
+  }
+}
+
+}  // namespace

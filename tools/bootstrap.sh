@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs everything halformer needs on a fresh Debian 12 machine (idempotent):
+#   Debian packages  : compilers' companions, yaml-cpp, nlohmann-json, CLI11, GoogleTest,
+#                      PyTorch 1.13 (CPU, the test reference), PoCL (OpenCL on the CPU)
+#   .venv (PyPI, pinned): Halide 21.0.0 (C++ headers, libHalide, CMake package),
+#                      CMake 3.31 (Halide 21 needs >= 3.28), Ninja, safetensors
+# The venv is made from Debian's python3 with --system-site-packages so that it sees
+# Debian's torch and numpy; Halide is installed --no-deps because only its C++ side is
+# used and its numpy>=1.26 requirement would shadow the numpy Debian's torch was built with.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+APT_PACKAGES=(
+  build-essential ninja-build pkg-config
+  libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libgtest-dev
+  python3 python3-venv python3-yaml python3-numpy python3-torch libopenblas0-pthread
+  pocl-opencl-icd ocl-icd-opencl-dev
+)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "[bootstrap] apt-get install ${missing[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+PIP_PINS=(halide==21.0.0 cmake==3.31.6 safetensors==0.4.5)
+if [ ! -x .venv/bin/python ]; then
+  echo "[bootstrap] creating .venv (Debian python3, system site packages)"
+  /usr/bin/python3 -m venv --system-site-packages .venv
+fi
+stamp=".venv/.halformer-pins"
+if [ "$(cat "$stamp" 2>/dev/null)" != "${PIP_PINS[*]}" ]; then
+  echo "[bootstrap] pip install ${PIP_PINS[*]}"
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps "${PIP_PINS[@]}"
+  echo "${PIP_PINS[*]}" > "$stamp"
+fi
+echo "[bootstrap] ok: $(.venv/bin/cmake --version | head -1), Halide $(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("halide"))')"

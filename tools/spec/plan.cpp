@@ -1,0 +1,219 @@
+#include "plan.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace halformer {
+namespace {
+
+std::string c_identifier(const std::string& s) {
+  std::string r;
+  for (char c : s) r += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  if (r.empty() || std::isdigit(static_cast<unsigned char>(r[0]))) r = "m_" + r;
+  return r;
+}
+
+class Planner {
+ public:
+  explicit Planner(const Spec& s) : spec_(s) {
+    plan_.name = s.name;
+    plan_.cname = c_identifier(s.name);
+    plan_.halide_target = "host";
+  }
+
+  // Adds (or reuses) the pipeline for `generator` with `params` and binds it to `role`.
+  void bind(const std::string& role, const std::string& generator, const std::string& label,
+            std::vector<std::pair<std::string, std::string>> params) {
+    // Spec-level schedule overrides "<generator>.<knob>: value" become GeneratorParams.
+    for (const auto& [key, value] : spec_.schedule) {
+      auto dot = key.find('.');
+      std::string kind = key.substr(0, dot);
+      if (kind == generator || (kind == "linear" && generator == "linear_residual"))
+        params.emplace_back(key.substr(dot + 1), value);
+    }
+    for (const auto& k : plan_.kernels) {
+      if (k.generator == generator && k.params == params) {
+        plan_.roles[role] = k.function;
+        return;
+      }
+    }
+    PlannedKernel k{plan_.cname + "_" + label, generator, std::move(params)};
+    for (const auto& other : plan_.kernels)
+      if (other.function == k.function) k.function += "_" + std::to_string(plan_.kernels.size());
+    plan_.roles[role] = k.function;
+    plan_.kernels.push_back(std::move(k));
+  }
+
+  void linear(const std::string& role, bool residual, int64_t in, int64_t out, const char* act) {
+    std::string gen = residual ? "linear_residual" : "linear";
+    std::string label = gen + "_" + std::to_string(in) + "x" + std::to_string(out) +
+                        (std::string(act) == "none" ? "" : std::string("_") + act);
+    bind(role, gen, label,
+         {{"in_features", std::to_string(in)}, {"out_features", std::to_string(out)}, {"activation", act}});
+  }
+
+  void attention(const std::string& role, int q_head, int k_head, int v_head, bool causal) {
+    const int64_t H = spec_.heads;
+    std::string label = "attention_" + std::to_string(q_head) + "_" + std::to_string(k_head) + "_" +
+                        std::to_string(v_head) + (causal ? "_causal" : "");
+    bind(role, "attention", label,
+         {{"heads", std::to_string(H)},
+          {"head_dim", std::to_string(spec_.d_model / H)},
+          {"q_head", std::to_string(q_head)},
+          {"k_head", std::to_string(k_head)},
+          {"v_head", std::to_string(v_head)},
+          {"causal", causal ? "true" : "false"}});
+  }
+
+  void embedding(const std::string& role, int64_t vocab) {
+    bind(role, "embedding", "embedding_" + std::to_string(vocab),
+         {{"channels", std::to_string(spec_.d_model)},
+          {"vocab", std::to_string(vocab)},
+          {"max_len", std::to_string(spec_.max_len)},
+          {"scale", spec_.scale_embedding ? "true" : "false"},
+          {"positions", to_string(spec_.positions)}});
+  }
+
+  Plan build() {
+    const Spec& s = spec_;
+    const int H = int(s.heads);
+    embedding("embed_src", s.src_vocab);
+    embedding("embed_tgt", s.tgt_vocab);
+    linear("qkv", false, s.d_model, 3 * s.d_model, "none");
+    attention("encoder_self_attention", 0, H, 2 * H, false);
+    attention("decoder_self_attention", 0, H, 2 * H, s.causal);
+    attention("cross_attention", 0, 0, H, false);
+    linear("attention_out", true, s.d_model, s.d_model, "none");
+    linear("cross_q", false, s.d_model, s.d_model, "none");
+    linear("cross_kv", false, s.d_model, 2 * s.d_model, "none");
+    linear("ff1", false, s.d_model, s.d_ff, to_string(s.activation));
+    linear("ff2", true, s.d_ff, s.d_model, "none");
+    bind("layer_norm", "layernorm", "layernorm_" + std::to_string(s.d_model),
+         {{"channels", std::to_string(s.d_model)},
+          {"eps", format_float(s.norm_eps)},
+          {"kind", to_string(s.norm_kind)}});
+    linear("generator", false, s.d_model, s.tgt_vocab, "none");
+    if (s.head == HeadKind::LogSoftmax || s.head == HeadKind::Softmax) {
+      bind("head", "softmax", std::string(to_string(s.head)) + "_" + std::to_string(s.tgt_vocab),
+           {{"classes", std::to_string(s.tgt_vocab)}, {"kind", to_string(s.head)}});
+    } else {
+      plan_.roles["head"] = "";
+    }
+    bind("argmax", "argmax", "argmax_" + std::to_string(s.tgt_vocab),
+         {{"classes", std::to_string(s.tgt_vocab)}});
+    return plan_;
+  }
+
+  static std::string format_float(double v) {
+    std::ostringstream o;
+    o.precision(9);
+    o << v;
+    return o.str();
+  }
+
+ private:
+  const Spec& spec_;
+  Plan plan_;
+};
+
+void write_if_changed(const std::filesystem::path& path, const std::string& content) {
+  std::ifstream in(path, std::ios::binary);
+  if (in) {
+    std::stringstream old;
+    old << in.rdbuf();
+    if (old.str() == content) return;
+  }
+  std::filesystem::path tmp = path;
+  tmp += ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out << content;
+    if (!out) throw std::runtime_error(tmp.string() + ": cannot write");
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+std::string cpp_string(const std::string& s) {
+  std::string r = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') r += '\\';
+    r += c;
+  }
+  return r + "\"";
+}
+
+const char* head_enum(HeadKind h) {
+  switch (h) {
+    case HeadKind::LogSoftmax: return "LogSoftmax";
+    case HeadKind::Softmax: return "Softmax";
+    default: return "Logits";
+  }
+}
+const char* position_enum(Positions p) {
+  switch (p) {
+    case Positions::Sinusoidal: return "Sinusoidal";
+    case Positions::Learned: return "Learned";
+    default: return "None";
+  }
+}
+
+}  // namespace
+
+Plan make_plan(const Spec& spec) { return Planner(spec).build(); }
+
+void write_plan(const Spec& spec, const Plan& plan, const std::string& dir) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+
+  std::ostringstream cm;
+  cm << "# Generated by `halformer plan` from " << spec.file << " -- do not edit.\n";
+  cm << "set(HALFORMER_PLAN_NAME " << plan.name << ")\n";
+  cm << "set(HALFORMER_PLAN_TARGET " << plan.halide_target << ")\n";
+  cm << "set(HALFORMER_PLAN_KERNELS";
+  for (const auto& k : plan.kernels) cm << " " << k.function;
+  cm << ")\n";
+  for (const auto& k : plan.kernels) {
+    cm << "set(HALFORMER_PLAN_" << k.function << "_GENERATOR " << k.generator << ")\n";
+    cm << "set(HALFORMER_PLAN_" << k.function << "_PARAMS";
+    for (const auto& [key, value] : k.params) cm << " " << key << "=" << value;
+    cm << ")\n";
+  }
+  write_if_changed(fs::path(dir) / "plan.cmake", cm.str());
+
+  std::ostringstream c;
+  c << "// Generated by `halformer plan` from " << spec.file << " -- do not edit.\n";
+  c << "#include \"halformer/model_config.h\"\n";
+  for (const auto& k : plan.kernels) c << "#include \"" << k.function << ".h\"\n";
+  const Spec& s = spec;
+  c << "\nconst halformer::ModelConfig& halformer_model_config() {\n"
+    << "  static const halformer::ModelConfig config = {\n"
+    << "      " << cpp_string(s.name) << ", " << cpp_string(s.file) << ", " << cpp_string(to_string(s.preset)) << ",\n"
+    << "      /*d_model*/ " << s.d_model << ", /*heads*/ " << s.heads << ", /*d_ff*/ " << s.d_ff << ",\n"
+    << "      /*encoder_layers*/ " << s.encoder_layers << ", /*decoder_layers*/ " << s.decoder_layers << ",\n"
+    << "      /*src_vocab*/ " << s.src_vocab << ", /*tgt_vocab*/ " << s.tgt_vocab << ", /*max_len*/ " << s.max_len << ",\n"
+    << "      /*pre_norm*/ " << (s.norm_placement == NormPlacement::Pre ? "true" : "false")
+    << ", /*final_norm*/ " << (s.final_norm ? "true" : "false") << ",\n"
+    << "      halformer::PositionKind::" << position_enum(s.positions) << ",\n"
+    << "      /*causal*/ " << (s.causal ? "true" : "false") << ", /*padding_mask*/ " << (s.padding_mask ? "true" : "false") << ",\n"
+    << "      halformer::HeadOutput::" << head_enum(s.head) << ",\n"
+    << "      /*pad*/ " << s.pad_id << ", /*bos*/ " << s.bos_id << ", /*eos*/ " << s.eos_id
+    << ", /*max_new_tokens*/ " << s.max_new_tokens << "};\n"
+    << "  return config;\n}\n\n";
+  static const char* kRoles[] = {"embed_src", "embed_tgt", "qkv", "encoder_self_attention",
+                                 "decoder_self_attention", "cross_attention", "attention_out",
+                                 "cross_q", "cross_kv", "ff1", "ff2", "layer_norm", "generator",
+                                 "head", "argmax"};
+  c << "const halformer::KernelTable& halformer_model_kernels() {\n"
+    << "  static const halformer::KernelTable kernels = {\n";
+  for (const char* role : kRoles) {
+    auto it = plan.roles.find(role);
+    std::string fn = (it == plan.roles.end() || it->second.empty()) ? "nullptr" : it->second;
+    c << "      /*" << role << "*/ " << fn << ",\n";
+  }
+  c << "  };\n  return kernels;\n}\n";
+  write_if_changed(fs::path(dir) / (plan.name + "_model.cpp"), c.str());
+}
+
+}  // namespace halformer

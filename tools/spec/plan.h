@@ -1,0 +1,36 @@
+// Build plan: the lowering of a validated Spec to the set of Halide pipelines a model
+// needs (generator name + GeneratorParams per pipeline, deduplicated: layers whose baked
+// sizes agree share one pipeline) and the generated C++ glue that hands the runtime
+// its config and a kernel table.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "spec.h"
+
+namespace halformer {
+
+struct PlannedKernel {
+  std::string function;   // C symbol of the generated pipeline, e.g. reverse_tiny_linear_64x192
+  std::string generator;  // registered generator name (generators/*.cpp)
+  std::vector<std::pair<std::string, std::string>> params;  // GeneratorParams, in order
+};
+
+struct Plan {
+  std::string name;   // model name (binary name)
+  std::string cname;  // C identifier form of the name
+  std::vector<PlannedKernel> kernels;
+  std::map<std::string, std::string> roles;  // KernelTable field -> kernel function ("" = none)
+  std::string halide_target;                 // e.g. "host"
+};
+
+Plan make_plan(const Spec& spec);
+
+// "<dir>/plan.cmake" (kernels for halformer_add_model) and "<dir>/<name>_model.cpp".
+// Files are rewritten only when their content changes, so an unchanged spec rebuilds
+// nothing and a changed field rebuilds only the kernels whose parameters changed.
+void write_plan(const Spec& spec, const Plan& plan, const std::string& dir);
+
+}  // namespace halformer

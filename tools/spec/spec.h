@@ -1,0 +1,130 @@
+// The model spec: what a user writes in YAML, parsed and validated into one C++ struct.
+//
+// Design: parsing and validation report *every* problem they find (not just the first),
+// each with file:line:column, the field's dotted path, what was found and what is
+// allowed. A spec that is valid but asks for something not implemented yet gets a
+// "not supported yet" diagnostic from check_supported(), never a silent fallback.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace halformer {
+
+enum class Architecture { EncoderDecoder, Encoder, Decoder };
+enum class NormPlacement { Post, Pre };          // LayerNorm(x + f(x))  vs  x + f(LayerNorm(x))
+enum class NormKind { Standard, Annotated };     // biased var, eps in sqrt | unbiased std, eps added to std
+enum class Activation { Relu, Gelu, GeluTanh };
+enum class Positions { Sinusoidal, Learned, None };
+enum class HeadKind { LogSoftmax, Softmax, Logits, Classifier, Embedding, Hidden };
+enum class Pooling { Cls, Mean };
+enum class DecodeStrategy { Greedy, Beam };
+enum class WeightPreset { TorchTransformer, AnnotatedTransformer, HuggingfaceBert, Explicit };
+enum class Precision { Fp32, Bf16 };
+enum class Target { Host, Cuda, OpenCL };
+
+struct Diagnostic {
+  std::string file;
+  int line = 0;    // 1-based; 0 when the problem has no single location (e.g. empty file)
+  int column = 0;  // 1-based
+  std::string field;    // dotted path, e.g. "sizes.d_model"
+  std::string message;  // what was found and what is allowed
+  // "file:line:column: error: field: message"
+  std::string str() const;
+};
+
+struct Spec {
+  std::string file;  // path the spec was read from (for messages)
+  std::string name;  // [A-Za-z0-9_-]+, names the binary and library
+
+  Architecture architecture = Architecture::EncoderDecoder;
+
+  // sizes
+  int64_t d_model = 0, heads = 0, d_ff = 0;
+  int64_t encoder_layers = 0, decoder_layers = 0;  // 0 for the absent stack
+  int64_t src_vocab = 0, tgt_vocab = 0;            // tgt_vocab for decoder/output side
+  int64_t max_len = 0;                             // longest source or target sequence
+  int64_t type_vocab = 0;                          // token types (BERT); 0 = none
+
+  // residual + norm
+  NormPlacement norm_placement = NormPlacement::Post;
+  NormKind norm_kind = NormKind::Standard;
+  double norm_eps = 1e-5;
+  bool final_norm = false;  // a LayerNorm after each whole stack
+  Activation activation = Activation::Relu;
+  double dropout = 0.0;  // identity at inference; recorded for documentation only
+
+  // embedding
+  Positions positions = Positions::Sinusoidal;
+  bool scale_embedding = true;  // multiply token embeddings by sqrt(d_model)
+  bool share_src_tgt = false;   // one table for source and target tokens
+  bool share_tgt_output = false;  // output projection reuses the target embedding
+  bool embedding_norm = false;  // LayerNorm after the embedding sum (BERT)
+
+  // attention
+  bool causal = true;        // causal mask in decoder self-attention
+  bool padding_mask = true;  // key padding masks built from tokens.pad
+
+  // head
+  HeadKind head = HeadKind::LogSoftmax;
+  Pooling pooling = Pooling::Cls;  // classifier / embedding heads
+  int64_t num_classes = 0;         // classifier head
+
+  // special tokens
+  int64_t pad_id = 0, bos_id = 1, eos_id = 2;
+
+  // decoding
+  DecodeStrategy decoding = DecodeStrategy::Greedy;
+  int64_t max_new_tokens = 64;
+  int64_t beam_size = 1;
+  double length_penalty = 1.0;
+
+  // weights
+  WeightPreset preset = WeightPreset::TorchTransformer;
+  std::map<std::string, std::string> weight_map;  // explicit: canonical name -> file name
+
+  Precision precision = Precision::Fp32;
+  std::vector<Target> targets = {Target::Host};
+  int64_t cuda_capability = 80;
+
+  // schedule knob overrides, "<layer kind>.<knob>" -> value, e.g. "linear.tile_m": "4"
+  std::map<std::string, std::string> schedule;
+
+  // Where each field was written: dotted path (e.g. "sizes.d_model", "layer") ->
+  // (line, column), 1-based. A field missing here took its default. Used to place
+  // diagnostics (check_supported) on the line the user wrote.
+  std::map<std::string, std::pair<int, int>> locations;
+};
+
+struct ParseResult {
+  std::optional<Spec> spec;  // set only when there are no diagnostics
+  std::vector<Diagnostic> diagnostics;
+  bool ok() const { return spec.has_value() && diagnostics.empty(); }
+};
+
+// Reads and validates a spec file. Never throws; every problem becomes a Diagnostic.
+ParseResult parse_spec_file(const std::string& path);
+// Same, from text; `file` is used in messages.
+ParseResult parse_spec_string(const std::string& text, const std::string& file);
+
+// Diagnostics for values that are valid in the schema but not implemented yet
+// (message contains "not supported yet"). Empty when the spec can be built.
+std::vector<Diagnostic> check_supported(const Spec& spec);
+
+// Names for enums, as written in YAML (e.g. "encoder_decoder", "gelu_tanh").
+const char* to_string(Architecture);
+const char* to_string(NormPlacement);
+const char* to_string(NormKind);
+const char* to_string(Activation);
+const char* to_string(Positions);
+const char* to_string(HeadKind);
+const char* to_string(Pooling);
+const char* to_string(DecodeStrategy);
+const char* to_string(WeightPreset);
+const char* to_string(Precision);
+const char* to_string(Target);
+
+}  // namespace halformer
