@@ -2,5 +2,4 @@
 # and to tell CMake where the pinned Halide lives.
 _hf_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PATH="$_hf_root/.venv/bin:$PATH"
-export Halide_ROOT="$(echo "$_hf_root"/.venv/lib/python3*/site-packages/halide)"
 unset _hf_root

@@ -348,9 +348,9 @@ def randomize_(model: Seq2Seq, seed: int) -> Seq2Seq:
     for m in model.modules():  # re-run the default inits so the seed fixes everything
         if isinstance(m, (nn.Linear, nn.Embedding, nn.LayerNorm)):
             m.reset_parameters()
-    for p in model.transformer.parameters():
-        if p.dim() > 1:
-            nn.init.xavier_uniform_(p)
+    for p in list(model.transformer.parameters()) + [model.generator.weight]:
+        if p.dim() > 1:  # LeCun normal: unit-variance inputs give unit-variance outputs
+            p.normal_(0.0, p.shape[1] ** -0.5)
     seen = set()
     for name, module in model.named_modules():
         if isinstance(module, (nn.LayerNorm, AnnotatedLayerNorm)):

@@ -77,7 +77,7 @@ int build(const Spec& spec, const std::string& spec_path, const std::string& out
                       " -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_MAKE_PROGRAM=" +
                       quote(HALFORMER_MAKE_PROGRAM) + " -DHalide_DIR=" + quote(HALFORMER_HALIDE_DIR) +
                       " > " + quote((proj / "configure.log").string()) + " 2>&1";
-    std::cout << "[halformer] configuring " << spec.name << " in " << bdir.string() << "\n";
+    std::cout << "[halformer] configuring " << spec.name << " in " << bdir.string() << std::endl;
     if (run(cfg) != 0) {
       std::cerr << "halformer build: configure failed; see " << (proj / "configure.log").string() << "\n";
       std::ifstream log(proj / "configure.log");
