@@ -10,6 +10,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
 #include <string>
 
 #include "halformer/error.h"
@@ -24,6 +28,41 @@ constexpr float kMasked = -1e30f;  // additive mask for padded keys (see attenti
 
 const ModelConfig& C() { return halformer_model_config(); }
 const KernelTable& K() { return halformer_model_kernels(); }
+
+double now_ms() {
+  using namespace std::chrono;
+  return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
+}
+
+// HALFORMER_PROFILE=1: time every kernel call, print a per-kernel table at exit.
+struct Profile {
+  std::map<std::string, std::pair<double, long>> total;  // name -> (ms, calls)
+  ~Profile() {
+    std::vector<std::pair<double, std::string>> rows;
+    double sum = 0;
+    for (auto& [name, t] : total) rows.push_back({t.first, name}), sum += t.first;
+    std::sort(rows.rbegin(), rows.rend());
+    std::fprintf(stderr, "%-24s %10s %8s %6s\n", "kernel", "total ms", "calls", "share");
+    for (auto& [ms, name] : rows)
+      std::fprintf(stderr, "%-24s %10.2f %8ld %5.1f%%\n", name.c_str(), ms, total[name].second, 100 * ms / sum);
+  }
+};
+Profile* profile() {
+  static std::unique_ptr<Profile> p(std::getenv("HALFORMER_PROFILE") ? new Profile : nullptr);
+  return p.get();
+}
+struct KernelTimer {
+  const char* name;
+  double t0;
+  explicit KernelTimer(const char* n) : name(n), t0(profile() ? now_ms() : 0) {}
+  ~KernelTimer() {
+    if (Profile* p = profile()) {
+      auto& e = p->total[name];
+      e.first += now_ms() - t0;
+      e.second += 1;
+    }
+  }
+};
 
 void run(int status, const char* what) {
   if (status != 0)
@@ -55,21 +94,25 @@ struct Act {
 
 // ---- one call per layer kind
 void linear(LinearFn fn, const char* name, Buf x, const LinearWeights& w, Buf out) {
+  KernelTimer timer(name);
   Buf wb = view2(w.w.data(), w.out, w.in, w.out), bb = view1(w.b);
   run(fn(x.raw_buffer(), wb.raw_buffer(), bb.raw_buffer(), out.raw_buffer()), name);
 }
 void linear_residual(LinearResidualFn fn, const char* name, Buf x, const LinearWeights& w,
                      Buf residual, Buf out) {
+  KernelTimer timer(name);
   Buf wb = view2(w.w.data(), w.out, w.in, w.out), bb = view1(w.b);
   run(fn(x.raw_buffer(), wb.raw_buffer(), bb.raw_buffer(), residual.raw_buffer(), out.raw_buffer()), name);
 }
 void layer_norm(const Act& x, const NormWeights& n, Act& out) {
+  KernelTimer timer("layer_norm");
   Buf g = view1(n.gamma), b = view1(n.beta);
   run(K().layer_norm(x.flat().raw_buffer(), g.raw_buffer(), b.raw_buffer(), out.flat().raw_buffer()),
       "layer_norm");
 }
 void attention(AttentionFn fn, const char* name, Buf q, Buf kv, Buf mask,
                Buf out) {
+  KernelTimer timer(name);
   run(fn(q.raw_buffer(), kv.raw_buffer(), mask.raw_buffer(), out.raw_buffer()), name);
 }
 
@@ -116,6 +159,7 @@ Act embed(EmbeddingFn fn, const IBuf& tokens, const std::vector<float>& table, i
   Buf pb = w.positions.empty() ? view2(table.data(), d, 1, d) : view2(w.positions.data(), d, C().max_len, d);
   halide_dimension_t dims[3] = {{0, d, 1}, {0, x.T, d}, {0, x.B, d * x.T}};
   Buf o3(x.v.data(), 3, dims);
+  KernelTimer timer("embedding");
   run(fn(const_cast<IBuf&>(tokens).raw_buffer(), tb.raw_buffer(), pb.raw_buffer(), pos_offset,
          o3.raw_buffer()),
       "embedding");
@@ -187,6 +231,7 @@ void cross_block(Act& x, const DecoderLayerWeights& L, const Act& kv, Buf src_ma
 
 void head(const Act& x, const Weights& w, Act& logits, Act& out) {
   linear(K().generator, "generator", x.flat(), w.generator, logits.flat());
+  KernelTimer timer("head");
   if (K().head) {
     run(K().head(logits.flat().raw_buffer(), out.flat().raw_buffer()), "head");
   } else {
@@ -202,11 +247,6 @@ void final_norm(Act& x, const NormWeights& n) {
 }
 
 Tensor to_tensor(const Act& a) { return Tensor{{a.B, a.T, a.C}, a.v}; }
-
-double now_ms() {
-  using namespace std::chrono;
-  return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
-}
 
 }  // namespace
 

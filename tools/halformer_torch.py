@@ -337,7 +337,9 @@ def greedy(model: Seq2Seq, src: torch.Tensor, max_new_tokens: int,
 def randomize_(model: Seq2Seq, seed: int) -> Seq2Seq:
     """Deterministic random weights with O(1) activations and non-trivial every parameter.
 
-    Matrices keep nn.Transformer's xavier-uniform init (generator: nn.Linear's default);
+    Every weight matrix (attention, feed-forward, generator) ~ N(0, 1/fan_in), so a
+    unit-variance input gives unit-variance outputs (xavier on the stacked [3d, d]
+    in_proj gives near-uniform attention and logits that barely depend on the input);
     every bias ~ 0.05 * N(0, 1) (torch leaves attention biases at 0, which would hide
     bias bugs); embeddings ~ N(0, 1/d) when scaled by sqrt(d) (so the scaled embedding
     is ~N(0, 1), like the positions), N(0, 1) otherwise; learned positions ~ N(0, 1);
@@ -345,9 +347,6 @@ def randomize_(model: Seq2Seq, seed: int) -> Seq2Seq:
     """
     torch.manual_seed(seed)
     d = model.d_model
-    for m in model.modules():  # re-run the default inits so the seed fixes everything
-        if isinstance(m, (nn.Linear, nn.Embedding, nn.LayerNorm)):
-            m.reset_parameters()
     for p in list(model.transformer.parameters()) + [model.generator.weight]:
         if p.dim() > 1:  # LeCun normal: unit-variance inputs give unit-variance outputs
             p.normal_(0.0, p.shape[1] ** -0.5)

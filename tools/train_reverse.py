@@ -80,7 +80,7 @@ def main(argv=None) -> int:
     ap.add_argument("--spec", default=os.path.join(ROOT, "models", "reverse-tiny.yaml"))
     ap.add_argument("--out", default=os.path.join(ROOT, "models", "reverse-tiny.safetensors"))
     ap.add_argument("--force", action="store_true", help="overwrite --out if it exists")
-    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--steps", type=int, default=2400)
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=200)
