@@ -6,7 +6,8 @@
 // and records the PyTorch outputs for a padded batch. The reference is produced at test
 // time, not committed, so it always matches the current spec and script.
 //
-// Environment: HALFORMER_MODEL_BIN (the inference binary), HALFORMER_REFERENCE_DIR.
+// Environment: HALFORMER_MODEL_BIN (the inference binary), HALFORMER_REFERENCE_DIR,
+// HALFORMER_WEIGHTS (the weights the reference used).
 // Tolerance: max |halformer - torch| <= 1e-4 * max |torch| over non-padded positions
 // (fp32; the two sum in different orders), and identical greedy tokens.
 #include <gtest/gtest.h>
@@ -78,7 +79,7 @@ class ModelVsTorch : public ::testing::Test {
     };
     write(dir_ + "/src.txt", r_.src, r_.src_shape[1], r_.src_len);
     write(dir_ + "/tgt.txt", r_.tgt, r_.tgt_shape[1], r_.tgt_len);
-    std::string cmd = "'" + bin_ + "' --weights '" + dir_ + "/weights.safetensors' --src-file '" + dir_ +
+    std::string cmd = "'" + bin_ + "' --weights '" + env("HALFORMER_WEIGHTS") + "' --src-file '" + dir_ +
                       "/src.txt' --tgt-file '" + dir_ + "/tgt.txt' --max-new-tokens " +
                       std::to_string(r_.greedy_shape[1]) + " --dump '" + dir_ + "/halformer.safetensors'";
     if (std::system(cmd.c_str()) != 0) {

@@ -99,6 +99,9 @@ def save_atomic(tensors: Dict[str, torch.Tensor], out: str, force: bool) -> None
     os.close(fd)
     try:
         save_file(tensors, tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give OUT the usual mode
         os.replace(tmp, out)
     except BaseException:
         if os.path.exists(tmp):

@@ -185,7 +185,12 @@ class Seq2Seq(nn.Module):
         spec = apply_defaults(spec)
         if spec["architecture"] != "encoder_decoder":
             raise ValueError(f"Seq2Seq needs architecture encoder_decoder, got {spec['architecture']!r}")
-        s, layer, emb = spec["sizes"], spec["layer"], spec["embedding"]
+        s, layer, emb = spec.get("sizes") or {}, spec["layer"], spec["embedding"]
+        needed = ("d_model", "heads", "d_ff", "encoder_layers", "decoder_layers",
+                  "src_vocab", "tgt_vocab", "max_len")
+        missing = [k for k in needed if k not in s]
+        if missing:
+            raise ValueError("spec is missing " + ", ".join("sizes." + k for k in missing))
         self.spec = spec
         self.d_model = d = int(s["d_model"])
         self.max_len = int(s["max_len"])
