@@ -11,6 +11,7 @@
 //   7. check_supported, to_string, Diagnostic::str
 #include "spec.h"
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -97,10 +98,12 @@ const char* name_of(E v) {
 // Known keys per section ("" is the top level), in documentation order.
 const std::map<std::string, std::vector<std::string>>& schema() {
   static const std::map<std::string, std::vector<std::string>> s{
-      {"", {"name", "architecture", "sizes", "layer", "embedding", "attention", "head", "tokens",
-            "decoding", "weights", "precision", "targets", "cuda_capability", "schedule", "tuning"}},
-      {"sizes", {"d_model", "heads", "d_ff", "encoder_layers", "decoder_layers", "src_vocab", "tgt_vocab",
-                 "max_len", "type_vocab"}},
+      {"",
+       {"name", "architecture", "sizes", "layer", "embedding", "attention", "head", "tokens", "decoding", "weights",
+        "precision", "targets", "cuda_capability", "schedule", "tuning"}},
+      {"sizes",
+       {"d_model", "heads", "d_ff", "encoder_layers", "decoder_layers", "src_vocab", "tgt_vocab", "max_len",
+        "type_vocab"}},
       {"layer", {"norm_placement", "norm_kind", "norm_eps", "final_norm", "activation", "dropout"}},
       {"embedding", {"positions", "scale", "share_src_tgt", "share_tgt_output", "norm"}},
       {"attention", {"causal", "padding_mask"}},
@@ -204,8 +207,8 @@ struct Context {
 
 // ---------------------------------------------------------------- 3. typed conversions
 // Each reports its own diagnostic at `at` for `field` and returns nullopt on failure.
-std::optional<int64_t> to_int(Context& cx, const YAML::Node& n, Loc at, const std::string& field,
-                              int64_t lo, int64_t hi) {
+std::optional<int64_t> to_int(Context& cx, const YAML::Node& n, Loc at, const std::string& field, int64_t lo,
+                              int64_t hi) {
   const std::string s = n.IsScalar() && n.Tag() == "?" ? n.Scalar() : "";
   const size_t sign = s.size() > 1 && (s[0] == '-' || s[0] == '+') ? 1 : 0;
   if (s.empty() || !std::all_of(s.begin() + sign, s.end(), [](char c) { return c >= '0' && c <= '9'; })) {
@@ -248,18 +251,17 @@ std::optional<bool> to_bool(Context& cx, const YAML::Node& n, Loc at, const std:
 }
 
 template <class E>
-std::optional<E> to_enum(Context& cx, const YAML::Node& n, Loc at, const std::string& field,
-                         const std::string& what) {
+std::optional<E> to_enum(Context& cx, const YAML::Node& n, Loc at, const std::string& field, const std::string& what) {
   std::vector<std::string> allowed;
   for (const auto& [value, name] : names(E{})) {
     if (n.IsScalar() && n.Scalar() == name) return value;
     allowed.push_back(name);
   }
-  std::string msg = n.IsScalar() && !n.Scalar().empty()
-                        ? "unknown " + what + " '" + n.Scalar() + "'; allowed: " + join(allowed) +
-                              closest(n.Scalar(), allowed)
-                        : std::string(std::strchr("aeiou", what[0]) ? "expected an " : "expected a ") + what +
-                              ", found " + describe(n) + "; allowed: " + join(allowed);
+  std::string msg =
+      n.IsScalar() && !n.Scalar().empty()
+          ? "unknown " + what + " '" + n.Scalar() + "'; allowed: " + join(allowed) + closest(n.Scalar(), allowed)
+          : std::string(std::strchr("aeiou", what[0]) ? "expected an " : "expected a ") + what + ", found " +
+                describe(n) + "; allowed: " + join(allowed);
   cx.error(at, field, msg);
   return std::nullopt;
 }
@@ -350,7 +352,7 @@ class Section {
   bool read(const std::string& key, E& out, const std::string& what) {
     return assign(key, out, [&](const Entry& e) { return to_enum<E>(cx_, e.value, e.at, field(key), what); });
   }
-  // A number with a range check done by `ok`, which returns "" or the allowed range.
+  // A number checked by `allowed`, which returns "" when the value is fine, else the allowed range.
   template <class Check>
   bool read(const std::string& key, double& out, Check allowed) {
     double v = 0;
@@ -436,8 +438,10 @@ void read_weights(Section s, Spec& spec) {
   s.read("preset", spec.preset, "weight preset");
   Section map = s.section("map", /*free_form=*/true);
   for (const auto& e : map.entries()) {
-    if (e.value.IsScalar()) spec.weight_map[e.key] = e.value.Scalar();
-    else map.error(e.key, "expected a file name, found " + describe(e.value));
+    if (e.value.IsScalar())
+      spec.weight_map[e.key] = e.value.Scalar();
+    else
+      map.error(e.key, "expected a file name, found " + describe(e.value));
   }
 }
 
@@ -446,8 +450,9 @@ void read_targets(Section& top, Spec& spec) {
   if (!e) return;
   Context& cx = top.context();
   if (!e->value.IsSequence() || e->value.size() == 0) {
-    cx.error(e->at, "targets", "expected a non-empty sequence such as [host, cuda], found " +
-                                   (e->value.IsSequence() ? std::string("an empty one") : describe(e->value)));
+    cx.error(e->at, "targets",
+             "expected a non-empty sequence such as [host, cuda], found " +
+                 (e->value.IsSequence() ? std::string("an empty one") : describe(e->value)));
     return;
   }
   std::vector<Target> targets;
@@ -466,7 +471,8 @@ void read_schedule(Section s, Spec& spec) {
   for (const auto& e : s.entries()) {
     const size_t dot = e.key.find('.');
     if (dot == std::string::npos || dot == 0 || dot + 1 == e.key.size())
-      s.context().error(e.key_at, s.field(e.key), "schedule key '" + e.key + "' must have the form '<layer kind>.<knob>', e.g. 'linear.tile_m'");
+      s.context().error(e.key_at, s.field(e.key),
+                        "schedule key '" + e.key + "' must have the form '<layer kind>.<knob>', e.g. 'linear.tile_m'");
     else if (!e.value.IsScalar())
       s.error(e.key, "expected a scalar value, found " + describe(e.value));
     else
@@ -500,15 +506,17 @@ void check_sizes(Context& cx, Spec& s) {
   auto need = [&](const char* key, int64_t value) {
     const std::string f = std::string("sizes.") + key;
     if (!cx.present(f))
-      cx.error(cx.where("sizes"), f, std::string("missing required key '") + key + "' (an integer > 0 for architecture '" + arch + "')");
+      cx.error(cx.where("sizes"), f,
+               std::string("missing required key '") + key + "' (an integer > 0 for architecture '" + arch + "')");
     else if (cx.given(f) && value == 0)
       cx.error(cx.where(f), f, "must be > 0 for architecture '" + arch + "', found 0");
   };
   auto forbid = [&](const char* key, int64_t value, const char* missing_part) {
     const std::string f = std::string("sizes.") + key;
     if (cx.given(f) && value > 0)
-      cx.error(cx.where(f), f, "contradiction: architecture '" + arch + "' has no " + missing_part + ", but " + key +
-                                   " is " + std::to_string(value) + " (remove it or set it to 0)");
+      cx.error(cx.where(f), f,
+               "contradiction: architecture '" + arch + "' has no " + missing_part + ", but " + key + " is " +
+                   std::to_string(value) + " (remove it or set it to 0)");
   };
   if (s.architecture != Architecture::Decoder) {
     need("encoder_layers", s.encoder_layers);
@@ -529,10 +537,10 @@ void check_sizes(Context& cx, Spec& s) {
 void check_memory(Context& cx, const Spec& s) {
   if (cx.any_failed("sizes") || cx.any_failed("head") || s.d_model <= 0) return;
   const double d = double(s.d_model), ff = double(s.d_ff);
-  const double embed = d * (double(s.src_vocab) + (s.share_src_tgt ? 0.0 : double(s.tgt_vocab)) +
-                            double(s.type_vocab) + (s.positions == Positions::Learned ? 2.0 * double(s.max_len) : 0.0));
-  const double layers = double(s.encoder_layers) * (4 * d * d + 2 * d * ff) +
-                        double(s.decoder_layers) * (8 * d * d + 2 * d * ff);
+  const double embed = d * (double(s.src_vocab) + (s.share_src_tgt ? 0.0 : double(s.tgt_vocab)) + double(s.type_vocab) +
+                            (s.positions == Positions::Learned ? 2.0 * double(s.max_len) : 0.0));
+  const double layers =
+      double(s.encoder_layers) * (4 * d * d + 2 * d * ff) + double(s.decoder_layers) * (8 * d * d + 2 * d * ff);
   const bool vocab_head = s.head == HeadKind::LogSoftmax || s.head == HeadKind::Softmax || s.head == HeadKind::Logits;
   const double output = vocab_head && !s.share_tgt_output ? d * double(s.tgt_vocab)
                         : s.head == HeadKind::Classifier  ? d * double(s.num_classes)
@@ -541,14 +549,16 @@ void check_memory(Context& cx, const Spec& s) {
   if (gib > kMaxWeightGiB)
     cx.error(cx.where("sizes"), "sizes",
              "needs " + std::to_string(int64_t(std::ceil(gib))) + " GiB of fp32 weights, more than the " +
-                 std::to_string(int64_t(kMaxWeightGiB)) + " GiB limit (embeddings " + fmt(std::round(4 * embed / (1 << 30))) +
-                 " GiB, layers " + fmt(std::round(4 * layers / (1 << 30))) + " GiB, output " +
-                 fmt(std::round(4 * output / (1 << 30))) + " GiB)");
+                 std::to_string(int64_t(kMaxWeightGiB)) + " GiB limit (embeddings " +
+                 fmt(std::round(4 * embed / (1 << 30))) + " GiB, layers " + fmt(std::round(4 * layers / (1 << 30))) +
+                 " GiB, output " + fmt(std::round(4 * output / (1 << 30))) + " GiB)");
 }
 
 void check_consistency(Context& cx, Spec& s, bool have_sizes) {
-  if (have_sizes) check_sizes(cx, s);
-  if (have_sizes) check_memory(cx, s);
+  if (have_sizes) {
+    check_memory(cx, s);  // first: only unreadable sizes stop it, not the contradictions below
+    check_sizes(cx, s);
+  }
   if (cx.any_failed("architecture")) return;
   const std::string arch = name_of(s.architecture);
   const bool has_decoder = s.architecture != Architecture::Encoder;
@@ -567,7 +577,8 @@ void check_consistency(Context& cx, Spec& s, bool have_sizes) {
     if ((s.head == HeadKind::Classifier || s.head == HeadKind::Embedding) && s.architecture != Architecture::Encoder)
       contradiction("head.kind", which + " is only for architecture 'encoder', not '" + arch + "'");
     if (s.head == HeadKind::Classifier && !cx.present("head.num_classes"))
-      cx.error(cx.where("head"), "head.num_classes", "missing required key 'num_classes' (an integer > 0 for head 'classifier')");
+      cx.error(cx.where("head"), "head.num_classes",
+               "missing required key 'num_classes' (an integer > 0 for head 'classifier')");
     if (s.head != HeadKind::Classifier && cx.present("head.num_classes"))
       contradiction("head.num_classes", "num_classes applies only to head 'classifier', not " + which);
     if (s.head != HeadKind::Classifier && s.head != HeadKind::Embedding && cx.present("head.pooling"))
@@ -577,14 +588,18 @@ void check_consistency(Context& cx, Spec& s, bool have_sizes) {
   // attention and embedding
   if (s.architecture == Architecture::Encoder) {
     if (cx.given("attention.causal") && s.causal)
-      contradiction("attention.causal", "causal: true has no meaning for architecture 'encoder' (there is no decoder self-attention)");
+      contradiction("attention.causal",
+                    "causal: true has no meaning for architecture 'encoder' (there is no decoder self-attention)");
     if (!cx.present("attention.causal")) s.causal = false;
     if (cx.given("embedding.share_tgt_output") && s.share_tgt_output)
-      contradiction("embedding.share_tgt_output", "architecture 'encoder' has no target embedding or output projection to share");
+      contradiction("embedding.share_tgt_output",
+                    "architecture 'encoder' has no target embedding or output projection to share");
   }
   if (cx.given("embedding.share_src_tgt") && s.share_src_tgt) {
     if (s.architecture != Architecture::EncoderDecoder)
-      contradiction("embedding.share_src_tgt", "share_src_tgt needs both a source and a target embedding (architecture 'encoder_decoder'), not '" + arch + "'");
+      contradiction("embedding.share_src_tgt",
+                    "share_src_tgt needs both a source and a target embedding (architecture 'encoder_decoder'), not '" +
+                        arch + "'");
     else if (cx.given("sizes.src_vocab") && cx.given("sizes.tgt_vocab") && s.src_vocab != s.tgt_vocab)
       contradiction("embedding.share_src_tgt", "share_src_tgt needs src_vocab == tgt_vocab, found " +
                                                    std::to_string(s.src_vocab) + " and " + std::to_string(s.tgt_vocab));
@@ -595,8 +610,9 @@ void check_consistency(Context& cx, Spec& s, bool have_sizes) {
     const std::string f = std::string("tokens.") + key, v = std::string("sizes.") + vocab;
     const int64_t size = std::string(vocab) == "src_vocab" ? s.src_vocab : s.tgt_vocab;
     if (cx.any_failed(f) || !cx.given(v) || size == 0 || id < size) return false;
-    cx.error(cx.where(f), f, std::string(key) + " id " + std::to_string(id) + " is not a valid token: must be < " +
-                                 vocab + " " + std::to_string(size));
+    cx.error(cx.where(f), f,
+             std::string(key) + " id " + std::to_string(id) + " is not a valid token: must be < " + vocab + " " +
+                 std::to_string(size));
     return true;
   };
   if (!bad_id("pad", s.pad_id, "src_vocab")) bad_id("pad", s.pad_id, "tgt_vocab");
@@ -606,14 +622,17 @@ void check_consistency(Context& cx, Spec& s, bool have_sizes) {
 
   // decoding
   if (cx.given("sizes.max_len")) {
-    if (!cx.present("decoding.max_new_tokens")) s.max_new_tokens = std::min(s.max_new_tokens, s.max_len);
+    if (!cx.present("decoding.max_new_tokens"))
+      s.max_new_tokens = std::min(s.max_new_tokens, s.max_len);
     else if (cx.given("decoding.max_new_tokens") && s.max_new_tokens > s.max_len)
-      cx.error(cx.where("decoding.max_new_tokens"), "decoding.max_new_tokens",
-               "must be <= sizes.max_len (" + std::to_string(s.max_len) + "), found " + std::to_string(s.max_new_tokens));
+      cx.error(
+          cx.where("decoding.max_new_tokens"), "decoding.max_new_tokens",
+          "must be <= sizes.max_len (" + std::to_string(s.max_len) + "), found " + std::to_string(s.max_new_tokens));
   }
   if (cx.given("decoding.beam_size") && s.beam_size > 1 && !cx.any_failed("decoding.strategy") &&
       s.decoding == DecodeStrategy::Greedy)
-    contradiction("decoding.beam_size", "beam_size " + std::to_string(s.beam_size) + " needs strategy 'beam', but strategy is 'greedy'");
+    contradiction("decoding.beam_size",
+                  "beam_size " + std::to_string(s.beam_size) + " needs strategy 'beam', but strategy is 'greedy'");
 
   // weights
   if (!cx.any_failed("weights.preset")) {
@@ -621,7 +640,8 @@ void check_consistency(Context& cx, Spec& s, bool have_sizes) {
       cx.error(cx.where("weights.map"), "weights.map",
                "preset 'explicit' needs a non-empty map of canonical weight name -> tensor name");
     if (s.preset != WeightPreset::Explicit && cx.present("weights.map"))
-      contradiction("weights.map", std::string("map is only used with preset 'explicit', not '") + name_of(s.preset) + "'");
+      contradiction("weights.map",
+                    std::string("map is only used with preset 'explicit', not '") + name_of(s.preset) + "'");
   }
 }
 
@@ -658,6 +678,37 @@ std::optional<size_t> first_bad_byte(const std::string& t) {
   return std::nullopt;
 }
 
+// Where the first documents of the text start (at most 3), from yaml-cpp's event parser.
+// Not YAML::LoadAll: in yaml-cpp 0.7 it never returns on a stray ',' (jbeder/yaml-cpp#1040):
+// the parser keeps starting empty documents at the same token. Here that is a syntax error.
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  std::vector<YAML::Mark> marks;
+  void OnDocumentStart(const YAML::Mark& m) override { marks.push_back(m); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+std::vector<YAML::Mark> document_starts(const std::string& text) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentStarts starts;
+  auto& m = starts.marks;
+  while (m.size() < 3 && parser.HandleNextDocument(starts)) {
+    if (m.size() >= 2 && m[m.size() - 1].pos == m[m.size() - 2].pos) {
+      const size_t pos = static_cast<size_t>(m.back().pos);
+      throw YAML::ParserException(m.back(), "unexpected '" + std::string(1, pos < text.size() ? text[pos] : '?') + "'");
+    }
+  }
+  return m;
+}
+
 // yaml-cpp's message for tab indentation does not mention tabs.
 std::string tab_hint(const std::string& text, const YAML::Mark& m) {
   if (m.is_null()) return "";
@@ -682,8 +733,10 @@ ParseResult parse_root(const YAML::Node& root, const std::string& file) {
     const bool ok = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
       return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
     });
-    if (ok) spec.name = name;
-    else top.error("name", "'" + name + "' is not a valid name: use only letters, digits, '_' and '-'");
+    if (ok)
+      spec.name = name;
+    else
+      top.error("name", "'" + name + "' is not a valid name: use only letters, digits, '_' and '-'");
   }
   top.require("architecture", "encoder_decoder, encoder or decoder");
   top.read("architecture", spec.architecture, "architecture");
@@ -722,27 +775,29 @@ ParseResult parse_root(const YAML::Node& root, const std::string& file) {
 ParseResult parse_spec_string(const std::string& text, const std::string& file) {
   try {
     if (text.size() > kMaxFileBytes)
-      return fail(file, {}, "file is " + std::to_string(text.size()) + " bytes; a spec is a small YAML text file (limit " +
-                                std::to_string(kMaxFileBytes) + " bytes)");
+      return fail(file, {},
+                  "file is " + std::to_string(text.size()) + " bytes; a spec is a small YAML text file (limit " +
+                      std::to_string(kMaxFileBytes) + " bytes)");
     if (auto bad = first_bad_byte(text)) {
       const size_t line_start = text.rfind('\n', *bad) == std::string::npos ? 0 : text.rfind('\n', *bad) + 1;
       const int line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + *bad, '\n'));
       char hex[8];
       std::snprintf(hex, sizeof hex, "0x%02x", static_cast<unsigned char>(text[*bad]));
       return fail(file, {line, static_cast<int>(*bad - line_start) + 1},
-                  std::string("not a YAML text file: found byte ") + hex + ", which UTF-8 YAML text cannot contain (binary file?)");
+                  std::string("not a YAML text file: found byte ") + hex +
+                      ", which UTF-8 YAML text cannot contain (binary file?)");
     }
-    std::vector<YAML::Node> docs = YAML::LoadAll(text);
-    if (docs.empty() || docs[0].IsNull())
-      return fail(file, {}, "empty spec: expected a mapping with at least 'name', 'architecture' and 'sizes'");
+    const std::vector<YAML::Mark> docs = document_starts(text);
     if (docs.size() > 1)
-      return fail(file, loc_of(docs[1].Mark()),
-                  "found " + std::to_string(docs.size()) + " YAML documents; a spec file holds exactly one");
-    if (!docs[0].IsMap())
-      return fail(file, loc_of(docs[0].Mark()),
-                  "expected a mapping of sections (name, architecture, sizes, ...) at the top level, found " +
-                      describe(docs[0]));
-    return parse_root(docs[0], file);
+      return fail(file, loc_of(docs[1]), "a second YAML document starts here; a spec file holds exactly one");
+    const YAML::Node root = YAML::Load(text);
+    if (root.IsNull())
+      return fail(file, {}, "empty spec: expected a mapping with at least 'name', 'architecture' and 'sizes'");
+    if (!root.IsMap())
+      return fail(
+          file, loc_of(root.Mark()),
+          "expected a mapping of sections (name, architecture, sizes, ...) at the top level, found " + describe(root));
+    return parse_root(root, file);
   } catch (const YAML::Exception& e) {  // ParserException and the rest: syntax errors
     return fail(file, loc_of(e.mark), "YAML syntax error: " + e.msg + tab_hint(text, e.mark));
   } catch (const std::exception& e) {
