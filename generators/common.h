@@ -14,9 +14,12 @@
 
 namespace halformer {
 
-enum class Act { None, Relu, Gelu, GeluTanh };
-inline const std::map<std::string, Act> kActNames = {
-    {"none", Act::None}, {"relu", Act::Relu}, {"gelu", Act::Gelu}, {"gelu_tanh", Act::GeluTanh}};
+enum class Act { None, Relu, Gelu, GeluTanh, Tanh };
+inline const std::map<std::string, Act> kActNames = {{"none", Act::None},
+                                                     {"relu", Act::Relu},
+                                                     {"gelu", Act::Gelu},
+                                                     {"gelu_tanh", Act::GeluTanh},
+                                                     {"tanh", Act::Tanh}};
 
 // erf-based GELU (torch's default) and its tanh approximation (torch approximate="tanh").
 inline Halide::Expr apply_activation(Act act, Halide::Expr v) {
@@ -25,6 +28,7 @@ inline Halide::Expr apply_activation(Act act, Halide::Expr v) {
     case Act::None: return v;
     case Act::Relu: return max(v, 0.0f);
     case Act::Gelu: return 0.5f * v * (1.0f + erf(v * 0.70710678118654752f));
+    case Act::Tanh: return tanh(v);  // BERT's pooler
     case Act::GeluTanh: {
       Expr inner = 0.79788456080286536f * (v + 0.044715f * v * v * v);
       return 0.5f * v * (1.0f + tanh(inner));

@@ -1,4 +1,5 @@
 // embedding: out(c, t, b) = table(c, token(t, b)) * scale + position(c, pos_offset + t)
+//                           [+ type_table(c, type_id(t, b))]   (token_types, BERT)
 //   positions sinusoidal: PE(p, 2i) = sin(p * w_i), PE(p, 2i+1) = cos(p * w_i),
 //                         w_i = exp(2i * -ln(10000) / d), evaluated in fp32 like PyTorch
 //   positions learned:    a (C, max_len) table, the pos_table input
@@ -22,11 +23,14 @@ class Embedding : public Generator<Embedding> {
                                     {{"sinusoidal", PosKind::Sinusoidal},
                                      {"learned", PosKind::Learned},
                                      {"none", PosKind::None}}};
+  GeneratorParam<int> type_vocab{"type_vocab", 0};  // > 0: add token type embeddings
   GeneratorParam<int> vec{"vec", 16};
 
   Input<Buffer<int32_t, 2>> tokens{"tokens"};  // (T, B)
+  Input<Buffer<int32_t, 2>> type_ids{"type_ids"};  // (T, B); read only when type_vocab > 0
   Input<Buffer<float, 2>> table{"table"};       // (C, vocab)
   Input<Buffer<float, 2>> pos_table{"pos_table"};  // (C, max_len); read only when learned
+  Input<Buffer<float, 2>> type_table{"type_table"};  // (C, type_vocab); read only when type_vocab > 0
   Input<int32_t> pos_offset{"pos_offset"};      // position of t = 0 (decode steps)
   Output<Buffer<float, 3>> out{"out"};          // (C, T, B)
 
@@ -44,6 +48,7 @@ class Embedding : public Generator<Embedding> {
     } else if (positions == PosKind::Learned) {
       e = e + pos_table(c, clamp(p, 0, int(max_len) - 1));
     }
+    if (type_vocab > 0) e = e + type_table(c, clamp(type_ids(t, b), 0, int(type_vocab) - 1));
     out(c, t, b) = e;
 
     table.dim(0).set_bounds(0, C).dim(1).set_bounds(0, vocab).set_stride(C);
@@ -53,6 +58,8 @@ class Embedding : public Generator<Embedding> {
       tokens.set_estimates({{0, 128}, {0, 1}});
       table.set_estimates({{0, C}, {0, vocab}});
       pos_table.set_estimates({{0, C}, {0, max_len}});
+      type_ids.set_estimates({{0, 128}, {0, 1}});
+      type_table.set_estimates({{0, C}, {0, std::max(1, int(type_vocab))}});
       pos_offset.set_estimate(0);
       out.set_estimates({{0, C}, {0, 128}, {0, 1}});
       return;

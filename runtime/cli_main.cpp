@@ -1,8 +1,13 @@
 // The inference binary of a generated model: DIR/<name> --weights W --src "5 9 13".
+// What it prints follows the spec's architecture:
+//   encoder-decoder: the decoded target ids of each source (greedy, or beam search)
+//   decoder-only:    the continuation of each prompt
+//   encoder-only:    the head's vector per sequence (class logits / sentence embedding)
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -12,6 +17,7 @@
 #include "halformer/model.h"
 #include "halformer/safetensors.h"
 
+using halformer::Arch;
 using halformer::Error;
 using halformer::Sequence;
 
@@ -20,11 +26,12 @@ namespace {
 Sequence parse_ids(const std::string& text, const std::string& where) {
   Sequence s;
   size_t i = 0;
+  auto sep = [](char c) { return c == ' ' || c == '\t' || c == ',' || c == '\r'; };
   while (i < text.size()) {
-    while (i < text.size() && (text[i] == ' ' || text[i] == '\t' || text[i] == ',' || text[i] == '\r')) ++i;
+    while (i < text.size() && sep(text[i])) ++i;
     if (i >= text.size()) break;
     size_t j = i;
-    while (j < text.size() && !(text[j] == ' ' || text[j] == '\t' || text[j] == ',' || text[j] == '\r')) ++j;
+    while (j < text.size() && !sep(text[j])) ++j;
     std::string tok = text.substr(i, j - i);
     int64_t v = 0;
     auto [p, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), v);
@@ -36,8 +43,7 @@ Sequence parse_ids(const std::string& text, const std::string& where) {
   return s;
 }
 
-std::vector<Sequence> read_sequences(const std::vector<std::string>& args, const std::string& file,
-                                     const char* flag) {
+std::vector<Sequence> read_sequences(const std::vector<std::string>& args, const std::string& file, const char* flag) {
   std::vector<Sequence> out;
   for (size_t i = 0; i < args.size(); ++i)
     out.push_back(parse_ids(args[i], std::string(flag) + " #" + std::to_string(i + 1)));
@@ -59,87 +65,161 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
+// Row-major [B][T]-padded int matrix (-1 fill) of variable-length sequences.
+std::vector<int32_t> padded(const std::vector<Sequence>& seqs, size_t& width) {
+  width = 0;
+  for (const auto& s : seqs) width = std::max(width, s.size());
+  std::vector<int32_t> m(seqs.size() * width, -1);
+  for (size_t b = 0; b < seqs.size(); ++b) std::copy(seqs[b].begin(), seqs[b].end(), m.begin() + b * width);
+  return m;
+}
+
+void print_ids(const Sequence& t) {
+  for (size_t i = 0; i < t.size(); ++i) std::cout << (i ? " " : "") << t[i];
+  std::cout << "\n";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const auto& cfg = halformer_model_config();
-  CLI::App app{std::string(cfg.name) + ": halformer inference binary (spec " + cfg.spec_file +
-               ").\nReads token ids, prints the greedy decode of each source sequence, one line each."};
+  const bool decodes = cfg.arch != Arch::Encoder;
+  CLI::App app{std::string(cfg.name) + ": halformer inference binary (spec " + cfg.spec_file + ").\n" +
+               (cfg.arch == Arch::Encoder ? "Reads token ids, prints the head's vector for each sequence."
+                : cfg.arch == Arch::Decoder ? "Reads prompt token ids, prints the continuation of each prompt."
+                                            : "Reads source token ids, prints the decoded target ids of each.")};
   std::string weights, src_file, tgt_file, dump;
   std::vector<std::string> src_args, tgt_args;
-  int max_new = cfg.max_new_tokens, threads = 0, repeat = 1;
-  bool json = false, logits = false, timing = false;
-  app.add_option("--weights,-w", weights, "safetensors weights (naming preset " +
-                                              std::string(cfg.weight_preset) + ")")->required();
-  app.add_option("--src,-s", src_args, "source token ids, e.g. \"3 7 1 9\" (repeat for a batch)");
-  app.add_option("--src-file", src_file, "file with one source sequence per line");
-  app.add_option("--tgt", tgt_args, "teacher-forced decoder input per source (starts with bos); "
-                                    "adds its head output to --json/--dump");
-  app.add_option("--tgt-file", tgt_file, "file with one decoder input per line");
-  app.add_option("--max-new-tokens,-n", max_new, "tokens to generate per sequence")
-      ->capture_default_str();
-  app.add_flag("--json", json, "print JSON: tokens per sequence, timings");
-  app.add_flag("--logits", logits, "with --json: include the head output at the last step");
-  app.add_option("--dump", dump, "write encoder_output, greedy (and logits with --tgt) as safetensors");
+  int max_new = cfg.max_new_tokens, threads = 0, repeat = 1, beam = cfg.beam ? cfg.beam_size : 1;
+  double length_penalty = cfg.length_penalty;
+  bool json = false, logits = false, timing = false, no_cache = false;
+  app.add_option("--weights,-w", weights, std::string("safetensors weights (naming preset ") + cfg.preset_name + ")")
+      ->required();
+  app.add_option("--src,-s", src_args, "token ids of one input sequence, e.g. \"3 7 1 9\" (repeat for a batch)");
+  app.add_option("--src-file", src_file, "file with one input sequence per line");
+  if (decodes) {
+    app.add_option("--max-new-tokens,-n", max_new, "tokens to generate per sequence")->capture_default_str();
+    app.add_option("--beam", beam, "beam size (1: greedy)")->capture_default_str()->check(CLI::Range(1, 1024));
+    app.add_option("--length-penalty", length_penalty, "beam search: score / length^penalty")->capture_default_str();
+    app.add_flag("--no-cache", no_cache, "greedy: recompute the whole prefix every step (no KV cache)");
+    app.add_flag("--logits", logits, "with --json: include the head output at the last step");
+  }
+  if (cfg.arch == Arch::EncoderDecoder) {
+    app.add_option("--tgt", tgt_args, "teacher-forced decoder input per source (starts with bos); "
+                                      "adds its head output to --dump");
+    app.add_option("--tgt-file", tgt_file, "file with one decoder input per line");
+  }
+  app.add_flag("--json", json, "print JSON: outputs per sequence, timings");
+  app.add_option("--dump", dump, "write every output tensor as safetensors (encoder_output, logits, greedy, ...)");
   app.add_option("--threads,-t", threads, "worker threads (default: all cores)");
-  app.add_option("--repeat", repeat, "run the decode this many times and report median timings")
-      ->check(CLI::Range(1, 100000));
-  app.add_flag("--time", timing, "print encoder and per-token times (medians) to stderr");
+  app.add_option("--repeat", repeat, "run this many times and report median timings")->check(CLI::Range(1, 100000));
+  app.add_flag("--time", timing, "print timings (medians) to stderr");
   CLI11_PARSE(app, argc, argv);
 
   try {
     auto src = read_sequences(src_args, src_file, "--src");
-    if (src.empty()) throw Error("no source sequences: give --src \"ids\" or --src-file FILE");
+    if (src.empty()) throw Error("no input sequences: give --src \"ids\" or --src-file FILE");
     auto tgt = read_sequences(tgt_args, tgt_file, "--tgt");
     if (!tgt.empty() && tgt.size() != src.size())
-      throw Error("--tgt: " + std::to_string(tgt.size()) + " sequences for " +
-                  std::to_string(src.size()) + " sources");
+      throw Error("--tgt: " + std::to_string(tgt.size()) + " sequences for " + std::to_string(src.size()) + " sources");
     auto model = halformer::Model::load(weights, threads);
+    nlohmann::json j;
+    j["model"] = cfg.name;
+    std::vector<halformer::NamedTensor> out;
+    // Storage for tensors referenced by `out` until the dump is written.
+    halformer::Tensor enc, head, scored;
+    std::vector<int32_t> greedy_m, beam_m;
+    std::vector<float> beam_scores;
 
-    halformer::DecodeResult result;
-    std::vector<double> enc_ms, step_ms;
-    for (int i = 0; i < repeat; ++i) {
-      result = model.greedy(src, max_new);
-      enc_ms.push_back(result.encoder_ms);
-      step_ms.push_back(median(result.step_ms));
+    if (cfg.arch != Arch::Decoder && !dump.empty()) {
+      enc = model.encode(src);
+      out.push_back({"encoder_output", "F32", enc.shape, enc.data.data()});
     }
-    if (timing)
-      std::fprintf(stderr, "encoder %.3f ms (median of %d), decoder step %.3f ms (median), %zu steps, batch %zu\n",
-                   median(enc_ms), repeat, median(step_ms), result.step_ms.size(), src.size());
-
-    halformer::Tensor scored;
-    if (!tgt.empty()) scored = model.score(src, tgt);
-    if (!dump.empty()) {
-      halformer::Tensor enc = model.encode(src);
-      size_t B = src.size(), N = 0;
-      for (auto& t : result.tokens) N = std::max(N, t.size());
-      std::vector<int32_t> greedy(B * N, -1);
-      for (size_t b = 0; b < B; ++b) std::copy(result.tokens[b].begin(), result.tokens[b].end(), greedy.begin() + b * N);
-      std::vector<halformer::NamedTensor> out = {
-          {"encoder_output", "F32", enc.shape, enc.data.data()},
-          {"greedy", "I32", {int64_t(B), int64_t(N)}, greedy.data()}};
-      if (!tgt.empty()) out.push_back({"logits", "F32", scored.shape, scored.data.data()});
-      halformer::write_safetensors(dump, out);
-    }
-    if (json) {
-      nlohmann::json j;
-      j["model"] = cfg.name;
+    if (!decodes) {
+      std::vector<double> ms;
+      for (int i = 0; i < repeat; ++i) {
+        auto wall0 = std::chrono::steady_clock::now();
+        head = cfg.head == halformer::HeadOutput::Hidden ? model.encode(src) : model.pooled(src);
+        ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall0).count());
+      }
+      if (timing) std::fprintf(stderr, "encoder + head %.3f ms (median of %d), batch %zu\n", median(ms), repeat, src.size());
+      j["timing"] = {{"encoder_ms", median(ms)}, {"repeat", repeat}};
+      if (cfg.head != halformer::HeadOutput::Hidden) out.push_back({"head_output", "F32", head.shape, head.data.data()});
+      const size_t X = head.data.size() / src.size();
+      for (size_t b = 0; b < src.size(); ++b) {
+        std::vector<float> v(head.data.begin() + b * X, head.data.begin() + (b + 1) * X);
+        if (json) {
+          j["sequences"].push_back({{"source", src[b]}, {"output", v}});
+        } else {
+          for (size_t i = 0; i < v.size(); ++i) std::printf(i ? " %.6g" : "%.6g", v[i]);
+          std::printf("\n");
+        }
+      }
+    } else if (beam > 1) {
+      halformer::BeamResult r;
+      std::vector<double> enc_ms, step_ms;
+      for (int i = 0; i < repeat; ++i) {
+        r = model.beam_search(src, beam, length_penalty, max_new);
+        enc_ms.push_back(r.encoder_ms);
+        step_ms.push_back(median(r.step_ms));
+      }
+      if (timing)
+        std::fprintf(stderr, "encoder %.3f ms, beam step %.3f ms (medians of %d), beam %d, batch %zu\n", median(enc_ms),
+                     median(step_ms), repeat, beam, src.size());
+      j["timing"] = {{"encoder_ms", median(enc_ms)}, {"step_ms", median(step_ms)}, {"repeat", repeat}};
+      size_t N = 0;
+      for (auto& hs : r.hypotheses)
+        for (auto& h : hs) N = std::max(N, h.size());
+      beam_m.assign(src.size() * beam * N, -1);
+      beam_scores.assign(src.size() * beam, 0.0f);
+      for (size_t b = 0; b < src.size(); ++b) {
+        nlohmann::json hyps;
+        for (size_t k = 0; k < r.hypotheses[b].size(); ++k) {
+          std::copy(r.hypotheses[b][k].begin(), r.hypotheses[b][k].end(), beam_m.begin() + (b * beam + k) * N);
+          beam_scores[b * beam + k] = float(r.scores[b][k]);
+          hyps.push_back({{"tokens", r.hypotheses[b][k]}, {"score", r.scores[b][k]}});
+        }
+        if (json) j["sequences"].push_back({{"source", src[b]}, {"hypotheses", hyps}});
+        else print_ids(r.hypotheses[b].empty() ? Sequence{} : r.hypotheses[b][0]);
+      }
+      out.push_back({"beam_tokens", "I32", {int64_t(src.size()), beam, int64_t(N)}, beam_m.data()});
+      out.push_back({"beam_scores", "F32", {int64_t(src.size()), beam}, beam_scores.data()});
+    } else {
+      halformer::DecodeResult r;
+      std::vector<double> enc_ms, step_ms;
+      for (int i = 0; i < repeat; ++i) {
+        r = model.greedy(src, max_new, !no_cache);
+        enc_ms.push_back(r.encoder_ms);
+        step_ms.push_back(median(r.step_ms));
+      }
+      if (timing) {
+        std::fprintf(stderr, "%s %.3f ms, decoder step %.3f ms (medians of %d), %zu steps, batch %zu%s\n",
+                     cfg.arch == Arch::Decoder ? "prompt" : "encoder", median(enc_ms), median(step_ms), repeat,
+                     r.step_ms.size(), src.size(), no_cache ? ", no KV cache" : "");
+      }
+      j["timing"] = {{"encoder_ms", median(enc_ms)}, {"step_ms", median(step_ms)}, {"repeat", repeat},
+                     {"steps_ms", r.step_ms}, {"kv_cache", !no_cache}};
       const int V = cfg.tgt_vocab;
       for (size_t b = 0; b < src.size(); ++b) {
-        nlohmann::json s = {{"source", src[b]}, {"tokens", result.tokens[b]}};
-        if (logits)
-          s["logits"] = std::vector<float>(result.last_logits.data.begin() + b * V,
-                                           result.last_logits.data.begin() + (b + 1) * V);
-        j["sequences"].push_back(s);
+        if (json) {
+          nlohmann::json s = {{"source", src[b]}, {"tokens", r.tokens[b]}};
+          if (logits)
+            s["logits"] = std::vector<float>(r.last_logits.data.begin() + b * V, r.last_logits.data.begin() + (b + 1) * V);
+          j["sequences"].push_back(s);
+        } else {
+          print_ids(r.tokens[b]);
+        }
       }
-      j["timing"] = {{"encoder_ms", median(enc_ms)}, {"step_ms", median(step_ms)}, {"repeat", repeat}};
-      std::cout << j.dump() << "\n";
-    } else {
-      for (const auto& t : result.tokens) {
-        for (size_t i = 0; i < t.size(); ++i) std::cout << (i ? " " : "") << t[i];
-        std::cout << "\n";
-      }
+      size_t N = 0;
+      greedy_m = padded(r.tokens, N);
+      out.push_back({"greedy", "I32", {int64_t(src.size()), int64_t(N)}, greedy_m.data()});
     }
+    if (!dump.empty() && (cfg.arch == Arch::Decoder || !tgt.empty())) {
+      scored = model.score(src, tgt);
+      out.push_back({"logits", "F32", scored.shape, scored.data.data()});
+    }
+    if (!dump.empty()) halformer::write_safetensors(dump, out);
+    if (json) std::cout << j.dump() << "\n";
   } catch (const std::exception& e) {
     std::cerr << cfg.name << ": error: " << e.what() << "\n";
     return 1;

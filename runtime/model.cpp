@@ -10,8 +10,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -150,19 +152,31 @@ Act key_mask(const IBuf& tokens) {
   return m;
 }
 
+// Embedding (+ positions, + token types), then the embedding LayerNorm if any.
 Act embed(EmbeddingFn fn, const IBuf& tokens, const std::vector<float>& table, int vocab,
-          const Weights& w, int pos_offset) {
+          const Weights& w, int pos_offset, bool token_types) {
   const int d = C().d_model;
   Act x(d, tokens.dim(0).extent(), tokens.dim(1).extent());
   Buf tb = view2(table.data(), d, vocab, d);
-  // Without learned positions the kernel never reads pos_table; pass a 1-row stand-in.
+  // Tables a kernel does not read (no learned positions / types) get a 1-row stand-in.
   Buf pb = w.positions.empty() ? view2(table.data(), d, 1, d) : view2(w.positions.data(), d, C().max_len, d);
+  Buf yb = (token_types && !w.token_types.empty()) ? view2(w.token_types.data(), d, C().type_vocab, d)
+                                                   : view2(table.data(), d, 1, d);
+  IBuf types(x.T, x.B);
+  types.fill(0);  // token type 0 for every token (single-segment inputs)
   halide_dimension_t dims[3] = {{0, d, 1}, {0, x.T, d}, {0, x.B, d * x.T}};
   Buf o3(x.v.data(), 3, dims);
-  KernelTimer timer("embedding");
-  run(fn(const_cast<IBuf&>(tokens).raw_buffer(), tb.raw_buffer(), pb.raw_buffer(), pos_offset,
-         o3.raw_buffer()),
-      "embedding");
+  {
+    KernelTimer timer("embedding");
+    run(fn(const_cast<IBuf&>(tokens).raw_buffer(), types.raw_buffer(), tb.raw_buffer(), pb.raw_buffer(),
+           yb.raw_buffer(), pos_offset, o3.raw_buffer()),
+        "embedding");
+  }
+  if (C().embedding_norm) {
+    Act y(x.C, x.T, x.B);
+    layer_norm(x, w.embedding_norm, y);
+    return y;
+  }
   return x;
 }
 
@@ -182,46 +196,52 @@ void residual_block(Act& x, const NormWeights& n, F sublayer) {
   }
 }
 
-void feed_forward(Act& x, const LinearWeights& ff1, const LinearWeights& ff2, const NormWeights& n) {
-  residual_block(x, n, [&](const Act& h, const Act& res, Act& y) {
-    Act mid(ff1.out, h.T, h.B);
-    linear(K().ff1, "ff1", h.flat(), ff1, mid.flat());
-    linear_residual(K().ff2, "ff2", mid.flat(), ff2, res.flat(), y.flat());
+void feed_forward(Act& x, const LayerWeights& L) {
+  residual_block(x, L.ff_norm, [&](const Act& h, const Act& res, Act& y) {
+    Act mid(L.ff1.out, h.T, h.B);
+    linear(K().ff1, "ff1", h.flat(), L.ff1, mid.flat());
+    linear_residual(K().ff2, "ff2", mid.flat(), L.ff2, res.flat(), y.flat());
   });
 }
 
-Act run_encoder(const Weights& w, const IBuf& src, const Act& src_mask) {
+// Self-attention over the whole sequence (no cache): encoder layers, teacher forcing.
+void self_attention_block(Act& x, const LayerWeights& L, AttentionFn fn, const char* name, Buf mask) {
   const int d = C().d_model, hd = d / C().heads;
-  Act x = embed(K().embed_src, src, w.src_embedding, C().src_vocab, w, 0);
-  Buf mask = src_mask.flat();
+  residual_block(x, L.self_norm, [&](const Act& h, const Act& res, Act& y) {
+    Act qkv(3 * d, h.T, h.B), a(d, h.T, h.B);
+    linear(K().qkv, "qkv", h.flat(), L.qkv, qkv.flat());
+    attention(fn, name, qkv.heads(hd), qkv.heads(hd), mask, a.heads(hd));
+    linear_residual(K().attention_out, "attention_out", a.flat(), L.attn_out, res.flat(), y.flat());
+  });
+}
+
+void final_norm(Act& x, const NormWeights& n) {
+  if (!C().final_norm) return;
+  Act y(x.C, x.T, x.B);
+  layer_norm(x, n, y);
+  x = std::move(y);
+}
+
+Act run_encoder(const Weights& w, const IBuf& src, const Act& src_mask) {
+  Act x = embed(K().embed_src, src, w.src_embedding, C().src_vocab, w, 0, C().type_vocab > 0);
   for (const auto& L : w.encoder) {
-    residual_block(x, L.norm1, [&](const Act& h, const Act& res, Act& y) {
-      Act qkv(3 * d, h.T, h.B), a(d, h.T, h.B);
-      linear(K().qkv, "qkv", h.flat(), L.qkv, qkv.flat());
-      attention(K().encoder_self_attention, "encoder_self_attention", qkv.heads(hd), qkv.heads(hd),
-                mask, a.heads(hd));
-      linear_residual(K().attention_out, "attention_out", a.flat(), L.attn_out, res.flat(), y.flat());
-    });
-    feed_forward(x, L.ff1, L.ff2, L.norm2);
+    self_attention_block(x, L, K().encoder_self_attention, "encoder_self_attention", src_mask.flat());
+    feed_forward(x, L);
   }
-  if (C().final_norm) {
-    Act y(x.C, x.T, x.B);
-    layer_norm(x, w.encoder_norm, y);
-    x = std::move(y);
-  }
+  final_norm(x, w.encoder_norm);
   return x;
 }
 
 // Cross-attention keys/values of one decoder layer: computed once per source.
-Act cross_kv(const DecoderLayerWeights& L, const Act& memory) {
+Act cross_kv(const LayerWeights& L, const Act& memory) {
   Act kv(2 * C().d_model, memory.T, memory.B);
   linear(K().cross_kv, "cross_kv", memory.flat(), L.cross_kv, kv.flat());
   return kv;
 }
 
-void cross_block(Act& x, const DecoderLayerWeights& L, const Act& kv, Buf src_mask) {
+void cross_block(Act& x, const LayerWeights& L, const Act& kv, Buf src_mask) {
   const int d = C().d_model, hd = d / C().heads;
-  residual_block(x, L.norm2, [&](const Act& h, const Act& res, Act& y) {
+  residual_block(x, L.cross_norm, [&](const Act& h, const Act& res, Act& y) {
     Act q(d, h.T, h.B), a(d, h.T, h.B);
     linear(K().cross_q, "cross_q", h.flat(), L.cross_q, q.flat());
     attention(K().cross_attention, "cross_attention", q.heads(hd), kv.heads(hd), src_mask, a.heads(hd));
@@ -229,6 +249,7 @@ void cross_block(Act& x, const DecoderLayerWeights& L, const Act& kv, Buf src_ma
   });
 }
 
+// Generator + softmax / log_softmax: `logits` gets the raw generator output, `out` the head's.
 void head(const Act& x, const Weights& w, Act& logits, Act& out) {
   linear(K().generator, "generator", x.flat(), w.generator, logits.flat());
   KernelTimer timer("head");
@@ -239,14 +260,76 @@ void head(const Act& x, const Weights& w, Act& logits, Act& out) {
   }
 }
 
-void final_norm(Act& x, const NormWeights& n) {
-  if (!C().final_norm) return;
-  Act y(x.C, x.T, x.B);
-  layer_norm(x, n, y);
-  x = std::move(y);
+Tensor to_tensor(const Act& a) { return Tensor{{a.B, a.T, a.C}, a.v}; }
+
+// Decoder state for incremental decoding over B rows: per layer, the QKV rows of every
+// position so far ([B][Tmax][3d], the self-attention KV cache) and, for an
+// encoder-decoder, the cross-attention keys/values of the memory.
+struct DecoderState {
+  int B = 0, Tmax = 0, len = 0;
+  std::vector<Act> cache, cross;
+  Act src_mask;   // (S, B) additive, encoder-decoder only
+  Act self_mask;  // (Tmax, B) zeros: generated positions are all real tokens
+
+  DecoderState(const Weights& w, int B_, int Tmax_) : B(B_), Tmax(Tmax_), self_mask(Tmax_, B_, 1) {
+    cache.assign(w.decoder.size(), Act(3 * C().d_model, Tmax, B));
+  }
+
+  // Runs the decoder on `tokens` (T new positions; T > 1 only with B == 1) and returns
+  // the last decoder hidden rows (d, T, B).
+  Act step(const Weights& w, const IBuf& tokens) {
+    const int d = C().d_model, hd = d / C().heads, H = C().heads, T = tokens.dim(0).extent();
+    if (len + T > Tmax) throw Error("decoder cache overflow (internal)");
+    Act x = embed(K().embed_tgt, tokens, w.tgt_embedding, C().tgt_vocab, w, len, false);
+    const int64_t bstride = int64_t(3 * d) * Tmax;
+    for (size_t l = 0; l < w.decoder.size(); ++l) {
+      const auto& L = w.decoder[l];
+      float* rows = cache[l].v.data() + size_t(len) * 3 * d;
+      residual_block(x, L.self_norm, [&](const Act& h, const Act& res, Act& y) {
+        Act a(d, T, B);
+        // New QKV rows go straight into the cache: T rows of one sequence, or one row each of B.
+        Buf out = T > 1 ? view2(rows, 3 * d, T, 3 * d) : view2(rows, 3 * d, B, bstride);
+        linear(K().qkv, "qkv", h.flat(), L.qkv, out);
+        attention(K().decoder_self_attention, "decoder_self_attention", view4(rows, hd, 3 * H, T, B, 3 * d, bstride),
+                  view4(cache[l].v.data(), hd, 3 * H, len + T, B, 3 * d, bstride),
+                  view2(self_mask.v.data(), len + T, B, Tmax), a.heads(hd));
+        linear_residual(K().attention_out, "attention_out", a.flat(), L.attn_out, res.flat(), y.flat());
+      });
+      if (!cross.empty()) cross_block(x, L, cross[l], src_mask.flat());
+      feed_forward(x, L);
+    }
+    final_norm(x, w.decoder_norm);
+    len += T;
+    return x;
+  }
+
+  // Beam search: row b continues from row parent[b].
+  void reorder(const std::vector<int>& parent) {
+    const size_t row = size_t(3 * C().d_model) * Tmax;
+    for (auto& c : cache) {
+      std::vector<float> old = c.v;
+      for (int b = 0; b < B; ++b)
+        std::copy_n(old.data() + parent[b] * row, size_t(len) * 3 * C().d_model, c.v.data() + b * row);
+    }
+  }
+};
+
+// Rows of the last position of x (d, T, B) -> (d, 1, B).
+Act last_rows(const Act& x, const std::vector<int>& last) {
+  Act y(x.C, 1, x.B);
+  for (int b = 0; b < x.B; ++b)
+    std::copy_n(x.v.data() + (size_t(b) * x.T + last[b]) * x.C, x.C, y.v.data() + size_t(b) * x.C);
+  return y;
 }
 
-Tensor to_tensor(const Act& a) { return Tensor{{a.B, a.T, a.C}, a.v}; }
+// Rows repeated: memory (C, S, B) -> (C, S, B * k), each batch entry k times.
+Act repeat_rows(const Act& a, int k) {
+  Act r(a.C, a.T, a.B * k);
+  const size_t n = size_t(a.C) * a.T;
+  for (int b = 0; b < a.B; ++b)
+    for (int j = 0; j < k; ++j) std::copy_n(a.v.data() + b * n, n, r.v.data() + (size_t(b) * k + j) * n);
+  return r;
+}
 
 }  // namespace
 
@@ -263,30 +346,56 @@ Model Model::load(const std::string& weights_path, int threads) {
 const ModelConfig& Model::config() const { return C(); }
 
 Tensor Model::encode(const std::vector<Sequence>& src) const {
+  if (C().arch == Arch::Decoder) throw Error("encode: a decoder-only model has no encoder");
   IBuf s = pad_batch(src, C().src_vocab, "source");
   return to_tensor(run_encoder(*weights_, s, key_mask(s)));
 }
 
+Tensor Model::pooled(const std::vector<Sequence>& src) const {
+  if (!K().pool) throw Error("pooled: the model's head is not 'classifier' or 'embedding'");
+  IBuf s = pad_batch(src, C().src_vocab, "source");
+  Act x = run_encoder(*weights_, s, key_mask(s));
+  Act valid(x.T, x.B, 1);  // (T, B): 1 for a real token
+  for (int b = 0; b < x.B; ++b)
+    for (int t = 0; t < x.T; ++t) valid.v[size_t(b) * x.T + t] = s(t, b) == C().pad_id ? 0.0f : 1.0f;
+  Act p(C().d_model, 1, x.B);
+  halide_dimension_t dims[3] = {{0, x.C, 1}, {0, x.T, x.C}, {0, x.B, x.C * x.T}};
+  Buf x3(x.v.data(), 3, dims), pb = view2(p.v.data(), p.C, x.B, p.C);
+  {
+    KernelTimer timer("pool");
+    run(K().pool(x3.raw_buffer(), valid.flat().raw_buffer(), pb.raw_buffer()), "pool");
+  }
+  if (C().head != HeadOutput::Classifier) return Tensor{{x.B, p.C}, p.v};
+  if (C().pooler) {
+    Act q(p.C, 1, p.B);
+    linear(K().pooler, "pooler", p.flat(), weights_->pooler, q.flat());
+    p = std::move(q);
+  }
+  Act out(C().num_classes, 1, x.B);
+  linear(K().classifier, "classifier", p.flat(), weights_->classifier, out.flat());
+  return Tensor{{x.B, out.C}, out.v};
+}
+
 Tensor Model::score(const std::vector<Sequence>& src, const std::vector<Sequence>& tgt) const {
-  if (src.size() != tgt.size())
-    throw Error("score: " + std::to_string(src.size()) + " source sequences but " +
-                std::to_string(tgt.size()) + " target sequences");
   const Weights& w = *weights_;
-  const int d = C().d_model, hd = d / C().heads;
-  IBuf s = pad_batch(src, C().src_vocab, "source"), t = pad_batch(tgt, C().tgt_vocab, "target");
-  Act smask = key_mask(s), tmask = key_mask(t);
-  Act memory = run_encoder(w, s, smask);
-  Act x = embed(K().embed_tgt, t, w.tgt_embedding, C().tgt_vocab, w, 0);
+  if (C().arch == Arch::Encoder) throw Error("score: an encoder-only model has no decoder");
+  const bool dec_only = C().arch == Arch::Decoder;
+  if (!dec_only && src.size() != tgt.size())
+    throw Error("score: " + std::to_string(src.size()) + " source sequences but " + std::to_string(tgt.size()) +
+                " target sequences");
+  IBuf t = pad_batch(dec_only ? src : tgt, C().tgt_vocab, dec_only ? "prompt" : "target");
+  Act tmask = key_mask(t), smask, memory;
+  std::vector<Act> kv;
+  if (!dec_only) {
+    IBuf s = pad_batch(src, C().src_vocab, "source");
+    smask = key_mask(s);
+    memory = run_encoder(w, s, smask);
+  }
+  Act x = embed(K().embed_tgt, t, w.tgt_embedding, C().tgt_vocab, w, 0, false);
   for (const auto& L : w.decoder) {
-    residual_block(x, L.norm1, [&](const Act& h, const Act& res, Act& y) {
-      Act qkv(3 * d, h.T, h.B), a(d, h.T, h.B);
-      linear(K().qkv, "qkv", h.flat(), L.qkv, qkv.flat());
-      attention(K().decoder_self_attention, "decoder_self_attention", qkv.heads(hd), qkv.heads(hd),
-                tmask.flat(), a.heads(hd));
-      linear_residual(K().attention_out, "attention_out", a.flat(), L.attn_out, res.flat(), y.flat());
-    });
-    cross_block(x, L, cross_kv(L, memory), smask.flat());
-    feed_forward(x, L.ff1, L.ff2, L.norm3);
+    self_attention_block(x, L, K().decoder_self_attention, "decoder_self_attention", tmask.flat());
+    if (!dec_only) cross_block(x, L, cross_kv(L, memory), smask.flat());
+    feed_forward(x, L);
   }
   final_norm(x, w.decoder_norm);
   Act logits(C().tgt_vocab, x.T, x.B), out(C().tgt_vocab, x.T, x.B);
@@ -294,27 +403,66 @@ Tensor Model::score(const std::vector<Sequence>& src, const std::vector<Sequence
   return to_tensor(out);
 }
 
-DecodeResult Model::greedy(const std::vector<Sequence>& src, int max_new_tokens) const {
+DecodeResult Model::greedy(const std::vector<Sequence>& src, int max_new_tokens, bool use_cache) const {
+  if (C().arch == Arch::Encoder) throw Error("greedy: an encoder-only model does not decode");
   if (max_new_tokens < 1 || max_new_tokens > C().max_len)
     throw Error("max_new_tokens " + std::to_string(max_new_tokens) + " is outside [1, max_len = " +
                 std::to_string(C().max_len) + "]");
   const Weights& w = *weights_;
-  const int d = C().d_model, hd = d / C().heads, H = C().heads, V = C().tgt_vocab;
+  const int V = C().tgt_vocab;
   DecodeResult r;
+
+  if (C().arch == Arch::Decoder) {
+    // Decoder-only: each prompt is continued on its own (prompts differ in length, so a
+    // shared position per step would need left padding; one at a time keeps it exact).
+    pad_batch(src, V, "prompt");  // validate the whole batch first
+    r.last_logits = Tensor{{int64_t(src.size()), V}, std::vector<float>(src.size() * V)};
+    for (size_t b = 0; b < src.size(); ++b) {
+      const int P = int(src[b].size());
+      if (P + max_new_tokens > C().max_len + 1)
+        throw Error("prompt " + std::to_string(b + 1) + ": " + std::to_string(P) + " tokens + " +
+                    std::to_string(max_new_tokens) + " new tokens exceed max_len " + std::to_string(C().max_len));
+      Sequence seq = src[b];
+      DecoderState st(w, 1, P + max_new_tokens);
+      Act logits(V, 1, 1), out(V, 1, 1);
+      Halide::Runtime::Buffer<int32_t> next(1);
+      for (int step = 0; step < max_new_tokens; ++step) {
+        double ts = now_ms();
+        if (use_cache) {
+          // First step: the whole prompt fills the cache; then one new token per step.
+          IBuf tok(step == 0 ? P : 1, 1);
+          for (int i = 0; i < tok.dim(0).extent(); ++i) tok(i, 0) = seq[seq.size() - tok.dim(0).extent() + i];
+          Act x = st.step(w, tok);
+          head(last_rows(x, {x.T - 1}), w, logits, out);
+        } else {
+          Tensor all = score({seq});  // the whole prefix again
+          std::copy_n(all.data.end() - V, V, out.v.begin());
+        }
+        run(K().argmax(out.flat().raw_buffer(), next.raw_buffer()), "argmax");
+        double ms = now_ms() - ts;
+        if (step == 0) r.encoder_ms += ms; else r.step_ms.push_back(ms);
+        r.tokens.resize(src.size());
+        r.tokens[b].push_back(next(0));
+        seq.push_back(next(0));
+        std::copy_n(out.v.data(), V, r.last_logits.data.begin() + b * V);
+        if (next(0) == C().eos_id) break;
+      }
+    }
+    return r;
+  }
+
   double t0 = now_ms();
   IBuf s = pad_batch(src, C().src_vocab, "source");
-  const int B = s.dim(1).extent(), Tmax = max_new_tokens;
-  Act smask = key_mask(s);
-  Act memory = run_encoder(w, s, smask);
-  std::vector<Act> kv;
-  for (const auto& L : w.decoder) kv.push_back(cross_kv(L, memory));
+  const int B = s.dim(1).extent();
+  DecoderState st(w, B, max_new_tokens);
+  st.src_mask = key_mask(s);
+  Act memory = run_encoder(w, s, st.src_mask);
+  for (const auto& L : w.decoder) st.cross.push_back(cross_kv(L, memory));
   r.encoder_ms = now_ms() - t0;
 
-  // Self-attention cache per layer: the QKV rows of every position so far, [B][Tmax][3d].
-  std::vector<Act> cache(w.decoder.size(), Act(3 * d, Tmax, B));
-  Act self_mask(Tmax, B, 1);  // decoder positions are all real tokens: nothing masked
   IBuf tok(1, B);
   tok.fill(C().bos_id);
+  std::vector<Sequence> prefix(B, Sequence{int32_t(C().bos_id)});
   Act logits(V, 1, B), out(V, 1, B);
   Halide::Runtime::Buffer<int32_t> next(B);
   std::vector<bool> done(B, false);
@@ -322,26 +470,16 @@ DecodeResult Model::greedy(const std::vector<Sequence>& src, int max_new_tokens)
   r.last_logits = Tensor{{B, V}, std::vector<float>(size_t(B) * V)};
   for (int step = 0; step < max_new_tokens; ++step) {
     double ts = now_ms();
-    Act x = embed(K().embed_tgt, tok, w.tgt_embedding, V, w, step);
-    for (size_t l = 0; l < w.decoder.size(); ++l) {
-      const auto& L = w.decoder[l];
-      Act& c = cache[l];
-      const int64_t bstride = int64_t(3 * d) * Tmax;
-      residual_block(x, L.norm1, [&](const Act& h, const Act& res, Act& y) {
-        Act a(d, 1, B);
-        float* row = c.v.data() + size_t(step) * 3 * d;
-        linear(K().qkv, "qkv", h.flat(), L.qkv, view2(row, 3 * d, B, bstride));
-        attention(K().decoder_self_attention, "decoder_self_attention",
-                  view4(row, hd, 3 * H, 1, B, 3 * d, bstride),
-                  view4(c.v.data(), hd, 3 * H, step + 1, B, 3 * d, bstride),
-                  view2(self_mask.v.data(), step + 1, B, Tmax), a.heads(hd));
-        linear_residual(K().attention_out, "attention_out", a.flat(), L.attn_out, res.flat(), y.flat());
-      });
-      cross_block(x, L, kv[l], smask.flat());
-      feed_forward(x, L.ff1, L.ff2, L.norm3);
+    if (use_cache) {
+      Act x = st.step(w, tok);
+      head(x, w, logits, out);
+    } else {
+      // Full recomputation of the prefix (the encoder output is reused).
+      Tensor all = score(src, prefix);
+      const int T = int(all.shape[1]);
+      for (int b = 0; b < B; ++b)
+        std::copy_n(all.data.data() + (size_t(b) * T + T - 1) * V, V, out.v.data() + size_t(b) * V);
     }
-    final_norm(x, w.decoder_norm);
-    head(x, w, logits, out);
     run(K().argmax(out.flat().raw_buffer(), next.raw_buffer()), "argmax");
     bool all_done = true;
     for (int b = 0; b < B; ++b) {
@@ -352,9 +490,109 @@ DecodeResult Model::greedy(const std::vector<Sequence>& src, int max_new_tokens)
       }
       all_done = all_done && done[b];
       tok(0, b) = next(b);
+      prefix[b].push_back(next(b));
     }
     r.step_ms.push_back(now_ms() - ts);
     if (all_done) break;
+  }
+  return r;
+}
+
+BeamResult Model::beam_search(const std::vector<Sequence>& src, int K_beam, double alpha, int max_new_tokens) const {
+  if (C().arch != Arch::EncoderDecoder) throw Error("beam search needs an encoder-decoder model");
+  if (K_beam < 1) throw Error("beam size " + std::to_string(K_beam) + " must be >= 1");
+  if (max_new_tokens < 1 || max_new_tokens > C().max_len)
+    throw Error("max_new_tokens " + std::to_string(max_new_tokens) + " is outside [1, max_len = " +
+                std::to_string(C().max_len) + "]");
+  const Weights& w = *weights_;
+  const int V = C().tgt_vocab, eos = C().eos_id;
+  BeamResult r;
+  double t0 = now_ms();
+  IBuf s = pad_batch(src, C().src_vocab, "source");
+  const int B = s.dim(1).extent(), R = B * K_beam;  // R decoder rows: K per source
+  Act smask = key_mask(s);
+  Act memory = run_encoder(w, s, smask);
+  DecoderState st(w, R, max_new_tokens);
+  {
+    Act m = repeat_rows(smask, K_beam);
+    st.src_mask = std::move(m);
+  }
+  Act rep = repeat_rows(memory, K_beam);
+  for (const auto& L : w.decoder) st.cross.push_back(cross_kv(L, rep));
+  r.encoder_ms = now_ms() - t0;
+
+  struct Hyp { Sequence tokens; double score; };
+  std::vector<std::vector<Hyp>> live(B, std::vector<Hyp>{{{}, 0.0}}), finished(B);
+  std::vector<bool> done(B, false);
+  IBuf tok(1, R);
+  tok.fill(C().bos_id);
+  Act logits(V, 1, R), out(V, 1, R);
+  std::vector<double> lp(V);
+  for (int step = 0; step < max_new_tokens; ++step) {
+    double ts = now_ms();
+    Act x = st.step(w, tok);
+    head(x, w, logits, out);
+    std::vector<int> parent(R);
+    for (int b = 0; b < B; ++b) {
+      for (int k = 0; k < K_beam; ++k) parent[b * K_beam + k] = b * K_beam;  // rows of finished sources
+      if (done[b]) continue;
+      // Candidates (score, hyp, token), best first; ties -> lower hyp, then lower token.
+      struct Cand { double score; int hyp, token; };
+      std::vector<Cand> cands;
+      for (int i = 0; i < int(live[b].size()); ++i) {
+        const float* row = logits.v.data() + size_t(b * K_beam + i) * V;
+        double mx = -std::numeric_limits<double>::infinity(), total = 0;
+        for (int v = 0; v < V; ++v) mx = std::max(mx, double(row[v]));
+        for (int v = 0; v < V; ++v) total += std::exp(double(row[v]) - mx);
+        const double lse = mx + std::log(total);
+        for (int v = 0; v < V; ++v) cands.push_back({live[b][i].score + (double(row[v]) - lse), i, v});
+      }
+      const size_t keep = std::min(cands.size(), size_t(2 * K_beam));
+      std::partial_sort(cands.begin(), cands.begin() + keep, cands.end(), [](const Cand& a, const Cand& c) {
+        if (a.score != c.score) return a.score > c.score;
+        return a.hyp != c.hyp ? a.hyp < c.hyp : a.token < c.token;
+      });
+      std::vector<Hyp> next;
+      std::vector<int> next_parent;
+      for (size_t rank = 0; rank < keep && int(next.size()) < K_beam; ++rank) {
+        const Cand& c = cands[rank];
+        Sequence t = live[b][c.hyp].tokens;
+        t.push_back(c.token);
+        if (c.token == eos) {
+          if (int(rank) < K_beam) finished[b].push_back({t, c.score});
+        } else {
+          next.push_back({t, c.score});
+          next_parent.push_back(b * K_beam + c.hyp);
+        }
+      }
+      if (int(finished[b].size()) >= K_beam || next.empty()) done[b] = true;
+      for (size_t k = 0; k < next.size(); ++k) {
+        parent[b * K_beam + k] = next_parent[k];
+        tok(0, b * K_beam + int(k)) = next[k].tokens.back();
+      }
+      for (size_t k = next.size(); k < size_t(K_beam); ++k) tok(0, b * K_beam + int(k)) = C().pad_id;
+      live[b] = std::move(next);
+    }
+    st.reorder(parent);
+    r.step_ms.push_back(now_ms() - ts);
+    if (std::all_of(done.begin(), done.end(), [](bool d) { return d; })) break;
+  }
+  r.hypotheses.resize(B);
+  r.scores.resize(B);
+  for (int b = 0; b < B; ++b) {
+    if (int(finished[b].size()) < K_beam)
+      for (auto& h : live[b]) finished[b].push_back(h);
+    std::vector<std::pair<double, Sequence>> ranked;
+    for (auto& h : finished[b])
+      ranked.push_back({h.score / std::pow(double(h.tokens.size()), alpha), h.tokens});
+    std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& c) {
+      if (a.first != c.first) return a.first > c.first;
+      return a.second < c.second;
+    });
+    for (int k = 0; k < K_beam && k < int(ranked.size()); ++k) {
+      r.hypotheses[b].push_back(ranked[k].second);
+      r.scores[b].push_back(ranked[k].first);
+    }
   }
   return r;
 }

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "halformer/error.h"
@@ -37,7 +38,8 @@ int64_t TensorInfo::numel() const {
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   auto fail = [&](const std::string& what) { throw Error(path + ": " + what); };
-  int fd = ::open(path.c_str(), O_RDONLY);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below).
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) fail(std::string("cannot open weights file: ") + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -63,11 +65,21 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
          std::to_string(size_) + " bytes): truncated or not a safetensors file");
   }
   nlohmann::json header;
+  // A tensor named twice would be ambiguous (the JSON library keeps one of them).
+  std::set<std::string> names;
+  std::string duplicate;
+  auto on_key = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    if (event == nlohmann::json::parse_event_t::key && depth == 1 && duplicate.empty() &&
+        !names.insert(parsed.get<std::string>()).second)
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
   try {
-    header = nlohmann::json::parse(bytes + 8, bytes + 8 + header_len);
+    header = nlohmann::json::parse(bytes + 8, bytes + 8 + header_len, on_key);
   } catch (const nlohmann::json::exception& e) {
     fail(std::string("malformed JSON header: ") + e.what());
   }
+  if (!duplicate.empty()) fail("tensor '" + duplicate + "' appears more than once in the header (duplicate name)");
   if (!header.is_object()) fail("JSON header is not an object");
   const uint8_t* data = bytes + 8 + header_len;
   const size_t data_size = size_ - 8 - header_len;

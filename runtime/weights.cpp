@@ -1,20 +1,21 @@
-// Naming preset "torch.nn.Transformer": the state_dict of the module documented in
-// tools/halformer_torch.py (Seq2Seq), saved with safetensors.torch.save_file:
-//   src_embedding.weight [src_vocab, d]      tgt_embedding.weight [tgt_vocab, d]
-//   pos_embedding.weight [max_len, d]        (positions: learned)
-//   transformer.encoder.layers.N.{self_attn.in_proj_weight [3d, d], self_attn.in_proj_bias,
-//       self_attn.out_proj.{weight,bias}, linear1.{weight,bias}, linear2.{weight,bias},
-//       norm1.{weight,bias}, norm2.{weight,bias}}
-//   transformer.decoder.layers.N.{self_attn.*, multihead_attn.*, linear1, linear2, norm1..3}
-//   transformer.{encoder,decoder}.norm.{weight,bias}   (final_norm: true)
-//   generator.{weight [tgt_vocab, d], bias [tgt_vocab]}
+// Weight loading through naming presets.
+//
+// Every tensor the runtime needs has a canonical name (docs/weights.md), e.g.
+//   src_embedding, tgt_embedding, pos_embedding, type_embedding, embedding_norm.{weight,bias}
+//   encoder.N.self_attn.{q,k,v,o}.{weight,bias}   decoder.N.cross_attn.{q,k,v,o}.*
+//   {encoder,decoder}.N.{ff1,ff2}.*   {encoder,decoder}.N.{self_norm,cross_norm,ff_norm}.*
+//   encoder_norm.*  decoder_norm.*  generator.*  pooler.*  classifier.*
+// A preset maps a canonical name to the name in the file, optionally as one third of a
+// packed tensor (torch.nn.MultiheadAttention's in_proj_weight holds Q, K, V as rows).
+// All presets then share one loader that checks and transposes.
 #include "halformer/weights.h"
 
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <map>
 #include <set>
 #include <sstream>
-#include <tuple>
 
 #include "halformer/error.h"
 #include "halformer/safetensors.h"
@@ -22,72 +23,198 @@
 namespace halformer {
 namespace {
 
+struct Source {
+  std::string name;  // in the file
+  int part = -1;     // 0, 1, 2: that third of a packed [3*rows, ...] tensor; -1: the whole tensor
+};
+
+std::string str(int i) { return std::to_string(i); }
+
+// Splits "encoder.3.self_attn.q.weight" into its fields.
+struct Canonical {
+  std::string stack;   // "encoder" | "decoder" | "" for model-level tensors
+  int layer = -1;
+  std::string module;  // "self_attn.q", "ff1", "self_norm", "src_embedding", ...
+  std::string param;   // "weight" | "bias"
+};
+Canonical parse(const std::string& c) {
+  Canonical r;
+  std::vector<std::string> parts;
+  std::stringstream ss(c);
+  for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
+  r.param = parts.back();
+  parts.pop_back();
+  size_t i = 0;
+  if ((parts[0] == "encoder" || parts[0] == "decoder") && parts.size() > 1 &&
+      std::isdigit(static_cast<unsigned char>(parts[1][0]))) {
+    r.stack = parts[0];
+    r.layer = std::stoi(parts[1]);
+    i = 2;
+  }
+  for (; i < parts.size(); ++i) r.module += (r.module.empty() ? "" : ".") + parts[i];
+  return r;
+}
+
+int qkv_part(const std::string& proj) { return proj == "q" ? 0 : proj == "k" ? 1 : 2; }
+
+// ---- preset: torch.nn.Transformer (tools/halformer_torch.py's modules)
+Source torch_preset(const ModelConfig& c, const Canonical& n) {
+  if (n.layer < 0) {
+    static const std::map<std::string, std::string> top = {
+        {"src_embedding", "src_embedding"}, {"tgt_embedding", "tgt_embedding"},
+        {"pos_embedding", "pos_embedding"}, {"type_embedding", "type_embedding"},
+        {"embedding_norm", "embedding_norm"}, {"encoder_norm", "transformer.encoder.norm"},
+        {"decoder_norm", "transformer.decoder.norm"}, {"generator", "generator"},
+        {"pooler", "pooler"},               {"classifier", "classifier"}};
+    return {top.at(n.module) + "." + n.param};
+  }
+  std::string p = "transformer." + n.stack + ".layers." + str(n.layer) + ".";
+  const bool cross_layer = c.arch == Arch::EncoderDecoder && n.stack == "decoder";
+  auto attn = [&](const std::string& module, const std::string& proj) -> Source {
+    if (proj == "o") return {p + module + ".out_proj." + n.param};
+    return {p + module + ".in_proj_" + n.param, qkv_part(proj)};
+  };
+  if (n.module.rfind("self_attn.", 0) == 0) return attn("self_attn", n.module.substr(10));
+  if (n.module.rfind("cross_attn.", 0) == 0) return attn("multihead_attn", n.module.substr(11));
+  if (n.module == "ff1") return {p + "linear1." + n.param};
+  if (n.module == "ff2") return {p + "linear2." + n.param};
+  if (n.module == "self_norm") return {p + "norm1." + n.param};
+  if (n.module == "cross_norm") return {p + "norm2." + n.param};
+  return {p + (cross_layer ? "norm3." : "norm2.") + n.param};  // ff_norm
+}
+
+// ---- preset: The Annotated Transformer's make_model()
+Source annotated_preset(const ModelConfig&, const Canonical& n) {
+  const std::string param = n.param == "weight" && (n.module.find("norm") != std::string::npos) ? "a_2"
+                            : n.param == "bias" && (n.module.find("norm") != std::string::npos)  ? "b_2"
+                                                                                                 : n.param;
+  if (n.layer < 0) {
+    static const std::map<std::string, std::string> top = {
+        {"src_embedding", "src_embed.0.lut"}, {"tgt_embedding", "tgt_embed.0.lut"},
+        {"encoder_norm", "encoder.norm"},     {"decoder_norm", "decoder.norm"},
+        {"generator", "generator.proj"}};
+    auto it = top.find(n.module);
+    if (it == top.end()) throw Error("preset annotated-transformer has no tensor for '" + n.module + "'");
+    return {it->second + "." + param};
+  }
+  std::string p = n.stack + ".layers." + str(n.layer) + ".";
+  static const std::map<std::string, std::string> proj = {{"q", "0"}, {"k", "1"}, {"v", "2"}, {"o", "3"}};
+  if (n.module.rfind("self_attn.", 0) == 0) return {p + "self_attn.linears." + proj.at(n.module.substr(10)) + "." + param};
+  if (n.module.rfind("cross_attn.", 0) == 0) return {p + "src_attn.linears." + proj.at(n.module.substr(11)) + "." + param};
+  if (n.module == "ff1") return {p + "feed_forward.w_1." + param};
+  if (n.module == "ff2") return {p + "feed_forward.w_2." + param};
+  // Sublayer order: self-attention, [cross-attention], feed-forward.
+  int sub = n.module == "self_norm" ? 0 : n.module == "cross_norm" ? 1 : (n.stack == "decoder" ? 2 : 1);
+  return {p + "sublayer." + str(sub) + ".norm." + param};
+}
+
+// ---- preset: Hugging Face BERT (BertModel, or "bert."-prefixed BertForSequenceClassification)
+Source bert_preset(const std::string& prefix, const Canonical& n) {
+  if (n.layer < 0) {
+    if (n.module == "classifier") return {"classifier." + n.param};
+    static const std::map<std::string, std::string> top = {
+        {"src_embedding", "embeddings.word_embeddings"},
+        {"pos_embedding", "embeddings.position_embeddings"},
+        {"type_embedding", "embeddings.token_type_embeddings"},
+        {"embedding_norm", "embeddings.LayerNorm"},
+        {"pooler", "pooler.dense"}};
+    auto it = top.find(n.module);
+    if (it == top.end()) throw Error("preset huggingface-bert has no tensor for '" + n.module + "'");
+    return {prefix + it->second + "." + n.param};
+  }
+  std::string p = prefix + "encoder.layer." + str(n.layer) + ".";
+  static const std::map<std::string, std::string> names = {
+      {"self_attn.q", "attention.self.query"}, {"self_attn.k", "attention.self.key"},
+      {"self_attn.v", "attention.self.value"}, {"self_attn.o", "attention.output.dense"},
+      {"self_norm", "attention.output.LayerNorm"}, {"ff1", "intermediate.dense"},
+      {"ff2", "output.dense"},                 {"ff_norm", "output.LayerNorm"}};
+  return {p + names.at(n.module) + "." + n.param};
+}
+
 class Loader {
  public:
-  explicit Loader(const std::string& path) : file_(path) {}
+  Loader(const ModelConfig& c, const std::string& path) : c_(c), file_(path) {
+    if (c.preset == Preset::HuggingfaceBert && file_.find("bert.embeddings.word_embeddings.weight"))
+      bert_prefix_ = "bert.";
+    if (c.preset == Preset::Explicit && c.weight_map)
+      for (const char* const* kv = c.weight_map; *kv; kv += 2) map_[kv[0]] = kv[1];
+  }
 
-  // Returns the tensor's floats (row-major) or records a problem and returns zeros.
-  std::vector<float> take(const std::string& name, std::vector<int64_t> shape) {
+  Source resolve(const std::string& canonical) {
+    switch (c_.preset) {
+      case Preset::TorchTransformer: return torch_preset(c_, parse(canonical));
+      case Preset::AnnotatedTransformer: return annotated_preset(c_, parse(canonical));
+      case Preset::HuggingfaceBert: return bert_preset(bert_prefix_, parse(canonical));
+      case Preset::Explicit: {
+        auto it = map_.find(canonical);
+        return {it == map_.end() ? canonical : it->second};
+      }
+    }
+    return {canonical};
+  }
+
+  // The tensor for `canonical` with `shape` (row-major floats), or zeros and a recorded
+  // problem.
+  std::vector<float> take(const std::string& canonical, std::vector<int64_t> shape) {
+    Source src = resolve(canonical);
     size_t n = 1;
     for (int64_t d : shape) n *= static_cast<size_t>(d);
     std::vector<float> v(n, 0.0f);
-    const TensorInfo* t = file_.find(name);
-    used_.insert(name);
+    std::vector<int64_t> file_shape = shape;
+    if (src.part >= 0) file_shape[0] *= 3;
+    const bool first_use = used_.insert(src.name).second;  // a packed tensor is read 3 times
+    const TensorInfo* t = file_.find(src.name);
+    // With an explicit map, say which canonical tensor the file name was mapped from.
+    std::string label = c_.preset == Preset::Explicit && src.name != canonical ? src.name + " (" + canonical + ")"
+                                                                                : src.name;
+    if (!first_use && (!t || t->dtype != "F32" || t->shape != file_shape)) return v;  // reported once
     if (!t) {
-      missing_.push_back(name + " " + shape_str(shape));
+      missing_.push_back(label + " " + shape_str(file_shape));
       return v;
     }
-    if (t->dtype != "F32" || t->shape != shape) {
-      mismatched_.push_back(name + ": expected F32 " + shape_str(shape) + ", found " + t->dtype +
-                            " " + shape_str(t->shape));
+    if (t->dtype != "F32" || t->shape != file_shape) {
+      mismatched_.push_back(label + ": expected F32 " + shape_str(file_shape) + ", found " + t->dtype + " " +
+                            shape_str(t->shape));
       return v;
     }
-    std::memcpy(v.data(), t->data, n * sizeof(float));
-    for (float x : v) {
+    const size_t offset = src.part >= 0 ? size_t(src.part) * n : 0;
+    std::memcpy(v.data(), t->data + offset * sizeof(float), n * sizeof(float));
+    for (float x : v)
       if (!std::isfinite(x)) {
-        nonfinite_.push_back(name);
+        nonfinite_.push_back(label);
         break;
       }
-    }
     return v;
   }
 
+  // A file tensor that a tied spec reads under another name: accepted, not required.
+  void alias(const std::string& canonical) { used_.insert(resolve(canonical).name); }
+  void ignore(const std::string& file_name) { used_.insert(file_name); }
+
+  // Linear with torch layout [out][in] -> kernel layout [in][out].
   LinearWeights linear(const std::string& prefix, int in, int out) {
-    return transpose(take(prefix + ".weight", {out, in}), take(prefix + ".bias", {out}), in, out);
+    return transpose({take(prefix + ".weight", {out, in})}, {take(prefix + ".bias", {out})}, in, out);
   }
-
-  // torch.nn.MultiheadAttention packs the Q, K, V projections as rows of in_proj_weight;
-  // self-attention keeps them fused (one d -> 3d matmul).
-  LinearWeights packed_in_proj(const std::string& prefix, int d) {
-    return transpose(take(prefix + ".in_proj_weight", {3 * d, d}),
-                     take(prefix + ".in_proj_bias", {3 * d}), d, 3 * d);
+  // Concatenation of several projections' outputs, e.g. Q | K | V.
+  LinearWeights projections(const std::string& prefix, const std::vector<std::string>& projs, int d) {
+    std::vector<std::vector<float>> ws, bs;
+    for (const auto& p : projs) {
+      ws.push_back(take(prefix + "." + p + ".weight", {d, d}));
+      bs.push_back(take(prefix + "." + p + ".bias", {d}));
+    }
+    return transpose(ws, bs, d, d * int(projs.size()));
   }
-
-  // Cross-attention splits them: Q from the decoder stream, K and V from the memory.
-  std::pair<LinearWeights, LinearWeights> split_in_proj(const std::string& prefix, int d,
-                                                        int q_rows) {
-    auto w = take(prefix + ".in_proj_weight", {3 * d, d});
-    auto b = take(prefix + ".in_proj_bias", {3 * d});
-    auto part = [&](int row0, int rows) {
-      std::vector<float> pw(w.begin() + size_t(row0) * d, w.begin() + size_t(row0 + rows) * d);
-      std::vector<float> pb(b.begin() + row0, b.begin() + row0 + rows);
-      return transpose(std::move(pw), std::move(pb), d, rows);
-    };
-    return {part(0, q_rows), part(q_rows, 3 * d - q_rows)};
-  }
-
   NormWeights norm(const std::string& prefix, int d) {
     return {take(prefix + ".weight", {d}), take(prefix + ".bias", {d})};
   }
 
   void check() const {
     std::vector<std::string> unexpected;
-    for (const auto& [name, info] : file_.tensors()) {
+    for (const auto& [name, info] : file_.tensors())
       if (!used_.count(name)) unexpected.push_back(name + " " + shape_str(info.shape));
-    }
     if (missing_.empty() && mismatched_.empty() && unexpected.empty() && nonfinite_.empty()) return;
     std::ostringstream msg;
-    msg << file_.path() << ": weights do not match the spec (naming preset torch.nn.Transformer)";
+    msg << file_.path() << ": weights do not match the spec (naming preset " << c_.preset_name << ")";
     auto list = [&](const char* title, const std::vector<std::string>& items) {
       if (items.empty()) return;
       msg << "\n  " << title << " (" << items.size() << "):";
@@ -101,69 +228,112 @@ class Loader {
     throw Error(msg.str());
   }
 
+  const SafetensorsFile& file() const { return file_; }
+
  private:
   static std::string shape_str(const std::vector<int64_t>& s) {
     std::string r = "[";
     for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
     return r + "]";
   }
-  static LinearWeights transpose(std::vector<float> w, std::vector<float> b, int in, int out) {
+  // Row blocks ws[i] ([rows_i][in] each, torch layout) stacked, then transposed.
+  static LinearWeights transpose(const std::vector<std::vector<float>>& ws,
+                                 const std::vector<std::vector<float>>& bs, int in, int out) {
     LinearWeights l;
     l.in = in;
     l.out = out;
     l.w.resize(size_t(in) * out);
-    for (int o = 0; o < out; ++o)
-      for (int i = 0; i < in; ++i) l.w[size_t(i) * out + o] = w[size_t(o) * in + i];
-    l.b = std::move(b);
+    int o0 = 0;
+    for (size_t blk = 0; blk < ws.size(); ++blk) {
+      int rows = int(ws[blk].size() / in);
+      for (int o = 0; o < rows; ++o)
+        for (int i = 0; i < in; ++i) l.w[size_t(i) * out + o0 + o] = ws[blk][size_t(o) * in + i];
+      l.b.insert(l.b.end(), bs[blk].begin(), bs[blk].end());
+      o0 += rows;
+    }
     return l;
   }
 
+  const ModelConfig& c_;
   SafetensorsFile file_;
+  std::string bert_prefix_;
+  std::map<std::string, std::string> map_;
   std::set<std::string> used_;
   std::vector<std::string> missing_, mismatched_, nonfinite_;
 };
 
+LayerWeights load_layer(Loader& ld, const ModelConfig& c, const std::string& stack, int i) {
+  const int d = c.d_model;
+  const std::string p = stack + "." + str(i) + ".";
+  LayerWeights L;
+  L.qkv = ld.projections(p + "self_attn", {"q", "k", "v"}, d);
+  L.attn_out = ld.linear(p + "self_attn.o", d, d);
+  if (stack == "decoder" && c.arch == Arch::EncoderDecoder) {
+    L.cross_q = ld.projections(p + "cross_attn", {"q"}, d);
+    L.cross_kv = ld.projections(p + "cross_attn", {"k", "v"}, d);
+    L.cross_out = ld.linear(p + "cross_attn.o", d, d);
+    L.cross_norm = ld.norm(p + "cross_norm", d);
+  }
+  L.ff1 = ld.linear(p + "ff1", d, c.d_ff);
+  L.ff2 = ld.linear(p + "ff2", c.d_ff, d);
+  L.self_norm = ld.norm(p + "self_norm", d);
+  L.ff_norm = ld.norm(p + "ff_norm", d);
+  return L;
+}
+
 }  // namespace
 
 Weights load_weights(const ModelConfig& c, const std::string& path) {
-  if (std::string(c.weight_preset) != "torch.nn.Transformer")
-    throw Error(std::string("weight naming preset '") + c.weight_preset + "' is not supported yet");
-  Loader ld(path);
+  Loader ld(c, path);
   const int d = c.d_model;
+  const bool enc = c.arch != Arch::Decoder, dec = c.arch != Arch::Encoder;
   Weights w;
-  w.src_embedding = ld.take("src_embedding.weight", {c.src_vocab, d});
-  w.tgt_embedding = ld.take("tgt_embedding.weight", {c.tgt_vocab, d});
+  if (enc) w.src_embedding = ld.take("src_embedding.weight", {c.src_vocab, d});
+  if (dec) {
+    if (c.share_src_tgt) {
+      w.tgt_embedding = w.src_embedding;
+      ld.alias("tgt_embedding.weight");
+    } else {
+      w.tgt_embedding = ld.take("tgt_embedding.weight", {c.tgt_vocab, d});
+    }
+  }
   if (c.positions == PositionKind::Learned) w.positions = ld.take("pos_embedding.weight", {c.max_len, d});
-  for (int i = 0; i < c.encoder_layers; ++i) {
-    std::string p = "transformer.encoder.layers." + std::to_string(i) + ".";
-    EncoderLayerWeights L;
-    L.qkv = ld.packed_in_proj(p + "self_attn", d);
-    L.attn_out = ld.linear(p + "self_attn.out_proj", d, d);
-    L.ff1 = ld.linear(p + "linear1", d, c.d_ff);
-    L.ff2 = ld.linear(p + "linear2", c.d_ff, d);
-    L.norm1 = ld.norm(p + "norm1", d);
-    L.norm2 = ld.norm(p + "norm2", d);
-    w.encoder.push_back(std::move(L));
-  }
-  for (int i = 0; i < c.decoder_layers; ++i) {
-    std::string p = "transformer.decoder.layers." + std::to_string(i) + ".";
-    DecoderLayerWeights L;
-    L.qkv = ld.packed_in_proj(p + "self_attn", d);
-    L.attn_out = ld.linear(p + "self_attn.out_proj", d, d);
-    std::tie(L.cross_q, L.cross_kv) = ld.split_in_proj(p + "multihead_attn", d, d);
-    L.cross_out = ld.linear(p + "multihead_attn.out_proj", d, d);
-    L.ff1 = ld.linear(p + "linear1", d, c.d_ff);
-    L.ff2 = ld.linear(p + "linear2", c.d_ff, d);
-    L.norm1 = ld.norm(p + "norm1", d);
-    L.norm2 = ld.norm(p + "norm2", d);
-    L.norm3 = ld.norm(p + "norm3", d);
-    w.decoder.push_back(std::move(L));
-  }
+  if (c.type_vocab > 0) w.token_types = ld.take("type_embedding.weight", {c.type_vocab, d});
+  if (c.embedding_norm) w.embedding_norm = ld.norm("embedding_norm", d);
+  for (int i = 0; i < c.encoder_layers && enc; ++i) w.encoder.push_back(load_layer(ld, c, "encoder", i));
+  for (int i = 0; i < c.decoder_layers && dec; ++i) w.decoder.push_back(load_layer(ld, c, "decoder", i));
   if (c.final_norm) {
-    w.encoder_norm = ld.norm("transformer.encoder.norm", d);
-    w.decoder_norm = ld.norm("transformer.decoder.norm", d);
+    if (enc) w.encoder_norm = ld.norm("encoder_norm", d);
+    if (dec) w.decoder_norm = ld.norm("decoder_norm", d);
   }
-  w.generator = ld.linear("generator", d, c.tgt_vocab);
+  if (dec) {
+    if (c.share_tgt_output) {
+      // The output projection is the target embedding table, [vocab][d] = torch [out][in].
+      LinearWeights g;
+      g.in = d;
+      g.out = c.tgt_vocab;
+      g.w.resize(size_t(d) * c.tgt_vocab);
+      for (int o = 0; o < c.tgt_vocab; ++o)
+        for (int i = 0; i < d; ++i) g.w[size_t(i) * c.tgt_vocab + o] = w.tgt_embedding[size_t(o) * d + i];
+      g.b = ld.take("generator.bias", {c.tgt_vocab});
+      ld.alias("generator.weight");
+      w.generator = std::move(g);
+    } else {
+      w.generator = ld.linear("generator", d, c.tgt_vocab);
+    }
+  }
+  if (c.head == HeadOutput::Classifier) {
+    if (c.pooler) w.pooler = ld.linear("pooler", d, d);
+    w.classifier = ld.linear("classifier", d, c.num_classes);
+  } else if (c.preset == Preset::HuggingfaceBert) {
+    ld.alias("pooler.weight");  // BertModel always carries a pooler; only classifiers use it
+    ld.alias("pooler.bias");
+  }
+  // Buffers that some presets' state_dicts carry: accepted, not used.
+  ld.ignore("src_embed.1.pe");
+  ld.ignore("tgt_embed.1.pe");
+  ld.ignore("embeddings.position_ids");
+  ld.ignore("bert.embeddings.position_ids");
   ld.check();
   return w;
 }

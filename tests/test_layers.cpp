@@ -15,6 +15,10 @@
 #include "test_attention_self.h"
 #include "test_embedding_learned.h"
 #include "test_embedding_sinusoidal.h"
+#include "test_embedding_types.h"
+#include "test_linear_tanh.h"
+#include "test_pool_cls.h"
+#include "test_pool_mean_l2.h"
 #include "test_layernorm_annotated.h"
 #include "test_layernorm_standard.h"
 #include "test_linear_gelu.h"
@@ -81,6 +85,7 @@ void check_linear(Fn fn, int K, int N, const char* act, bool residual) {
 
 TEST(Linear, ReluK60N36) { check_linear(test_linear_relu, 60, 36, "relu", false); }
 TEST(Linear, GeluK17N100) { check_linear(test_linear_gelu, 17, 100, "gelu", false); }
+TEST(Linear, TanhK60N60) { check_linear(test_linear_tanh, 60, 60, "tanh", false); }
 TEST(Linear, ResidualK60N36) { check_linear(test_linear_residual, 60, 36, "none", true); }
 
 // heads 3, head size 20; fused QKV buffer (0, 3, 6) or separate Q / KV buffers (0, 0, 3).
@@ -140,22 +145,43 @@ TEST(LayerNorm, StandardC60) { check_layernorm(test_layernorm_standard, false); 
 TEST(LayerNorm, AnnotatedC60) { check_layernorm(test_layernorm_annotated, true); }
 
 template <typename Fn>
-void check_embedding(Fn fn, const std::string& positions, bool scale) {
+void check_embedding(Fn fn, const std::string& positions, bool scale, int Y = 0) {
   const int C = 60, V = 11, P = 40;
   for (int offset : {0, 7}) {
     for (auto [B, T] : {std::pair{1, 1}, {2, 13}, {3, 5}}) {
       std::vector<int32_t> tok(size_t(B) * T);
       for (size_t i = 0; i < tok.size(); ++i) tok[i] = int32_t((i * 7 + 3) % V);
+      std::vector<int32_t> types(tok.size());
+      for (size_t i = 0; i < types.size(); ++i) types[i] = Y ? int32_t(i % Y) : 0;
       Vec table = random_vec(size_t(V) * C, 11), pos = random_vec(size_t(P) * C, 12), out(size_t(B) * T * C);
-      Halide::Runtime::Buffer<int32_t> tb(tok.data(), T, B);
-      Buf tab = view(table, {C, V}), pb = view(pos, {C, P}), ob = view(out, {C, T, B});
-      ASSERT_EQ(fn(tb, tab, pb, offset, ob), 0);
-      expect_close(out, ref::embedding(tok, B, T, table, C, scale, positions, pos, offset), positions.c_str());
+      Vec type_table = random_vec(size_t(std::max(Y, 1)) * C, 15);
+      Halide::Runtime::Buffer<int32_t> tb(tok.data(), T, B), yb(types.data(), T, B);
+      Buf tab = view(table, {C, V}), pb = view(pos, {C, P}), ob = view(out, {C, T, B}),
+          ytab = view(type_table, {C, std::max(Y, 1)});
+      ASSERT_EQ(fn(tb, yb, tab, pb, ytab, offset, ob), 0);
+      expect_close(out, ref::embedding(tok, B, T, table, C, scale, positions, pos, offset, types, Y ? type_table : Vec{}),
+                   positions.c_str());
     }
   }
 }
 TEST(Embedding, SinusoidalScaledC60) { check_embedding(test_embedding_sinusoidal, "sinusoidal", true); }
 TEST(Embedding, LearnedUnscaledC60) { check_embedding(test_embedding_learned, "learned", false); }
+TEST(Embedding, LearnedWithTokenTypesC60) { check_embedding(test_embedding_types, "learned", false, 3); }
+
+template <typename Fn>
+void check_pool(Fn fn, bool cls, bool normalize) {
+  const int C = 60;
+  for (auto [B, T] : {std::pair{1, 1}, {3, 13}, {2, 35}}) {
+    Vec x = random_vec(size_t(B) * T * C, 16), valid(size_t(B) * T, 1.0f), out(size_t(B) * C);
+    for (int b = 1; b < B; ++b)
+      for (int t = T - b * 3; t < T; ++t) valid[size_t(b) * T + std::max(t, 1)] = 0.0f;  // padding at the end
+    Buf xb = view(x, {C, T, B}), vb = view(valid, {T, B}), ob = view(out, {C, B});
+    ASSERT_EQ(fn(xb, vb, ob), 0);
+    expect_close(out, ref::pool(x, valid, B, T, C, cls, normalize), "pool");
+  }
+}
+TEST(Pooling, ClsC60) { check_pool(test_pool_cls, true, false); }
+TEST(Pooling, MeanL2NormalisedC60) { check_pool(test_pool_mean_l2, false, true); }
 
 TEST(Softmax, LogAndPlainV37) {
   const int V = 37;

@@ -18,6 +18,7 @@ using Vec = std::vector<float>;
 inline double activate(const std::string& act, double v) {
   if (act == "relu") return v > 0 ? v : 0;
   if (act == "gelu") return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+  if (act == "tanh") return std::tanh(v);
   if (act == "gelu_tanh")
     return 0.5 * v * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
   return v;
@@ -85,9 +86,11 @@ inline Vec layer_norm(const Vec& x, const Vec& g, const Vec& beta, int M, int C,
   return y;
 }
 
-// tokens [B][T]; table [V][C]; positions: "sinusoidal" | "learned" (pos [P][C]) | "none"
+// tokens [B][T]; table [V][C]; positions: "sinusoidal" | "learned" (pos [P][C]) | "none";
+// types [B][T] with type_table [Y][C] when type_table is non-empty
 inline Vec embedding(const std::vector<int32_t>& tokens, int B, int T, const Vec& table, int C,
-                     bool scale, const std::string& positions, const Vec& pos, int pos_offset) {
+                     bool scale, const std::string& positions, const Vec& pos, int pos_offset,
+                     const std::vector<int32_t>& types = {}, const Vec& type_table = {}) {
   Vec y(size_t(B) * T * C);
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T; ++t)
@@ -100,6 +103,7 @@ inline Vec embedding(const std::vector<int32_t>& tokens, int B, int T, const Vec
         } else if (positions == "learned") {
           e += pos[size_t(p) * C + c];
         }
+        if (!type_table.empty()) e += type_table[size_t(types[size_t(b) * T + t]) * C + c];
         y[(size_t(b) * T + t) * C + c] = float(e);
       }
   return y;
@@ -113,6 +117,26 @@ inline Vec softmax(const Vec& x, int M, int V, bool log) {
     for (int v = 0; v < V; ++v) total += std::exp(double(r[v]) - mx);
     for (int v = 0; v < V; ++v)
       y[size_t(m) * V + v] = float(log ? r[v] - mx - std::log(total) : std::exp(r[v] - mx) / total);
+  }
+  return y;
+}
+
+// x [B][T][C]; valid [B][T] (1 real, 0 pad); cls: row 0, else mean over valid rows;
+// normalize: divide by max(L2 norm, 1e-12)
+inline Vec pool(const Vec& x, const Vec& valid, int B, int T, int C, bool cls, bool normalize) {
+  Vec y(size_t(B) * C);
+  for (int b = 0; b < B; ++b) {
+    std::vector<double> acc(C, 0.0);
+    double count = 0;
+    for (int t = 0; t < (cls ? 1 : T); ++t) {
+      double w = cls ? 1.0 : valid[size_t(b) * T + t];
+      count += w;
+      for (int c = 0; c < C; ++c) acc[c] += w * x[(size_t(b) * T + t) * C + c];
+    }
+    double norm = 0;
+    for (int c = 0; c < C; ++c) norm += (acc[c] / count) * (acc[c] / count);
+    norm = normalize ? std::max(std::sqrt(norm), 1e-12) : 1.0;
+    for (int c = 0; c < C; ++c) y[size_t(b) * C + c] = float(acc[c] / count / norm);
   }
   return y;
 }

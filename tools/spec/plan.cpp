@@ -73,36 +73,51 @@ class Planner {
           {"vocab", std::to_string(vocab)},
           {"max_len", std::to_string(spec_.max_len)},
           {"scale", spec_.scale_embedding ? "true" : "false"},
-          {"positions", to_string(spec_.positions)}});
+          {"positions", to_string(spec_.positions)},
+          {"type_vocab", std::to_string(role == "embed_src" ? spec_.type_vocab : 0)}});
   }
 
   Plan build() {
     const Spec& s = spec_;
     const int H = int(s.heads);
-    embedding("embed_src", s.src_vocab);
-    embedding("embed_tgt", s.tgt_vocab);
+    const bool enc = s.architecture != Architecture::Decoder;
+    const bool dec = s.architecture != Architecture::Encoder;
+    if (enc) embedding("embed_src", s.src_vocab);
+    if (dec) embedding("embed_tgt", s.tgt_vocab);
     linear("qkv", false, s.d_model, 3 * s.d_model, "none");
-    attention("encoder_self_attention", 0, H, 2 * H, false);
-    attention("decoder_self_attention", 0, H, 2 * H, s.causal);
-    attention("cross_attention", 0, 0, H, false);
+    if (enc) attention("encoder_self_attention", 0, H, 2 * H, false);
+    if (dec) attention("decoder_self_attention", 0, H, 2 * H, s.causal);
+    if (enc && dec) {
+      attention("cross_attention", 0, 0, H, false);
+      linear("cross_q", false, s.d_model, s.d_model, "none");
+      linear("cross_kv", false, s.d_model, 2 * s.d_model, "none");
+    }
     linear("attention_out", true, s.d_model, s.d_model, "none");
-    linear("cross_q", false, s.d_model, s.d_model, "none");
-    linear("cross_kv", false, s.d_model, 2 * s.d_model, "none");
     linear("ff1", false, s.d_model, s.d_ff, to_string(s.activation));
     linear("ff2", true, s.d_ff, s.d_model, "none");
     bind("layer_norm", "layernorm", "layernorm_" + std::to_string(s.d_model),
          {{"channels", std::to_string(s.d_model)},
           {"eps", format_float(s.norm_eps)},
           {"kind", to_string(s.norm_kind)}});
-    linear("generator", false, s.d_model, s.tgt_vocab, "none");
-    if (s.head == HeadKind::LogSoftmax || s.head == HeadKind::Softmax) {
-      bind("head", "softmax", std::string(to_string(s.head)) + "_" + std::to_string(s.tgt_vocab),
-           {{"classes", std::to_string(s.tgt_vocab)}, {"kind", to_string(s.head)}});
-    } else {
-      plan_.roles["head"] = "";
+    if (dec) {
+      linear("generator", false, s.d_model, s.tgt_vocab, "none");
+      if (s.head == HeadKind::LogSoftmax || s.head == HeadKind::Softmax)
+        bind("head", "softmax", std::string(to_string(s.head)) + "_" + std::to_string(s.tgt_vocab),
+             {{"classes", std::to_string(s.tgt_vocab)}, {"kind", to_string(s.head)}});
+      bind("argmax", "argmax", "argmax_" + std::to_string(s.tgt_vocab),
+           {{"classes", std::to_string(s.tgt_vocab)}});
     }
-    bind("argmax", "argmax", "argmax_" + std::to_string(s.tgt_vocab),
-         {{"classes", std::to_string(s.tgt_vocab)}});
+    if (s.head == HeadKind::Classifier || s.head == HeadKind::Embedding) {
+      bool normalize = s.head == HeadKind::Embedding && s.normalize;
+      bind("pool", "pooling", std::string("pool_") + to_string(s.pooling) + (normalize ? "_l2" : ""),
+           {{"channels", std::to_string(s.d_model)},
+            {"kind", to_string(s.pooling)},
+            {"normalize", normalize ? "true" : "false"}});
+    }
+    if (s.head == HeadKind::Classifier) {
+      if (s.pooler == Pooler::DenseTanh) linear("pooler", false, s.d_model, s.d_model, "tanh");
+      linear("classifier", false, s.d_model, s.num_classes, "none");
+    }
     return plan_;
   }
 
@@ -148,7 +163,25 @@ const char* head_enum(HeadKind h) {
   switch (h) {
     case HeadKind::LogSoftmax: return "LogSoftmax";
     case HeadKind::Softmax: return "Softmax";
-    default: return "Logits";
+    case HeadKind::Logits: return "Logits";
+    case HeadKind::Classifier: return "Classifier";
+    case HeadKind::Embedding: return "Embedding";
+    default: return "Hidden";
+  }
+}
+const char* arch_enum(Architecture a) {
+  switch (a) {
+    case Architecture::EncoderDecoder: return "EncoderDecoder";
+    case Architecture::Encoder: return "Encoder";
+    default: return "Decoder";
+  }
+}
+const char* preset_enum(WeightPreset p) {
+  switch (p) {
+    case WeightPreset::TorchTransformer: return "TorchTransformer";
+    case WeightPreset::AnnotatedTransformer: return "AnnotatedTransformer";
+    case WeightPreset::HuggingfaceBert: return "HuggingfaceBert";
+    default: return "Explicit";
   }
 }
 const char* position_enum(Positions p) {
@@ -187,24 +220,39 @@ void write_plan(const Spec& spec, const Plan& plan, const std::string& dir) {
   c << "#include \"halformer/model_config.h\"\n";
   for (const auto& k : plan.kernels) c << "#include \"" << k.function << ".h\"\n";
   const Spec& s = spec;
+  auto b = [](bool v) { return v ? "true" : "false"; };
+  if (s.preset == WeightPreset::Explicit) {
+    c << "\nstatic const char* const kWeightMap[] = {\n";
+    for (const auto& [k, v] : s.weight_map) c << "    " << cpp_string(k) << ", " << cpp_string(v) << ",\n";
+    c << "    nullptr};\n";
+  }
   c << "\nconst halformer::ModelConfig& halformer_model_config() {\n"
     << "  static const halformer::ModelConfig config = {\n"
-    << "      " << cpp_string(s.name) << ", " << cpp_string(s.file) << ", " << cpp_string(to_string(s.preset)) << ",\n"
+    << "      " << cpp_string(s.name) << ", " << cpp_string(s.file) << ",\n"
+    << "      halformer::Arch::" << arch_enum(s.architecture) << ",\n"
     << "      /*d_model*/ " << s.d_model << ", /*heads*/ " << s.heads << ", /*d_ff*/ " << s.d_ff << ",\n"
     << "      /*encoder_layers*/ " << s.encoder_layers << ", /*decoder_layers*/ " << s.decoder_layers << ",\n"
-    << "      /*src_vocab*/ " << s.src_vocab << ", /*tgt_vocab*/ " << s.tgt_vocab << ", /*max_len*/ " << s.max_len << ",\n"
-    << "      /*pre_norm*/ " << (s.norm_placement == NormPlacement::Pre ? "true" : "false")
-    << ", /*final_norm*/ " << (s.final_norm ? "true" : "false") << ",\n"
+    << "      /*src_vocab*/ " << s.src_vocab << ", /*tgt_vocab*/ " << s.tgt_vocab << ", /*max_len*/ " << s.max_len
+    << ", /*type_vocab*/ " << s.type_vocab << ",\n"
+    << "      /*pre_norm*/ " << b(s.norm_placement == NormPlacement::Pre) << ", /*final_norm*/ " << b(s.final_norm) << ",\n"
     << "      halformer::PositionKind::" << position_enum(s.positions) << ",\n"
-    << "      /*causal*/ " << (s.causal ? "true" : "false") << ", /*padding_mask*/ " << (s.padding_mask ? "true" : "false") << ",\n"
+    << "      /*embedding_norm*/ " << b(s.embedding_norm) << ", /*share_src_tgt*/ " << b(s.share_src_tgt)
+    << ", /*share_tgt_output*/ " << b(s.share_tgt_output) << ",\n"
+    << "      /*causal*/ " << b(s.causal) << ", /*padding_mask*/ " << b(s.padding_mask) << ",\n"
     << "      halformer::HeadOutput::" << head_enum(s.head) << ",\n"
+    << "      /*mean_pooling*/ " << b(s.pooling == Pooling::Mean) << ", /*pooler*/ " << b(s.pooler == Pooler::DenseTanh)
+    << ", /*num_classes*/ " << s.num_classes << ",\n"
     << "      /*pad*/ " << s.pad_id << ", /*bos*/ " << s.bos_id << ", /*eos*/ " << s.eos_id
-    << ", /*max_new_tokens*/ " << s.max_new_tokens << "};\n"
+    << ", /*max_new_tokens*/ " << s.max_new_tokens << ",\n"
+    << "      /*beam*/ " << b(s.decoding == DecodeStrategy::Beam) << ", /*beam_size*/ " << s.beam_size
+    << ", /*length_penalty*/ " << Planner::format_float(s.length_penalty) << ",\n"
+    << "      halformer::Preset::" << preset_enum(s.preset) << ", " << cpp_string(to_string(s.preset)) << ",\n"
+    << "      " << (s.preset == WeightPreset::Explicit ? "kWeightMap" : "nullptr") << "};\n"
     << "  return config;\n}\n\n";
   static const char* kRoles[] = {"embed_src", "embed_tgt", "qkv", "encoder_self_attention",
                                  "decoder_self_attention", "cross_attention", "attention_out",
                                  "cross_q", "cross_kv", "ff1", "ff2", "layer_norm", "generator",
-                                 "head", "argmax"};
+                                 "head", "argmax", "pool", "pooler", "classifier"};
   c << "const halformer::KernelTable& halformer_model_kernels() {\n"
     << "  static const halformer::KernelTable kernels = {\n";
   for (const char* role : kRoles) {

@@ -68,6 +68,10 @@ const Names<Pooling>& names(Pooling) {
   static const Names<Pooling> n{{Pooling::Cls, "cls"}, {Pooling::Mean, "mean"}};
   return n;
 }
+const Names<Pooler>& names(Pooler) {
+  static const Names<Pooler> n{{Pooler::None, "none"}, {Pooler::DenseTanh, "dense_tanh"}};
+  return n;
+}
 const Names<DecodeStrategy>& names(DecodeStrategy) {
   static const Names<DecodeStrategy> n{{DecodeStrategy::Greedy, "greedy"}, {DecodeStrategy::Beam, "beam"}};
   return n;
@@ -107,7 +111,7 @@ const std::map<std::string, std::vector<std::string>>& schema() {
       {"layer", {"norm_placement", "norm_kind", "norm_eps", "final_norm", "activation", "dropout"}},
       {"embedding", {"positions", "scale", "share_src_tgt", "share_tgt_output", "norm"}},
       {"attention", {"causal", "padding_mask"}},
-      {"head", {"kind", "pooling", "num_classes"}},
+      {"head", {"kind", "pooling", "num_classes", "pooler", "normalize"}},
       {"tokens", {"pad", "bos", "eos"}},
       {"decoding", {"strategy", "max_new_tokens", "beam_size", "length_penalty"}},
       {"weights", {"preset", "map"}},
@@ -425,6 +429,8 @@ void read_head(Section s, Spec& spec) {
   s.read("kind", spec.head, "head kind");
   s.read("pooling", spec.pooling, "pooling");
   s.read("num_classes", spec.num_classes, 1, kMaxVocab);
+  s.read("pooler", spec.pooler, "pooler");
+  s.read("normalize", spec.normalize);
 }
 
 void read_decoding(Section s, Spec& spec) {
@@ -581,6 +587,10 @@ void check_consistency(Context& cx, Spec& s, bool have_sizes) {
                "missing required key 'num_classes' (an integer > 0 for head 'classifier')");
     if (s.head != HeadKind::Classifier && cx.present("head.num_classes"))
       contradiction("head.num_classes", "num_classes applies only to head 'classifier', not " + which);
+    if (s.head != HeadKind::Classifier && cx.present("head.pooler"))
+      contradiction("head.pooler", "pooler applies only to head 'classifier', not " + which);
+    if (s.head != HeadKind::Embedding && cx.present("head.normalize"))
+      contradiction("head.normalize", "normalize applies only to head 'embedding', not " + which);
     if (s.head != HeadKind::Classifier && s.head != HeadKind::Embedding && cx.present("head.pooling"))
       contradiction("head.pooling", "pooling applies only to heads 'classifier' and 'embedding', not " + which);
   }
@@ -828,17 +838,14 @@ std::vector<Diagnostic> check_supported(const Spec& s) {
     out.push_back({s.file, at.line, at.column, field, what + " is not supported yet (planned; see docs/spec.md)"});
   };
   auto quoted = [](const char* n) { return std::string("'") + n + "'"; };
-  if (s.architecture != Architecture::EncoderDecoder)
-    unsupported("architecture", "architecture " + quoted(name_of(s.architecture)));
-  if (s.head == HeadKind::Classifier || s.head == HeadKind::Embedding || s.head == HeadKind::Hidden)
-    unsupported("head.kind", "head kind " + quoted(name_of(s.head)));
-  if (s.share_src_tgt) unsupported("embedding.share_src_tgt", "share_src_tgt: true");
-  if (s.share_tgt_output) unsupported("embedding.share_tgt_output", "share_tgt_output: true");
-  if (s.embedding_norm) unsupported("embedding.norm", "embedding norm: true");
-  if (s.type_vocab > 0) unsupported("sizes.type_vocab", "type_vocab > 0 (token type embeddings)");
-  if (s.decoding == DecodeStrategy::Beam) unsupported("decoding.strategy", "decoding strategy 'beam'");
-  if (s.preset != WeightPreset::TorchTransformer)
-    unsupported("weights.preset", "weight preset " + quoted(name_of(s.preset)));
+  if (s.head == HeadKind::Hidden && s.architecture != Architecture::Encoder)
+    unsupported("head.kind", "head kind 'hidden' for architecture " + quoted(name_of(s.architecture)));
+  if (s.decoding == DecodeStrategy::Beam && s.architecture != Architecture::EncoderDecoder)
+    unsupported("decoding.strategy", "beam search for architecture " + quoted(name_of(s.architecture)));
+  if (s.preset == WeightPreset::AnnotatedTransformer && s.architecture != Architecture::EncoderDecoder)
+    unsupported("weights.preset", "preset 'annotated-transformer' for architecture " + quoted(name_of(s.architecture)));
+  if (s.preset == WeightPreset::HuggingfaceBert && s.architecture != Architecture::Encoder)
+    unsupported("weights.preset", "preset 'huggingface-bert' for architecture " + quoted(name_of(s.architecture)));
   if (s.precision == Precision::Bf16) unsupported("precision", "precision 'bf16'");
   for (Target t : s.targets)
     if (t != Target::Host) unsupported("targets", "target " + quoted(name_of(t)));
@@ -853,6 +860,7 @@ const char* to_string(Activation v) { return name_of(v); }
 const char* to_string(Positions v) { return name_of(v); }
 const char* to_string(HeadKind v) { return name_of(v); }
 const char* to_string(Pooling v) { return name_of(v); }
+const char* to_string(Pooler v) { return name_of(v); }
 const char* to_string(DecodeStrategy v) { return name_of(v); }
 const char* to_string(WeightPreset v) { return name_of(v); }
 const char* to_string(Precision v) { return name_of(v); }

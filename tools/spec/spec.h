@@ -21,6 +21,7 @@ enum class Activation { Relu, Gelu, GeluTanh };
 enum class Positions { Sinusoidal, Learned, None };
 enum class HeadKind { LogSoftmax, Softmax, Logits, Classifier, Embedding, Hidden };
 enum class Pooling { Cls, Mean };
+enum class Pooler { None, DenseTanh };           // BERT's pooler before a classifier
 enum class DecodeStrategy { Greedy, Beam };
 enum class WeightPreset { TorchTransformer, AnnotatedTransformer, HuggingfaceBert, Explicit };
 enum class Precision { Fp32, Bf16 };
@@ -72,6 +73,8 @@ struct Spec {
   HeadKind head = HeadKind::LogSoftmax;
   Pooling pooling = Pooling::Cls;  // classifier / embedding heads
   int64_t num_classes = 0;         // classifier head
+  Pooler pooler = Pooler::None;    // classifier head: dense + tanh on the pooled vector first
+  bool normalize = false;          // embedding head: L2-normalise the pooled vector
 
   // special tokens
   int64_t pad_id = 0, bos_id = 1, eos_id = 2;
@@ -122,6 +125,7 @@ const char* to_string(Activation);
 const char* to_string(Positions);
 const char* to_string(HeadKind);
 const char* to_string(Pooling);
+const char* to_string(Pooler);
 const char* to_string(DecodeStrategy);
 const char* to_string(WeightPreset);
 const char* to_string(Precision);

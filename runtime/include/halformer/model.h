@@ -26,10 +26,17 @@ struct Tensor {
 };
 
 struct DecodeResult {
-  std::vector<Sequence> tokens;   // per sequence, without bos, with eos if produced
+  std::vector<Sequence> tokens;   // per sequence, without bos / prompt, with eos if produced
   Tensor last_logits;             // [B, tgt_vocab] head output at each sequence's last step
-  double encoder_ms = 0;
+  double encoder_ms = 0;          // encoder (or prompt) time
   std::vector<double> step_ms;    // wall time of each decoder step (whole batch)
+};
+
+struct BeamResult {
+  std::vector<std::vector<Sequence>> hypotheses;  // [B][beam]: best first, with eos if produced
+  std::vector<std::vector<double>> scores;        // [B][beam]: sum of log-probs / length^penalty
+  double encoder_ms = 0;
+  std::vector<double> step_ms;
 };
 
 struct Weights;
@@ -46,10 +53,19 @@ class Model {
 
   // Encoder output [B, S, d_model] (S = longest source; padded rows are unspecified).
   Tensor encode(const std::vector<Sequence>& src) const;
-  // Head output for teacher-forced decoder inputs: [B, T, tgt_vocab].
-  Tensor score(const std::vector<Sequence>& src, const std::vector<Sequence>& tgt) const;
-  // Greedy decoding with a KV cache: each step runs the decoder on the new token only.
-  DecodeResult greedy(const std::vector<Sequence>& src, int max_new_tokens) const;
+  // Encoder-only models: the head's vector per sequence, [B, num_classes] (classifier)
+  // or [B, d_model] (embedding).
+  Tensor pooled(const std::vector<Sequence>& src) const;
+  // Head output [B, T, tgt_vocab] for teacher-forced decoder inputs `tgt`
+  // (encoder-decoder), or over the prompts `src` themselves (decoder-only; tgt empty).
+  Tensor score(const std::vector<Sequence>& src, const std::vector<Sequence>& tgt = {}) const;
+  // Greedy decoding. With the KV cache (default) each step runs the decoder on the new
+  // token only; without it every step recomputes the whole prefix (for comparison).
+  // Decoder-only models continue each prompt in `src`.
+  DecodeResult greedy(const std::vector<Sequence>& src, int max_new_tokens, bool use_cache = true) const;
+  // Beam search (encoder-decoder), the algorithm of tools/halformer_torch.py beam_search().
+  BeamResult beam_search(const std::vector<Sequence>& src, int beam_size, double length_penalty,
+                         int max_new_tokens) const;
 
  private:
   explicit Model(std::unique_ptr<Weights> w);

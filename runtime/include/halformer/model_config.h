@@ -12,8 +12,9 @@ namespace halformer {
 
 // Signatures of the generated pipelines (generators/*.cpp); buffers are Halide
 // buffers, dims innermost first.
-using EmbeddingFn = int (*)(halide_buffer_t* tokens, halide_buffer_t* table,
-                            halide_buffer_t* pos_table, int32_t pos_offset, halide_buffer_t* out);
+using EmbeddingFn = int (*)(halide_buffer_t* tokens, halide_buffer_t* type_ids, halide_buffer_t* table,
+                            halide_buffer_t* pos_table, halide_buffer_t* type_table, int32_t pos_offset,
+                            halide_buffer_t* out);
 using LinearFn = int (*)(halide_buffer_t* x, halide_buffer_t* w, halide_buffer_t* b,
                          halide_buffer_t* out);
 using LinearResidualFn = int (*)(halide_buffer_t* x, halide_buffer_t* w, halide_buffer_t* b,
@@ -24,25 +25,40 @@ using LayerNormFn = int (*)(halide_buffer_t* x, halide_buffer_t* gamma, halide_b
                             halide_buffer_t* out);
 using SoftmaxFn = int (*)(halide_buffer_t* x, halide_buffer_t* out);
 using ArgmaxFn = int (*)(halide_buffer_t* x, halide_buffer_t* out);
+using PoolFn = int (*)(halide_buffer_t* x, halide_buffer_t* valid, halide_buffer_t* out);
 
-enum class HeadOutput { LogSoftmax, Softmax, Logits };
+enum class Arch { EncoderDecoder, Encoder, Decoder };
+enum class HeadOutput { LogSoftmax, Softmax, Logits, Classifier, Embedding, Hidden };
 enum class PositionKind { Sinusoidal, Learned, None };
+enum class Preset { TorchTransformer, AnnotatedTransformer, HuggingfaceBert, Explicit };
 
 struct ModelConfig {
   const char* name;
   const char* spec_file;  // where the spec was read from at build time
-  const char* weight_preset;
+  Arch arch;
   int d_model, heads, d_ff;
   int encoder_layers, decoder_layers;
-  int src_vocab, tgt_vocab, max_len;
+  int src_vocab, tgt_vocab, max_len, type_vocab;
   bool pre_norm;        // x + f(LN(x)) instead of LN(x + f(x))
   bool final_norm;      // LN after each whole stack
   PositionKind positions;
+  bool embedding_norm;  // LN after the embedding sum (BERT)
+  bool share_src_tgt, share_tgt_output;
   bool causal;          // decoder self-attention
   bool padding_mask;    // mask keys equal to pad_id
   HeadOutput head;
+  bool mean_pooling;    // classifier / embedding heads: mean over tokens, else the first token
+  bool pooler;          // classifier: dense + tanh before the classifier (BERT)
+  int num_classes;
   int pad_id, bos_id, eos_id;
   int max_new_tokens;
+  bool beam;            // default decoding strategy
+  int beam_size;
+  double length_penalty;
+  Preset preset;
+  const char* preset_name;
+  // explicit preset: canonical weight name -> name in the file, as {key, value} pairs
+  const char* const* weight_map;  // null-terminated key/value array, or null
 };
 
 struct KernelTable {
@@ -58,6 +74,9 @@ struct KernelTable {
   LinearFn generator;           // d -> tgt_vocab
   SoftmaxFn head;               // softmax / log_softmax over tgt_vocab (null for logits)
   ArgmaxFn argmax;              // over tgt_vocab
+  PoolFn pool;                  // classifier / embedding heads
+  LinearFn pooler;              // d -> d, tanh
+  LinearFn classifier;          // d -> num_classes
 };
 
 }  // namespace halformer

@@ -1,7 +1,9 @@
 // Model weights in the layout the kernels want, loaded from a safetensors file through
 // a naming preset. Linear weights are transposed at load time to (in, out) row-major,
 // i.e. Halide w(n, k) with the output feature contiguous, so the matmul vectorises
-// over outputs with plain loads.
+// over outputs with plain loads. Q, K and V projections are concatenated into one
+// d -> 3d matmul (self-attention) or split Q | KV (cross-attention) whatever the file
+// stores: packed (torch in_proj_weight) or separate (HF query/key/value).
 #pragma once
 
 #include <string>
@@ -19,25 +21,24 @@ struct LinearWeights {
 struct NormWeights {
   std::vector<float> gamma, beta;
 };
-struct EncoderLayerWeights {
+struct LayerWeights {
   LinearWeights qkv, attn_out, ff1, ff2;
-  NormWeights norm1, norm2;
-};
-struct DecoderLayerWeights {
-  LinearWeights qkv, attn_out, cross_q, cross_kv, cross_out, ff1, ff2;
-  NormWeights norm1, norm2, norm3;
+  LinearWeights cross_q, cross_kv, cross_out;  // decoder layers of an encoder-decoder
+  NormWeights self_norm, cross_norm, ff_norm;
 };
 struct Weights {
   std::vector<float> src_embedding, tgt_embedding;  // [vocab][d]
   std::vector<float> positions;                     // [max_len][d], learned only
-  std::vector<EncoderLayerWeights> encoder;
-  std::vector<DecoderLayerWeights> decoder;
+  std::vector<float> token_types;                   // [type_vocab][d]
+  NormWeights embedding_norm;
+  std::vector<LayerWeights> encoder, decoder;
   NormWeights encoder_norm, decoder_norm;           // final_norm only
-  LinearWeights generator;
+  LinearWeights generator, pooler, classifier;
 };
 
-// Checks every tensor the preset expects (name, dtype F32, shape) and that there are
-// no unexpected ones, reporting all problems in one Error, then loads.
+// Checks every tensor the preset expects (name, dtype F32, shape, finite values) and
+// that there are no unexpected ones, reporting all problems in one Error, then loads.
+// The canonical names of docs/weights.md are what an explicit weights.map maps from.
 Weights load_weights(const ModelConfig& config, const std::string& path);
 
 }  // namespace halformer

@@ -1,0 +1,159 @@
+// halformer_model_bench: times a built halformer model through its C++ API
+// (halformer/model.h), the way an application embedding the library would run it.
+//
+// Compiled by bench/run against DIR/lib<name>.a that `halformer build` made (any spec),
+// so it is not a CMake target:
+//   c++ -O2 -std=c++17 bench/cpp/model_bench.cpp -I runtime/include DIR/lib<name>.a -lpthread -ldl
+//
+//   halformer_model_bench --weights W.safetensors --src-file F [--threads 2] [--warmup 1]
+//                         [--repeat 5] [--new-tokens 64] [--dump OUT.safetensors]
+//                         [--skip-encoder] [--skip-decode]
+//   -> one JSON object on stdout:
+//      {"batch": B, "src_len": S, "load_ms": .., "encoder_ms": [one per timed run],
+//       "decode": [{"steps": n, "step_ms": [one per step]} one per timed run],
+//       "max_rss_bytes": ..}
+//
+// Why not the inference binary's --time: its "encoder" time is measured inside
+// Model::greedy and includes the cross-attention K/V projections of every decoder layer
+// (work the decoder does once per source), and its per-step figure is a median. Here:
+// * encoder = Model::encode(src) alone: embedding + encoder stack (+ the copy of the
+//   output into a Tensor, < 1% at these sizes) — the same work the peers time;
+// * decode = Model::greedy, every step's wall time kept (DecodeResult::step_ms), so the
+//   harness reports the mean step time of a fixed-length decode (= total / steps), the
+//   same statistic it computes for every peer. Decoding stops early only if every
+//   sequence emitted eos; the step count is reported so the harness can say so.
+// * max_rss_bytes (getrusage) is the process's peak resident memory: weights (mmapped,
+//   counted once touched) + activations + KV cache, for the "weights + 25%" target.
+// --dump writes encoder_output [B, S, d] and greedy [B, N] (int32, -1 after eos) from the
+// first (warm-up) run: the values the peers are checked against.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "halformer/model.h"
+#include "halformer/safetensors.h"
+
+namespace {
+
+double now_ms() {
+  using namespace std::chrono;
+  return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
+}
+
+std::vector<halformer::Sequence> read_sources(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(path + ": cannot open");
+  std::vector<halformer::Sequence> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ss(line);
+    halformer::Sequence s;
+    int32_t v;
+    while (ss >> v) s.push_back(v);
+    if (!s.empty()) out.push_back(std::move(s));
+  }
+  if (out.empty()) throw std::runtime_error(path + ": no sequences");
+  return out;
+}
+
+void print_list(const std::vector<double>& v) {
+  std::printf("[");
+  for (size_t i = 0; i < v.size(); ++i) std::printf("%s%.4f", i ? ", " : "", v[i]);
+  std::printf("]");
+}
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: halformer_model_bench --weights W --src-file F [--threads T] [--warmup N] "
+               "[--repeat N] [--new-tokens N] [--dump OUT] [--skip-encoder] [--skip-decode]\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string weights, src_file, dump;
+  int threads = 2, warmup = 1, repeat = 5, new_tokens = 64;
+  bool skip_encoder = false, skip_decode = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--skip-encoder") { skip_encoder = true; continue; }
+    if (a == "--skip-decode") { skip_decode = true; continue; }
+    if (i + 1 >= argc) return usage();
+    std::string v = argv[++i];
+    if (a == "--weights") weights = v;
+    else if (a == "--src-file") src_file = v;
+    else if (a == "--threads") threads = std::atoi(v.c_str());
+    else if (a == "--warmup") warmup = std::max(1, std::atoi(v.c_str()));
+    else if (a == "--repeat") repeat = std::max(1, std::atoi(v.c_str()));
+    else if (a == "--new-tokens") new_tokens = std::atoi(v.c_str());
+    else if (a == "--dump") dump = v;
+    else return usage();
+  }
+  if (weights.empty() || src_file.empty()) return usage();
+  try {
+    auto src = read_sources(src_file);
+    double t0 = now_ms();
+    auto model = halformer::Model::load(weights, threads);
+    double load_ms = now_ms() - t0;
+
+    // Encoder: warm-up runs (the first one kept for --dump), then timed runs.
+    halformer::Tensor enc;
+    std::vector<double> enc_ms;
+    if (!skip_encoder || !dump.empty()) {
+      enc = model.encode(src);
+      for (int i = 1; i < warmup; ++i) model.encode(src);
+    }
+    if (!skip_encoder)
+      for (int i = 0; i < repeat; ++i) {
+        double ts = now_ms();
+        halformer::Tensor e = model.encode(src);
+        enc_ms.push_back(now_ms() - ts);
+      }
+
+    // Greedy decode with the KV cache.
+    halformer::DecodeResult first;
+    std::vector<std::vector<double>> steps;
+    if (!skip_decode || !dump.empty()) {
+      first = model.greedy(src, new_tokens);
+      for (int i = 1; i < warmup; ++i) model.greedy(src, new_tokens);
+    }
+    if (!skip_decode)
+      for (int i = 0; i < repeat; ++i) steps.push_back(model.greedy(src, new_tokens).step_ms);
+
+    if (!dump.empty()) {
+      const size_t B = src.size();
+      std::vector<int32_t> greedy(B * size_t(new_tokens), -1);
+      for (size_t b = 0; b < B; ++b)
+        std::copy(first.tokens[b].begin(), first.tokens[b].end(), greedy.begin() + b * new_tokens);
+      halformer::write_safetensors(dump, {{"encoder_output", "F32", enc.shape, enc.data.data()},
+                                          {"greedy", "I32", {int64_t(B), int64_t(new_tokens)}, greedy.data()}});
+    }
+
+    struct rusage ru {};
+    getrusage(RUSAGE_SELF, &ru);
+    size_t S = 0;
+    for (const auto& s : src) S = std::max(S, s.size());
+    std::printf("{\"batch\": %zu, \"src_len\": %zu, \"threads\": %d, \"load_ms\": %.3f, \"encoder_ms\": ", src.size(),
+                S, threads, load_ms);
+    print_list(enc_ms);
+    std::printf(", \"decode\": [");
+    for (size_t r = 0; r < steps.size(); ++r) {
+      std::printf("%s{\"steps\": %zu, \"step_ms\": ", r ? ", " : "", steps[r].size());
+      print_list(steps[r]);
+      std::printf("}");
+    }
+    std::printf("], \"max_rss_bytes\": %lld}\n", (long long)ru.ru_maxrss * 1024);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "halformer_model_bench: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
