@@ -14,6 +14,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <fstream>
 #include <string>
@@ -36,105 +37,150 @@ std::vector<T> values(const halformer::TensorInfo& t) {
   return v;
 }
 
-struct Reference {
-  std::vector<int32_t> src, tgt, src_len, tgt_len, greedy;
-  std::vector<float> encoder_output, logits;
-  std::vector<int64_t> src_shape, tgt_shape, enc_shape, logit_shape, greedy_shape;
+// Whatever the reference recorded, by name (shapes and values).
+struct Tensors {
+  std::map<std::string, std::vector<int64_t>> shape;
+  std::map<std::string, std::vector<float>> f32;
+  std::map<std::string, std::vector<int32_t>> i32;
+  bool has(const std::string& n) const { return shape.count(n) > 0; }
+  static Tensors read(const std::string& path) {
+    halformer::SafetensorsFile f(path);
+    Tensors t;
+    for (const auto& [name, info] : f.tensors()) {
+      t.shape[name] = info.shape;
+      if (info.dtype == "F32") t.f32[name] = values<float>(info);
+      if (info.dtype == "I32") t.i32[name] = values<int32_t>(info);
+    }
+    return t;
+  }
 };
 
 class ModelVsTorch : public ::testing::Test {
  protected:
-  // One run of the binary serves every test of the suite.
+  // The binary runs once greedily (encoder output, logits, greedy tokens) and, when the
+  // reference has beam hypotheses, once more with the same beam size.
   static void SetUpTestSuite() {
     bin_ = env("HALFORMER_MODEL_BIN");
     dir_ = env("HALFORMER_REFERENCE_DIR");
     if (bin_.empty() || dir_.empty()) return;
-    halformer::SafetensorsFile f(dir_ + "/reference.safetensors");
-    auto get = [&](const char* name) -> const halformer::TensorInfo& {
-      const auto* t = f.find(name);
-      if (!t) throw std::runtime_error(std::string("reference lacks ") + name);
-      return *t;
-    };
-    r_.src = values<int32_t>(get("src"));
-    r_.src_shape = get("src").shape;
-    r_.tgt = values<int32_t>(get("tgt"));
-    r_.tgt_shape = get("tgt").shape;
-    r_.src_len = values<int32_t>(get("src_lengths"));
-    r_.tgt_len = values<int32_t>(get("tgt_lengths"));
-    r_.encoder_output = values<float>(get("encoder_output"));
-    r_.enc_shape = get("encoder_output").shape;
-    r_.logits = values<float>(get("logits"));
-    r_.logit_shape = get("logits").shape;
-    r_.greedy = values<int32_t>(get("greedy"));
-    r_.greedy_shape = get("greedy").shape;
-
-    // Sequences as the binary's input files (unpadded), then one run with --dump.
-    auto write = [&](const std::string& path, const std::vector<int32_t>& m, int64_t T,
-                     const std::vector<int32_t>& len) {
+    try {
+      ref_ = Tensors::read(dir_ + "/reference.safetensors");
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << e.what();
+      return;
+    }
+    auto write = [&](const std::string& path, const char* tokens, const char* lengths) {
       std::ofstream o(path);
+      const auto& m = ref_.i32.at(tokens);
+      const auto& len = ref_.i32.at(lengths);
+      const int64_t T = ref_.shape.at(tokens)[1];
       for (size_t b = 0; b < len.size(); ++b) {
         for (int i = 0; i < len[b]; ++i) o << (i ? " " : "") << m[b * T + i];
         o << "\n";
       }
     };
-    write(dir_ + "/src.txt", r_.src, r_.src_shape[1], r_.src_len);
-    write(dir_ + "/tgt.txt", r_.tgt, r_.tgt_shape[1], r_.tgt_len);
-    std::string cmd = "'" + bin_ + "' --weights '" + env("HALFORMER_WEIGHTS") + "' --src-file '" + dir_ +
-                      "/src.txt' --tgt-file '" + dir_ + "/tgt.txt' --max-new-tokens " +
-                      std::to_string(r_.greedy_shape[1]) + " --dump '" + dir_ + "/halformer.safetensors'";
-    if (std::system(cmd.c_str()) != 0) {
-      ADD_FAILURE() << "inference binary failed: " << cmd;
-      return;
+    write(dir_ + "/src.txt", "src", "src_lengths");
+    std::string cmd = "'" + bin_ + "' --weights '" + env("HALFORMER_WEIGHTS") + "' --src-file '" + dir_ + "/src.txt'";
+    if (ref_.has("tgt")) {
+      write(dir_ + "/tgt.txt", "tgt", "tgt_lengths");
+      cmd += " --tgt-file '" + dir_ + "/tgt.txt'";
     }
-    out_ = std::make_unique<halformer::SafetensorsFile>(dir_ + "/halformer.safetensors");
+    if (ref_.has("greedy")) cmd += " --beam 1 --max-new-tokens " + std::to_string(ref_.shape.at("greedy")[1]);
+    if (!run(cmd + " --dump '" + dir_ + "/halformer.safetensors'")) return;
+    out_ = Tensors::read(dir_ + "/halformer.safetensors");
+    if (ref_.has("beam_tokens")) {
+      const auto& bs = ref_.shape.at("beam_tokens");
+      std::string beam = cmd.substr(0, cmd.find(" --beam")) + " --beam " + std::to_string(bs[1]) +
+                         " --max-new-tokens " + std::to_string(bs[2]) + " --dump '" + dir_ + "/halformer_beam.safetensors'";
+      if (const char* lp = std::getenv("HALFORMER_LENGTH_PENALTY")) beam += std::string(" --length-penalty ") + lp;
+      if (!run(beam)) return;
+      Tensors b = Tensors::read(dir_ + "/halformer_beam.safetensors");
+      for (const char* n : {"beam_tokens", "beam_scores"}) {
+        out_.shape[n] = b.shape[n];
+        out_.f32[n] = b.f32[n];
+        out_.i32[n] = b.i32[n];
+      }
+    }
+    ran_ = true;
   }
+  static bool run(const std::string& cmd) {
+    if (std::system(cmd.c_str()) == 0) return true;
+    ADD_FAILURE() << "inference binary failed: " << cmd;
+    return false;
+  }
+  void SetUp() override { ASSERT_TRUE(ran_) << "no halformer output (see the suite set-up)"; }
 
-  static void TearDownTestSuite() { out_.reset(); }
-  void SetUp() override { ASSERT_NE(out_, nullptr) << "no halformer output (see the suite set-up)"; }
-
-  // Max error over the first len[b] rows of each batch entry, relative to the scale.
-  static void expect_close(const char* name, const std::vector<float>& want, const std::vector<int64_t>& shape,
-                    const std::vector<int32_t>& len) {
-    const auto* t = out_->find(name);
-    ASSERT_NE(t, nullptr) << name;
-    ASSERT_EQ(t->shape, shape) << name;
-    auto got = values<float>(*t);
-    const int64_t T = shape[1], C = shape[2];
+  // Max error over the first len[b] rows of each batch entry ([B][T][C]), or over
+  // everything ([B][C]), relative to the largest reference value.
+  static void expect_close(const std::string& name, const std::vector<int32_t>* len) {
+    if (!ref_.has(name)) GTEST_SKIP() << "the reference has no " << name << " for this model";
+    ASSERT_TRUE(out_.has(name)) << "halformer produced no " << name;
+    ASSERT_EQ(out_.shape.at(name), ref_.shape.at(name)) << name;
+    const auto& want = ref_.f32.at(name);
+    const auto& got = out_.f32.at(name);
+    const auto& shape = ref_.shape.at(name);
+    const int64_t B = shape[0], T = shape.size() == 3 ? shape[1] : 1, C = shape.back();
     double err = 0, scale = 0;
-    for (size_t b = 0; b < len.size(); ++b)
-      for (int64_t i = 0; i < len[b] * C; ++i) {
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < (len ? (*len)[b] : T) * C; ++i) {
         size_t k = b * T * C + i;
         err = std::max(err, double(std::abs(got[k] - want[k])));
         scale = std::max(scale, double(std::abs(want[k])));
       }
-    std::printf("%s: max abs error %.3g, scale %.3g, relative %.3g\n", name, err, scale, err / scale);
+    std::printf("%s: max abs error %.3g, scale %.3g, relative %.3g\n", name.c_str(), err, scale, err / scale);
     EXPECT_GT(scale, 0.0) << name << " reference is all zeros";
     EXPECT_LE(err, 1e-4 * scale) << name;
   }
 
+  // Rows of a -1 padded [.., N] token matrix, unpadded.
+  static std::vector<std::vector<int32_t>> rows(const std::vector<int32_t>& m, int64_t N) {
+    std::vector<std::vector<int32_t>> r;
+    for (size_t i = 0; i < m.size(); i += N) {
+      r.emplace_back();
+      for (int64_t j = 0; j < N && m[i + j] >= 0; ++j) r.back().push_back(m[i + j]);
+    }
+    return r;
+  }
+
   static inline std::string bin_, dir_;
-  static inline Reference r_;
-  static inline std::unique_ptr<halformer::SafetensorsFile> out_;
+  static inline Tensors ref_, out_;
+  static inline bool ran_ = false;
 };
 
-TEST_F(ModelVsTorch, EncoderOutput) {
-  expect_close("encoder_output", r_.encoder_output, r_.enc_shape, r_.src_len);
+TEST_F(ModelVsTorch, EncoderOutput) { expect_close("encoder_output", &ref_.i32.at("src_lengths")); }
+
+TEST_F(ModelVsTorch, HeadOutput) { expect_close("head_output", nullptr); }
+
+TEST_F(ModelVsTorch, DecoderLogits) {
+  expect_close("logits", &ref_.i32.at(ref_.has("tgt_lengths") ? "tgt_lengths" : "src_lengths"));
 }
 
-TEST_F(ModelVsTorch, DecoderLogits) { expect_close("logits", r_.logits, r_.logit_shape, r_.tgt_len); }
-
 TEST_F(ModelVsTorch, GreedyTokensIdentical) {
-  const auto* t = out_->find("greedy");
-  ASSERT_NE(t, nullptr);
-  auto got = values<int32_t>(*t);
-  const int64_t B = r_.greedy_shape[0], N = r_.greedy_shape[1], G = t->shape[1];
-  for (int64_t b = 0; b < B; ++b) {
-    std::vector<int32_t> want, have;
-    for (int64_t i = 0; i < N && r_.greedy[b * N + i] >= 0; ++i) want.push_back(r_.greedy[b * N + i]);
-    for (int64_t i = 0; i < G && got[b * G + i] >= 0; ++i) have.push_back(got[b * G + i]);
-    EXPECT_EQ(have, want) << "sequence " << b;
-    EXPECT_FALSE(want.empty());
+  if (!ref_.has("greedy")) GTEST_SKIP() << "no greedy decoding for this model";
+  ASSERT_TRUE(out_.has("greedy"));
+  auto want = rows(ref_.i32.at("greedy"), ref_.shape.at("greedy")[1]);
+  auto have = rows(out_.i32.at("greedy"), out_.shape.at("greedy")[1]);
+  ASSERT_EQ(have.size(), want.size());
+  for (size_t b = 0; b < want.size(); ++b) {
+    EXPECT_EQ(have[b], want[b]) << "sequence " << b;
+    EXPECT_FALSE(want[b].empty());
   }
+}
+
+TEST_F(ModelVsTorch, BeamHypothesesIdentical) {
+  if (!ref_.has("beam_tokens")) GTEST_SKIP() << "no beam search reference for this model";
+  ASSERT_TRUE(out_.has("beam_tokens"));
+  const auto& rs = ref_.shape.at("beam_tokens");
+  auto want = rows(ref_.i32.at("beam_tokens"), rs[2]);
+  auto have = rows(out_.i32.at("beam_tokens"), out_.shape.at("beam_tokens")[2]);
+  ASSERT_EQ(have.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(have[i], want[i]) << "source " << i / rs[1] << " hypothesis " << i % rs[1];
+  const auto& ws = ref_.f32.at("beam_scores");
+  const auto& hs = out_.f32.at("beam_scores");
+  double err = 0;
+  for (size_t i = 0; i < ws.size(); ++i) err = std::max(err, double(std::abs(ws[i] - hs[i])));
+  std::printf("beam_scores: max abs error %.3g\n", err);
+  EXPECT_LE(err, 1e-4);
 }
 
 }  // namespace
