@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (fs::is_directory(argv[i])) {
       for (const auto& e : fs::recursive_directory_iterator(argv[i]))
-        if (e.is_regular_file()) files.push_back(e.path());
+        if (e.is_regular_file() && e.path().filename().string()[0] != '.') files.push_back(e.path());
     } else {
       files.push_back(argv[i]);
     }

@@ -7,6 +7,7 @@
 // over the activations for each of them.
 #include "common.h"
 #include "schedules/cpu_matmul.h"
+#include "schedules/gpu.h"
 
 namespace halformer {
 using namespace Halide;
@@ -27,6 +28,9 @@ class Linear : public Generator<Linear<kResidual>> {
   GP<int> tile_n{"tile_n", 2};
   GP<int> tile_m{"tile_m", 8};
   GP<bool> parallel{"parallel", true};
+  GP<int> gpu_tile_n{"gpu_tile_n", 32};
+  GP<int> gpu_tile_m{"gpu_tile_m", 8};
+  GP<int> gpu_k_chunk{"gpu_k_chunk", 16};
 
   In<Buffer<float, 2>> x{"x"};        // (K, M)
   In<Buffer<float, 2>> w{"w"};        // (N, K), pre-transposed
@@ -40,17 +44,18 @@ class Linear : public Generator<Linear<kResidual>> {
 
   void generate() {
     const int K = in_features, N = out_features;
-    Var n("n"), m("m");
+    Var n("n"), m("m"), k("kk");
     RDom r(0, K, "k");
 
     // Rows beyond M are computed by the last partial tile and discarded: clamp reads.
     Expr M = x.dim(1).extent();
-    Func xc("x_clamped");
-    xc(Halide::_0, m) = x(Halide::_0, min(m, M - 1));
+    Func xc("x_clamped"), wf("w_func");
+    xc(k, m) = x(k, min(m, M - 1));
+    wf(n, k) = w(n, k);
 
     Func acc("acc");
     acc(n, m) = b(n);
-    acc(n, m) += xc(r, m) * w(n, r);
+    acc(n, m) += xc(r, m) * wf(n, r);
 
     Expr y = apply_activation(activation, acc(n, m));
     if (kResidual) y += (*residual)(n, m);
@@ -71,6 +76,10 @@ class Linear : public Generator<Linear<kResidual>> {
       b.set_estimates({{0, N}});
       if (kResidual) residual->set_estimates({{0, N}, {0, 128}});
       out.set_estimates({{0, N}, {0, 128}});
+      return;
+    }
+    if (this->get_target().has_gpu_feature()) {
+      schedule_gpu_matmul(out, acc, xc, wf, n, m, r.x, N, K, GpuMatmulKnobs{gpu_tile_n, gpu_tile_m, gpu_k_chunk});
       return;
     }
     schedule_cpu_matmul(out, acc, n, m, r.x, N, MatmulKnobs{vec, tile_n, tile_m, parallel});

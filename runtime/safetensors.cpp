@@ -85,7 +85,10 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   const size_t data_size = size_ - 8 - header_len;
 
   std::vector<std::pair<size_t, std::pair<size_t, std::string>>> ranges;
-  for (auto& [name, entry] : header.items()) {
+  for (auto& item : header.items()) {
+    // Not a structured binding: lambdas below capture `name` (C++20, clang 14 refuses).
+    const std::string name = item.key();
+    auto& entry = item.value();
     if (name == "__metadata__") continue;
     auto bad = [&](const std::string& what) { fail("tensor '" + name + "': " + what); };
     if (!entry.is_object()) bad("entry is not an object");

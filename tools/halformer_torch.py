@@ -387,6 +387,18 @@ class _Stacks(nn.Module):
     """Holds the stacks as .encoder / .decoder so that names read transformer.encoder.*."""
 
 
+def _torch_residual(stack: nn.Module, per_layer: int) -> List[Tuple[nn.Parameter, int]]:
+    """(output projection of each residual branch, residual branches in the stack)."""
+    n = per_layer * len(stack.layers)
+    out = []
+    for layer in stack.layers:
+        out.append((layer.self_attn.out_proj.weight, n))
+        if hasattr(layer, "multihead_attn"):
+            out.append((layer.multihead_attn.out_proj.weight, n))
+        out.append((layer.linear2.weight, n))
+    return out
+
+
 # ---------------------------------------------------------------------------------------
 # preset torch.nn.Transformer
 
@@ -459,6 +471,10 @@ class Seq2Seq(_Common):
         if self.positions == "learned":
             tables.append((self.pos_embedding.weight, 1.0))
         return tables
+
+    def residual_projections(self) -> List[Tuple[nn.Parameter, int]]:
+        return (_torch_residual(self.transformer.encoder, 2)
+                + _torch_residual(self.transformer.decoder, 3))
 
     # -- public ---------------------------------------------------------------------------
 
@@ -580,6 +596,9 @@ class EncoderOnly(_Common):
             tables.append((self.type_embedding.weight, 1.0))
         return tables
 
+    def residual_projections(self) -> List[Tuple[nn.Parameter, int]]:
+        return _torch_residual(self.transformer.encoder, 2)
+
     def forward(self, src: torch.Tensor):
         h = self.encode(src)
         return h, self.head_output(h, src)
@@ -630,6 +649,9 @@ class DecoderOnly(_Common):
         if self.positions == "learned":
             tables.append((self.pos_embedding.weight, 1.0))
         return tables
+
+    def residual_projections(self) -> List[Tuple[nn.Parameter, int]]:
+        return _torch_residual(self.transformer.decoder, 2)
 
     def forward(self, tokens: torch.Tensor, padding: bool = True) -> torch.Tensor:
         return self.head(self.hidden(tokens, padding))
@@ -849,6 +871,17 @@ class AnnotatedSeq2Seq(_Common):
         std = self.d_model ** -0.5 if self.scale != 1.0 else 1.0
         return [(self.src_embed[0].lut.weight, std), (self.tgt_embed[0].lut.weight, std)]
 
+    def residual_projections(self) -> List[Tuple[nn.Parameter, int]]:
+        out = []
+        for stack, per in ((self.encoder, 2), (self.decoder, 3)):
+            n = per * len(stack.layers)
+            for layer in stack.layers:
+                out.append((layer.self_attn.linears[3].weight, n))
+                if hasattr(layer, "src_attn"):
+                    out.append((layer.src_attn.linears[3].weight, n))
+                out.append((layer.feed_forward.w_2.weight, n))
+        return out
+
     def forward(self, src, tgt):
         return self.decode(self.encode(src), src, tgt)
 
@@ -895,6 +928,12 @@ class _BertReference:
         e = self._base().embeddings
         return [(e.word_embeddings.weight, 1.0), (e.position_embeddings.weight, 1.0),
                 (e.token_type_embeddings.weight, 1.0)]
+
+    def residual_projections(self) -> List[Tuple[nn.Parameter, int]]:
+        layers = self._base().encoder.layer
+        n = 2 * len(layers)
+        return [p for layer in layers
+                for p in ((layer.attention.output.dense.weight, n), (layer.output.dense.weight, n))]
 
 
 def bert_config(spec: Dict[str, Any]):
@@ -1153,8 +1192,13 @@ def randomize_(model: nn.Module, seed: int) -> nn.Module:
     every weight matrix but the embedding tables (attention, feed-forward, pooler,
     classifier, generator) ~ N(0, 1/fan_in), so a unit-variance input gives
     unit-variance outputs (xavier on the stacked [3d, d] in_proj gives near-uniform
-    attention and logits that barely depend on the input, and greedy outputs that are
-    all one token); every LayerNorm gain = 1 + 0.1 * N(0, 1), bias = 0.1 * N(0, 1);
+    attention and logits that barely depend on the input), except that the output
+    projection of each residual branch (attention out, feed-forward second linear) is
+    further scaled by 1/sqrt(n), n = residual branches in its stack (2 per encoder or
+    decoder-only layer, 3 per encoder-decoder decoder layer; as GPT-2's init does):
+    with unit-scale branches a post-norm stack washes the input out, and greedy
+    decoding then repeats one token whatever the prefix, which would not test decoding;
+    every LayerNorm gain = 1 + 0.1 * N(0, 1), bias = 0.1 * N(0, 1);
     embedding tables ~ N(0, 1/d) when scaled by sqrt(d) (so the scaled embedding is
     ~N(0, 1), like the positions), N(0, 1) otherwise; learned position and token-type
     tables ~ N(0, 1); every remaining bias ~ 0.05 * N(0, 1) (torch leaves attention
@@ -1163,10 +1207,11 @@ def randomize_(model: nn.Module, seed: int) -> nn.Module:
     torch.manual_seed(seed)
     tables = model.embedding_tables()
     table_ids = {id(p) for p, _ in tables}
+    branch = {id(p): n ** -0.5 for p, n in model.residual_projections()}
     seen = set()
     for _, p in model.named_parameters():
         if p.dim() > 1 and id(p) not in table_ids:
-            p.normal_(0.0, p.shape[1] ** -0.5)  # LeCun normal
+            p.normal_(0.0, p.shape[1] ** -0.5 * branch.get(id(p), 1.0))  # LeCun normal
             seen.add(id(p))
     for _, module in model.named_modules():
         if _is_norm(module):

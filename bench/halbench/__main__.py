@@ -1,0 +1,422 @@
+"""bench/run's harness: halformer vs PyTorch, ONNX Runtime and CTranslate2 on the same
+weights and inputs (issue 6). Run it through bench/run (which picks the Python and builds
+the native pieces); `python -m halbench --help` lists every option.
+
+Flow (each step prints a progress line):
+  1. settings, machine info; the build's bench_config.json (tools made by bench/CMakeLists.txt)
+  2. weights: --weights, else the spec's committed <spec>.safetensors, else seeded random
+     weights (halbench.make_weights), cached in the work directory
+  3. inputs: B x S random non-special token ids (seeded); batch 1 is row 0 of the largest batch
+  4. `halformer build SPEC` into the work directory, then the model driver
+     (cpp/model_bench.cpp) compiled against the model's library
+  5. machine peak: halformer_peak (FMA GFLOP/s, read GB/s)
+  6. halformer: per batch, the driver's timed encoder / decode runs + a dump of its
+     outputs (encoder output, greedy tokens): the reference the peers are checked against
+  7. peers, one process each (halbench.peer_torch, peer_ort, peer_ct2): check, then time
+  8. matmul shapes in isolation: halformer_matmul_bench, then halbench.peer_matmul
+  9. one table on stdout; results.json, results.png, table.txt in the output directory
+
+Design decisions
+* Everything is timed inside the process that runs it (C++ steady_clock /
+  time.perf_counter around the call), never by wall-clocking a subprocess, so process
+  start, weight loading and graph compilation are excluded for every system alike.
+* Medians over repeated runs after warm-up; per-step decode time is the mean step of a
+  fixed-length decode (total / steps) for every system; see docs/bench.md.
+* Same threads everywhere (--threads, default 2): halformer via halide_set_num_threads,
+  torch.set_num_threads, ORT intra_op_num_threads, CT2 intra_threads, and
+  OMP/MKL/OPENBLAS_NUM_THREADS in every child's environment.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import platform
+import random
+import shutil
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+from . import report
+from .common import (BENCH_DIR, ROOT, load_spec_light, log, median, read_json, write_json)
+
+PEERS = [("pytorch", "halbench.peer_torch"), ("onnxruntime", "halbench.peer_ort"),
+         ("ctranslate2", "halbench.peer_ct2")]
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(prog="bench/run", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="tiny model (models/reverse-tiny.yaml), short inputs, few repetitions; "
+                         "peers that are not installed are skipped (the smoke test's mode)")
+    ap.add_argument("--spec", help="model spec (default models/transformer-base.yaml; --quick: models/reverse-tiny.yaml)")
+    ap.add_argument("--weights", help="safetensors weights (default: <spec>.safetensors if committed, "
+                                      "else seeded random weights)")
+    ap.add_argument("--out", help="results directory (default bench/results/<date-time>/)")
+    ap.add_argument("--work", help="cache: built model, weights, ONNX and CT2 models "
+                                   "(default bench/.cache/<spec name>/)")
+    ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"), help="halformer's CMake build directory")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--src-len", type=int, help="source length (default 128; --quick 16)")
+    ap.add_argument("--new-tokens", type=int, help="greedy decode length (default 64; --quick 8)")
+    ap.add_argument("--warmup", type=int, help="warm-up runs per scenario (default 2; --quick 1)")
+    ap.add_argument("--repeat", type=int, help="timed encoder runs (default 10; --quick 3); decode: half, >= 3")
+    ap.add_argument("--peers", default="pytorch,onnxruntime,ctranslate2",
+                    help="comma-separated subset of pytorch,onnxruntime,ctranslate2 ('' for none)")
+    ap.add_argument("--no-matmul", action="store_true", help="skip the matmul-in-isolation scenarios")
+    ap.add_argument("--no-profile", action="store_true",
+                    help="skip the HALFORMER_PROFILE=1 run that saves halformer's per-kernel table")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--validate", action="store_true",
+                    help="after the run, assert the results JSON is complete and sane (exit 1 if not)")
+    ap.add_argument("--python-env", default="", help=argparse.SUPPRESS)  # set by bench/run: which venv
+    return ap.parse_args(argv)
+
+
+# --------------------------------------------------------------------------------------
+# machine and provenance
+
+def machine_info() -> Dict[str, Any]:
+    info: Dict[str, Any] = {"hostname": platform.node(), "kernel": platform.release(),
+                            "cores_online": os.cpu_count(), "python": platform.python_version()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            text = f.read()
+        for line in text.splitlines():
+            if line.startswith("model name") and "cpu" not in info:
+                info["cpu"] = line.split(":", 1)[1].strip()
+            if line.startswith("flags") and "flags" not in info:
+                flags = set(line.split(":", 1)[1].split())
+                info["flags"] = sorted(f for f in flags if f.startswith(("avx", "fma", "amx")))
+    except OSError:
+        pass
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal"):
+                    info["mem_gib"] = round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    try:
+        info["loadavg_start"] = list(os.getloadavg())
+    except OSError:
+        pass
+    return info
+
+
+def git_info() -> Dict[str, Any]:
+    """Commit of the working tree, read from .git directly (no git binary needed)."""
+    out: Dict[str, Any] = {"commit": None, "branch": None}
+    git = os.path.join(ROOT, ".git")
+    try:
+        if os.path.isfile(git):  # worktree: "gitdir: PATH"
+            with open(git) as f:
+                git = f.read().split(":", 1)[1].strip()
+        with open(os.path.join(git, "HEAD")) as f:
+            head = f.read().strip()
+        if head.startswith("ref:"):
+            ref = head.split(None, 1)[1]
+            out["branch"] = ref.rsplit("/", 1)[-1]
+            path = os.path.join(git, ref)
+            if os.path.exists(path):
+                with open(path) as f:
+                    out["commit"] = f.read().strip()
+            else:
+                with open(os.path.join(git, "packed-refs")) as f:
+                    for line in f:
+                        if line.strip().endswith(" " + ref):
+                            out["commit"] = line.split()[0]
+        else:
+            out["commit"] = head
+    except (OSError, IndexError):
+        pass
+    return out
+
+
+def child_env(threads: int) -> Dict[str, str]:
+    env = dict(os.environ)
+    for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[k] = str(threads)
+    env["PYTHONPATH"] = BENCH_DIR + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.pop("HALFORMER_PROFILE", None)
+    return env
+
+
+def run(cmd: List[str], env=None, timeout=None, capture=True) -> subprocess.CompletedProcess:
+    p = subprocess.run(cmd, env=env, timeout=timeout, text=True,
+                       stdout=subprocess.PIPE if capture else None, stderr=subprocess.PIPE if capture else None)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:3])}... exited {p.returncode}:\n{(p.stderr or '')[-3000:]}")
+    return p
+
+
+# --------------------------------------------------------------------------------------
+# steps
+
+def resolve_weights(args, spec_path: str, name: str, work: str, env) -> str:
+    if args.weights:
+        return os.path.abspath(args.weights)
+    sibling = os.path.splitext(spec_path)[0] + ".safetensors"
+    if os.path.exists(sibling):
+        log(f"weights: {os.path.relpath(sibling, ROOT)} (committed with the spec)")
+        return sibling
+    with open(spec_path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:12]
+    path = os.path.join(work, f"weights-{digest}-seed{args.seed}.safetensors")
+    if not os.path.exists(path):
+        log(f"weights: generating seeded random weights for {name} (seed {args.seed})")
+        run([sys.executable, "-m", "halbench.make_weights", spec_path, path, "--seed", str(args.seed)],
+            env=env, capture=False)
+    else:
+        log(f"weights: {path} (cached)")
+    return path
+
+
+def make_inputs(work: str, spec: Dict, batches: List[int], src_len: int, seed: int) -> Dict[str, str]:
+    rng = random.Random(seed + 1000)
+    special = {spec["pad"], spec["bos"], spec["eos"]}
+    allowed = [t for t in range(spec["sizes"]["src_vocab"]) if t not in special]
+    rows = [[rng.choice(allowed) for _ in range(src_len)] for _ in range(max(batches))]
+    out = {}
+    os.makedirs(os.path.join(work, "inputs"), exist_ok=True)
+    for b in batches:
+        path = os.path.join(work, "inputs", f"src_b{b}_s{src_len}_seed{seed}.txt")
+        with open(path, "w") as f:
+            for r in rows[:b]:
+                f.write(" ".join(map(str, r)) + "\n")
+        out[str(b)] = path
+    return out
+
+
+def build_model(cfg, spec_path: str, name: str, work: str) -> str:
+    model_dir = os.path.join(work, "model")
+    t0 = time.time()
+    log(f"halformer build {os.path.relpath(spec_path, ROOT)} -> {model_dir}")
+    run([cfg["halformer"], "build", spec_path, "-o", model_dir])
+    log(f"model built ({time.time() - t0:.1f} s)")
+    lib = os.path.join(model_dir, f"lib{name}.a")
+    if not os.path.exists(lib):
+        raise SystemExit(f"bench: {lib} was not produced by halformer build")
+    driver = os.path.join(work, "halformer_model_bench")
+    src = os.path.join(BENCH_DIR, "cpp", "model_bench.cpp")
+    if (not os.path.exists(driver) or os.path.getmtime(driver) < max(os.path.getmtime(lib), os.path.getmtime(src))):
+        log("compiling the model driver (bench/cpp/model_bench.cpp)")
+        run([cfg["cxx"], "-O2", "-std=c++17", src, "-I", os.path.join(ROOT, "runtime", "include"), lib,
+             "-lpthread", "-ldl", "-o", driver])
+    return driver
+
+
+def run_peak(cfg, quick: bool, threads: int) -> Dict[str, Any]:
+    t_list = sorted({1, threads})
+    args = [cfg["peak"], "--threads", ",".join(map(str, t_list))]
+    args += ["--seconds", "0.05", "--samples", "2", "--bytes", str(64 << 20)] if quick else \
+        ["--seconds", "0.3", "--samples", "7"]
+    log("machine peak: FMA loop and streaming read (" + ", ".join(f"{t} thread(s)" for t in t_list) + ")")
+    peak = json.loads(run(args).stdout)
+    t = str(threads)
+    peak["threads"] = threads
+    peak["gflops"] = peak["fma_gflops"][t]["best"]
+    peak["gbs"] = peak["read_gbs"][t]["best"]
+    log(f"peak ({peak['isa']}): {peak['gflops']:.0f} GFLOP/s fp32, {peak['gbs']:.1f} GB/s read at {threads} threads "
+        f"(1 thread: {peak['fma_gflops']['1']['best']:.0f} GFLOP/s, {peak['read_gbs']['1']['best']:.1f} GB/s)")
+    return peak
+
+
+def run_halformer(driver, weights, inputs, batches, st, out_dir, profile: bool) -> Dict[str, Any]:
+    res: Dict[str, Any] = {"system": "halformer", "status": "ok", "runs": {}, "dumps": {}, "profiles": {}}
+    for b in batches:
+        dump = os.path.join(st["work"], f"halformer_b{b}.safetensors")
+        log(f"halformer: batch {b}: {st['warmup']} warm-up + {st['repeat_encoder']} encoder runs, "
+            f"{st['warmup']} + {st['repeat_decode']} decodes of {st['new_tokens']} tokens")
+        cmd = [driver, "--weights", weights, "--src-file", inputs[str(b)], "--threads", str(st["threads"]),
+               "--warmup", str(st["warmup"]), "--repeat", str(st["repeat_encoder"]),
+               "--new-tokens", str(st["new_tokens"]), "--dump", dump]
+        enc = json.loads(run(cmd + ["--skip-decode"], env=child_env(st["threads"])).stdout)
+        cmd[cmd.index("--repeat") + 1] = str(st["repeat_decode"])
+        dec = json.loads(run(cmd[:-2] + ["--skip-encoder"], env=child_env(st["threads"])).stdout)
+        enc["decode"] = dec["decode"]
+        enc["max_rss_bytes_decode"] = dec["max_rss_bytes"]
+        res["runs"][str(b)] = enc
+        res["dumps"][str(b)] = dump
+        steps = [len(r["step_ms"]) for r in dec["decode"]]
+        log(f"halformer: b{b}: encoder median {median(enc['encoder_ms']):.3f} ms, decode step mean "
+            f"{median([sum(r['step_ms']) / len(r['step_ms']) for r in dec['decode']]):.3f} ms ({steps[0]} steps)")
+        if profile:
+            env = child_env(st["threads"])
+            env["HALFORMER_PROFILE"] = "1"
+            p = run(cmd[:-2] + ["--warmup", "1", "--repeat", "1"], env=env)
+            path = os.path.join(out_dir, f"halformer_profile_b{b}.txt")
+            with open(path, "w") as f:
+                f.write(f"# HALFORMER_PROFILE=1, batch {b}, source length {st['src_len']}: one encoder warm-up + "
+                        f"one timed encoder, one warm-up + one timed decode of {st['new_tokens']} tokens\n")
+                f.write(p.stderr)
+            res["profiles"][str(b)] = os.path.basename(path)
+    return res
+
+
+def run_peer(name: str, module: str, task: Dict, st: Dict, timeout: float) -> Dict[str, Any]:
+    peer_dir = os.path.join(st["work"], "peers", name)
+    os.makedirs(peer_dir, exist_ok=True)
+    task = dict(task, peer_dir=peer_dir)
+    task_path, result_path = os.path.join(peer_dir, "task.json"), os.path.join(peer_dir, "result.json")
+    write_json(task_path, task)
+    if os.path.exists(result_path):
+        os.remove(result_path)
+    log(f"{name}: starting (own process, {st['threads']} threads)")
+    t0 = time.time()
+    try:
+        p = subprocess.run([sys.executable, "-m", module, task_path, result_path], env=child_env(st["threads"]),
+                           timeout=timeout, text=True, stdout=subprocess.PIPE)
+        if p.stdout.strip():
+            sys.stderr.write(p.stdout)
+    except subprocess.TimeoutExpired:
+        return {"system": name, "status": "error", "reason": f"timed out after {timeout:.0f} s", "checks": [],
+                "timings": [], "versions": {}, "notes": []}
+    if not os.path.exists(result_path):
+        return {"system": name, "status": "error", "reason": f"crashed (exit {p.returncode}) before writing a result",
+                "checks": [], "timings": [], "versions": {}, "notes": []}
+    r = read_json(result_path)
+    log(f"{name}: {r['status']}{': ' + r['reason'] if r.get('reason') else ''} ({time.time() - t0:.0f} s)")
+    return r
+
+
+def matmul_shapes(sz: Dict[str, int], src_len: int, batches: List[int]) -> List[str]:
+    d, f, v = sz["d_model"], sz["d_ff"], sz["tgt_vocab"]
+    shapes = [f"{src_len}x{d}x{f}", f"{src_len}x{f}x{d}", f"{src_len}x{d}x{3 * d}"]
+    for m in sorted(set(batches)):
+        shapes += [f"{m}x{d}x{f}", f"{m}x{f}x{d}", f"{m}x{d}x{v}"]
+    return list(dict.fromkeys(shapes))
+
+
+def run_matmul(cfg, st, shapes: List[str]) -> Dict[str, Any]:
+    avail = set(run([cfg["matmul_bench"], "--list"]).stdout.split())
+    have = [s for s in shapes if s.split("x", 1)[1] in avail]
+    missing = [s for s in shapes if s not in have]
+    out: Dict[str, Any] = {"halformer": [], "missing": missing, "peers": None}
+    if missing:
+        log(f"matmul: no halformer kernel compiled for {', '.join(missing)} (bench/CMakeLists.txt lists the K x N pairs)")
+    q = st["quick"]
+    common = ["--threads", str(st["threads"]), "--samples", "3" if q else "15", "--min-ms", "2" if q else "20",
+              "--cold-bytes", str(int(16e6 if q else 1e8))]
+    if have:
+        log(f"matmul: halformer linear kernels, {len(have)} shapes: {', '.join(have)}")
+        p = subprocess.run([cfg["matmul_bench"], "--shapes", ",".join(have)] + common, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env(st["threads"]))
+        out["halformer"] = [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
+        if p.returncode != 0:
+            out["halformer_error"] = p.stderr.strip()[-2000:]
+            log(f"matmul: halformer_matmul_bench failed: {out['halformer_error']}")
+        for r in out["halformer"]:
+            if "median_ms" in r:
+                log(f"matmul: halformer {r['shape']}: {r['median_ms']:.4f} ms")
+    task = {"shapes": shapes, "threads": st["threads"], "samples": 3 if q else 15, "min_ms": 2 if q else 20,
+            "cold_bytes": 16e6 if q else 1e8}
+    out["peers"] = run_peer("matmul-peers", "halbench.peer_matmul", task, st, timeout=900)
+    return out
+
+
+# --------------------------------------------------------------------------------------
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    cfg_path = os.path.join(args.build_dir, "bench", "bench_config.json")
+    if not os.path.exists(cfg_path):
+        raise SystemExit(f"bench: {cfg_path} not found: configure and build halformer first "
+                         f"(cmake --preset default && cmake --build build)")
+    cfg = read_json(cfg_path)
+    spec_path = os.path.abspath(args.spec or os.path.join(
+        ROOT, "models", "reverse-tiny.yaml" if args.quick else "transformer-base.yaml"))
+    spec = load_spec_light(spec_path)
+    sz, name = spec["sizes"], spec["name"]
+    q = args.quick
+    batches = sorted({int(b) for b in args.batches.split(",") if b.strip()})
+    src_len = args.src_len or min(16 if q else 128, sz["max_len"])
+    new_tokens = args.new_tokens or min(8 if q else 64, sz["max_len"])
+    if src_len > sz["max_len"] or new_tokens > sz["max_len"]:
+        raise SystemExit(f"bench: source length {src_len} / new tokens {new_tokens} exceed sizes.max_len {sz['max_len']}")
+    warmup = args.warmup if args.warmup is not None else (1 if q else 2)
+    rep_enc = args.repeat or (3 if q else 10)
+    rep_dec = max(3, rep_enc // 2)
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H%M%S")
+    out_dir = os.path.abspath(args.out or os.path.join(BENCH_DIR, "results", stamp))
+    work = os.path.abspath(args.work or os.path.join(BENCH_DIR, ".cache", name))
+    os.makedirs(out_dir, exist_ok=True)
+    os.makedirs(work, exist_ok=True)
+    st = {"quick": q, "threads": args.threads, "batches": batches, "src_len": src_len, "new_tokens": new_tokens,
+          "warmup": warmup, "repeat_encoder": rep_enc, "repeat_decode": rep_dec, "work": work, "seed": args.seed}
+    machine = machine_info()
+    log(f"{'quick' if q else 'full'} run: {name} ({os.path.relpath(spec_path, ROOT)}), batches {batches}, "
+        f"source length {src_len}, {new_tokens} new tokens, {args.threads} threads, warm-up {warmup}, "
+        f"repeats {rep_enc} (encoder) / {rep_dec} (decode)")
+    log(f"machine: {machine.get('cpu')}, {machine.get('cores_online')} cores, load average "
+        f"{machine.get('loadavg_start', ['?'])[0]:.2f} -> results in {out_dir}")
+    if machine.get("loadavg_start", [0])[0] > 0.5:
+        log("note: the machine is busy (load average > 0.5): timings will be noisy; ratios within this run "
+            "remain comparable")
+    if spec["schedule"]:
+        log("note: the spec has schedule overrides; the matmul-in-isolation kernels use the generator defaults")
+    env = child_env(args.threads)
+    t_start = time.time()
+
+    weights = resolve_weights(args, spec_path, name, work, env)
+    inputs = make_inputs(work, spec, batches, src_len, args.seed)
+    driver = build_model(cfg, spec_path, name, work)
+    peak = run_peak(cfg, q, args.threads)
+    hal = run_halformer(driver, weights, inputs, batches, st, out_dir, profile=not (q or args.no_profile))
+
+    task = {"spec": spec_path, "weights": weights, "work": work, "threads": args.threads, "batches": batches,
+            "scenarios": ["encoder", "decode"], "new_tokens": new_tokens, "src_len": src_len,
+            "warmup": warmup, "repeat_encoder": rep_enc, "repeat_decode": rep_dec,
+            "pad": spec["pad"], "bos": spec["bos"], "eos": spec["eos"], "sizes": sz,
+            "inputs": {str(b): {"src": inputs[str(b)], "reference": hal["dumps"][str(b)]} for b in batches}}
+    peers = []
+    wanted = [p for p in args.peers.split(",") if p.strip()]
+    for pname, module in PEERS:
+        if pname not in wanted:
+            continue
+        peers.append(run_peer(pname, module, task, st, timeout=600 if q else 3600))
+
+    matmul = None
+    if not args.no_matmul:
+        matmul = run_matmul(cfg, st, matmul_shapes(sz, src_len, batches))
+
+    try:
+        machine["loadavg_end"] = list(os.getloadavg())
+    except OSError:
+        pass
+    weights_bytes = os.path.getsize(weights)
+    results = report.assemble(
+        spec=spec, spec_path=os.path.relpath(spec_path, ROOT), weights=weights, weights_bytes=weights_bytes,
+        settings={k: v for k, v in st.items() if k != "work"}, machine=machine, git=git_info(), peak=peak,
+        halformer=hal, peers=peers, matmul=matmul, cfg=cfg, python_env=args.python_env,
+        elapsed_s=time.time() - t_start)
+    write_json(os.path.join(out_dir, "results.json"), results)
+    table = report.table(results)
+    with open(os.path.join(out_dir, "table.txt"), "w") as f:
+        f.write(table + "\n")
+    chart = report.chart(results, os.path.join(out_dir, "results.png"))
+    if chart:
+        results["chart"] = os.path.basename(chart)
+        write_json(os.path.join(out_dir, "results.json"), results)
+    print(table)
+    log(f"done in {time.time() - t_start:.0f} s: {out_dir}/results.json" + (", results.png" if chart else
+                                                                            " (no chart: matplotlib not installed)"))
+    if args.validate:
+        from .validate import validate
+
+        problems = validate(os.path.join(out_dir, "results.json"))
+        if problems:
+            for p in problems:
+                log(f"validate: FAIL: {p}")
+            return 1
+        log("validate: results.json is complete and sane")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
