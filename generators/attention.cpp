@@ -11,6 +11,7 @@
 // Causal: key j is visible to query i iff j <= i + (Tk - Tq), so the same kernel serves
 // a full sequence (Tq == Tk) and incremental decoding (Tq new rows after a cache).
 #include "common.h"
+#include "schedules/gpu.h"
 
 namespace halformer {
 using namespace Halide;
@@ -26,6 +27,8 @@ class Attention : public Generator<Attention> {
   // Schedule knobs.
   GeneratorParam<int> vec{"vec", 16};
   GeneratorParam<int> tile_q{"tile_q", 8};  // queries per tile
+  GeneratorParam<int> gpu_tile_q{"gpu_tile_q", 8};   // queries per block
+  GeneratorParam<int> gpu_key_lanes{"gpu_key_lanes", 32};  // threads across keys
 
   Input<Buffer<float, 4>> q{"q"};
   Input<Buffer<float, 4>> kv{"kv"};
@@ -79,6 +82,28 @@ class Attention : public Generator<Attention> {
       kv.set_estimates({{0, D}, {0, 3 * H}, {0, 128}, {0, 1}});
       key_mask.set_estimates({{0, 128}, {0, 1}});
       out.set_estimates({{0, D}, {0, H}, {0, 128}, {0, 1}});
+      return;
+    }
+    if (get_target().has_gpu_feature()) {
+      // One block per (query tile, head, batch). Score rows, softmax statistics and the
+      // V product live in shared memory; threads span keys (scores) or features (V).
+      Var io("io"), ii("ii"), jo("jo"), ji("ji");
+      out.split(i, io, ii, gpu_tile_q, TailStrategy::GuardWithIf)
+          .reorder(d, ii, io, h, b)
+          .gpu_blocks(io, h, b)
+          .gpu_threads(d, ii);
+      kt.compute_inline();
+      masked.compute_inline();
+      for (Func f : {score, p}) {
+        f.compute_at(out, io).store_in(MemoryType::GPUShared)
+            .split(j, jo, ji, gpu_key_lanes, TailStrategy::GuardWithIf).reorder(ji, i, jo).gpu_threads(ji, i);
+      }
+      score.update().split(j, jo, ji, gpu_key_lanes, TailStrategy::GuardWithIf).reorder(ji, i, rd, jo)
+          .gpu_threads(ji, i);
+      row_max.compute_at(out, io).gpu_threads(i);
+      row_sum.compute_at(out, io).gpu_threads(i);
+      acc.compute_at(out, io).gpu_threads(d, i);
+      acc.update().reorder(d, i, rj).gpu_threads(d, i);
       return;
     }
     // Per (batch, head) task: transpose K once, then for each tile of queries compute

@@ -64,6 +64,14 @@ class Embedding : public Generator<Embedding> {
       out.set_estimates({{0, C}, {0, 128}, {0, 1}});
       return;
     }
+    if (get_target().has_gpu_feature()) {
+      Var co("co"), ci("ci");
+      out.split(c, co, ci, std::min(C, 64), TailStrategy::GuardWithIf)
+          .reorder(ci, co, t, b)
+          .gpu_blocks(t, b)
+          .gpu_threads(ci);
+      return;
+    }
     out.vectorize(c, pow2_divisor(C, vec)).parallel(b);
   }
 };

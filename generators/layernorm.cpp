@@ -2,6 +2,7 @@
 //   standard  (torch.nn.LayerNorm):        spread = sqrt(biased variance + eps)
 //   annotated (The Annotated Transformer): spread = unbiased std + eps
 #include "common.h"
+#include "schedules/gpu.h"
 
 namespace halformer {
 using namespace Halide;
@@ -16,6 +17,7 @@ class LayerNorm : public Generator<LayerNorm> {
                                 {{"standard", NormKind::Standard}, {"annotated", NormKind::Annotated}}};
   GeneratorParam<int> vec{"vec", 16};
   GeneratorParam<int> rows_per_task{"rows_per_task", 8};
+  GeneratorParam<int> gpu_threads{"gpu_threads", 128};
 
   Input<Buffer<float, 2>> x{"x"};  // (C, M)
   Input<Buffer<float, 1>> gamma{"gamma"};
@@ -50,6 +52,13 @@ class LayerNorm : public Generator<LayerNorm> {
       gamma.set_estimates({{0, C}});
       beta.set_estimates({{0, C}});
       out.set_estimates({{0, C}, {0, 128}});
+      return;
+    }
+    if (get_target().has_gpu_feature()) {
+      schedule_gpu_rows(out, c, m, std::min(int(gpu_threads), C));
+      for (Func f : {total, sqdev}) schedule_gpu_row_reduction(f, out, m, r.x, std::min(32, C));
+      mean.compute_at(out, m);
+      inv_spread.compute_at(out, m);
       return;
     }
     // Row sums are vectorised by splitting the reduction into `v` lanes (rfactor).

@@ -3,6 +3,7 @@
 //   mean: out(c, b) = sum_t valid(t, b) * x(c, t, b) / sum_t valid(t, b)   (non-pad tokens)
 //   normalize: out /= max(||out||_2, 1e-12)   (torch.nn.functional.normalize)
 #include "common.h"
+#include "schedules/gpu.h"
 
 namespace halformer {
 using namespace Halide;
@@ -23,41 +24,63 @@ class Pooling : public Generator<Pooling> {
   void generate() {
     const int C = channels;
     Var c("c"), b("b");
-    Func pooled("pooled");
+    RDom t(0, x.dim(1).extent(), "t");
+    RDom r(0, C, "r");
+    Func total("total"), count("count"), pooled("pooled"), sq("sq");
     if (kind == PoolKind::Cls) {
       pooled(c, b) = x(c, 0, b);
     } else {
-      RDom t(0, x.dim(1).extent(), "t");
-      Func total("total"), count("count");
       total(c, b) = 0.0f;
       total(c, b) += x(c, t, b) * valid(t, b);
       count(b) = 0.0f;
       count(b) += valid(t, b);
       pooled(c, b) = total(c, b) / max(count(b), 1.0f);
-      total.compute_at(out, b).vectorize(c, pow2_divisor(C, vec));
-      total.update().reorder(c, t).vectorize(c, pow2_divisor(C, vec));
-      count.compute_at(out, b);
     }
     if (normalize) {
-      RDom r(0, C, "r");
-      Func sq("sq");
       sq(b) = 0.0f;
       sq(b) += pooled(r, b) * pooled(r, b);
       out(c, b) = pooled(c, b) / max(sqrt(sq(b)), 1e-12f);
-      pooled.compute_at(out, b);
-      sq.compute_at(out, b);
     } else {
       out(c, b) = pooled(c, b);
     }
     x.dim(0).set_bounds(0, C);
     out.dim(0).set_bounds(0, C);
+
     if (using_autoscheduler()) {
       x.set_estimates({{0, C}, {0, 128}, {0, 8}});
       valid.set_estimates({{0, 128}, {0, 8}});
       out.set_estimates({{0, C}, {0, 8}});
       return;
     }
-    out.vectorize(c, pow2_divisor(C, vec)).parallel(b);
+    const bool mean = kind == PoolKind::Mean;
+    if (get_target().has_gpu_feature()) {
+      // One block per sequence, threads across features (each sums its feature over time).
+      const int threads = std::min(C, 128);
+      schedule_gpu_rows(out, c, b, threads);
+      if (normalize) {
+        Var co("co"), ci("ci");
+        pooled.compute_at(out, b).split(c, co, ci, threads, TailStrategy::GuardWithIf).gpu_threads(ci);
+        schedule_gpu_row_reduction(sq, out, b, r.x, std::min(C, 32));
+      }
+      if (mean) {
+        Var co("co"), ci("ci");
+        total.compute_at(out, b).split(c, co, ci, threads, TailStrategy::GuardWithIf).gpu_threads(ci);
+        total.update().split(c, co, ci, threads, TailStrategy::GuardWithIf).gpu_threads(ci);
+        count.compute_at(out, b);
+      }
+      return;
+    }
+    const int v = pow2_divisor(C, vec);
+    out.vectorize(c, v).parallel(b);
+    if (mean) {
+      total.compute_at(out, b).vectorize(c, v);
+      total.update().reorder(c, t).vectorize(c, v);
+      count.compute_at(out, b);
+    }
+    if (normalize) {
+      pooled.compute_at(out, b).vectorize(c, v);
+      sq.compute_at(out, b);
+    }
   }
 };
 

@@ -3,6 +3,9 @@
 // argmax: index of the first maximum of each row (greedy decoding), as torch.argmax.
 #include "common.h"
 
+#include <limits>
+#include "schedules/gpu.h"
+
 namespace halformer {
 using namespace Halide;
 
@@ -24,8 +27,10 @@ class Softmax : public Generator<Softmax> {
     Var v("v"), m("m");
     RDom r(0, V, "r");
     Func mx("row_max"), total("row_sum");
-    mx(m) = maximum(x(r, m));
-    total(m) = sum(exp(x(r, m) - mx(m)));
+    mx(m) = std::numeric_limits<float>::lowest();
+    mx(m) = max(mx(m), x(r, m));
+    total(m) = 0.0f;
+    total(m) += exp(x(r, m) - mx(m));
     if (kind == SoftmaxKind::LogSoftmax) {
       out(v, m) = x(v, m) - mx(m) - log(total(m));
     } else {
@@ -38,6 +43,11 @@ class Softmax : public Generator<Softmax> {
       out.set_estimates({{0, V}, {0, 8}});
       return;
     }
+    if (get_target().has_gpu_feature()) {
+      schedule_gpu_rows(out, v, m, std::min(V, 256));
+      for (Func f : {mx, total}) schedule_gpu_row_reduction(f, out, m, r.x, std::min(V, 256));
+      return;
+    }
     out.parallel(m).vectorize(v, vec, TailStrategy::GuardWithIf);
     mx.compute_at(out, m);
     total.compute_at(out, m);
@@ -47,20 +57,47 @@ class Softmax : public Generator<Softmax> {
 class Argmax : public Generator<Argmax> {
  public:
   GeneratorParam<int> classes{"classes", 16};
+  GeneratorParam<int> lanes{"lanes", 16};  // parallel partial scans per row (GPU threads)
   Input<Buffer<float, 2>> x{"x"};          // (V, M)
   Output<Buffer<int32_t, 1>> out{"out"};   // (M)
 
   void generate() {
-    Var m("m");
-    RDom r(0, int(classes), "r");
-    out(m) = argmax(x(r, m))[0];
-    x.dim(0).set_bounds(0, int(classes));
+    const int V = classes, L = std::max(1, std::min(int(lanes), V));
+    Var m("m"), u("u");
+    // Lane u scans indices u, u + L, ...; strict > keeps the first maximum within a lane,
+    // and the combine keeps the lower index on ties, so the result is the first maximum.
+    RDom rs(0, (V + L - 1) / L, "rs");
+    Expr idx = rs * L + u;
+    Expr val = x(min(idx, V - 1), m);
+    Func partial("partial"), best("best");
+    partial(u, m) = {std::numeric_limits<float>::lowest(), 0};
+    Expr take = idx < V && val > partial(u, m)[0];
+    partial(u, m) = {select(take, val, partial(u, m)[0]), select(take, idx, partial(u, m)[1])};
+    RDom ru(0, L, "ru");
+    best(m) = {std::numeric_limits<float>::lowest(), 0};
+    Expr pv = partial(ru, m)[0], pi = partial(ru, m)[1];
+    Expr better = pv > best(m)[0] || (pv == best(m)[0] && pi < best(m)[1]);
+    best(m) = {select(better, pv, best(m)[0]), select(better, pi, best(m)[1])};
+    out(m) = best(m)[1];
+    x.dim(0).set_bounds(0, V);
     if (using_autoscheduler()) {
-      x.set_estimates({{0, int(classes)}, {0, 8}});
+      x.set_estimates({{0, V}, {0, 8}});
       out.set_estimates({{0, 8}});
       return;
     }
+    if (get_target().has_gpu_feature()) {
+      Var mo("mo");
+      out.split(m, mo, m, 1).gpu_blocks(mo).gpu_threads(m);  // one block per row
+      // The combine runs inside the (single) thread loop so the tuple lives in registers:
+      // at block level Halide updates its two halves with a barrier between them.
+      best.compute_at(out, m);
+      partial.compute_at(out, mo).gpu_threads(u);
+      partial.update().gpu_threads(u);
+      return;
+    }
     out.parallel(m);
+    best.compute_at(out, m);
+    partial.compute_at(out, m);
   }
 };
 

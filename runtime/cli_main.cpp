@@ -9,6 +9,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -48,6 +49,8 @@ std::vector<Sequence> read_sequences(const std::vector<std::string>& args, const
   for (size_t i = 0; i < args.size(); ++i)
     out.push_back(parse_ids(args[i], std::string(flag) + " #" + std::to_string(i + 1)));
   if (!file.empty()) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(file, ec)) throw Error(file + ": is a directory, not a file of sequences");
     std::ifstream in(file);
     if (!in) throw Error(file + ": cannot open");
     std::string line;
@@ -55,6 +58,7 @@ std::vector<Sequence> read_sequences(const std::vector<std::string>& args, const
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
       out.push_back(parse_ids(line, file + ":" + std::to_string(n)));
     }
+    if (in.bad()) throw Error(file + ": read error");
   }
   return out;
 }
@@ -122,6 +126,14 @@ int main(int argc, char** argv) {
     auto tgt = read_sequences(tgt_args, tgt_file, "--tgt");
     if (!tgt.empty() && tgt.size() != src.size())
       throw Error("--tgt: " + std::to_string(tgt.size()) + " sequences for " + std::to_string(src.size()) + " sources");
+    if (!tgt.empty() && dump.empty())
+      throw Error("--tgt: the teacher-forced head output is only written by --dump; add --dump FILE");
+    // --dump replaces its file: never one of the user's inputs.
+    for (const std::string* input : {&weights, &src_file, &tgt_file}) {
+      std::error_code ec;
+      if (!dump.empty() && !input->empty() && std::filesystem::equivalent(dump, *input, ec))
+        throw Error("--dump " + dump + ": is the same file as the input " + *input + "; refusing to overwrite it");
+    }
     auto model = halformer::Model::load(weights, threads);
     nlohmann::json j;
     j["model"] = cfg.name;

@@ -247,14 +247,19 @@ def run_halformer(driver, weights, inputs, batches, st, out_dir, profile: bool) 
         log(f"halformer: b{b}: encoder median {median(enc['encoder_ms']):.3f} ms, decode step mean "
             f"{median([sum(r['step_ms']) / len(r['step_ms']) for r in dec['decode']]):.3f} ms ({steps[0]} steps)")
         if profile:
+            # Per-kernel tables (HALFORMER_PROFILE=1), encoder and decode in separate processes
+            # so that each table is about one scenario. Profiling adds a timer per kernel call.
             env = child_env(st["threads"])
             env["HALFORMER_PROFILE"] = "1"
-            p = run(cmd[:-2] + ["--warmup", "1", "--repeat", "1"], env=env)
+            base = cmd[:-2]
+            pe = run(base + ["--skip-decode", "--warmup", "1", "--repeat", "3"], env=env)
+            pd = run(base + ["--skip-encoder", "--warmup", "1", "--repeat", "1"], env=env)
             path = os.path.join(out_dir, f"halformer_profile_b{b}.txt")
             with open(path, "w") as f:
-                f.write(f"# HALFORMER_PROFILE=1, batch {b}, source length {st['src_len']}: one encoder warm-up + "
-                        f"one timed encoder, one warm-up + one timed decode of {st['new_tokens']} tokens\n")
-                f.write(p.stderr)
+                f.write(f"# HALFORMER_PROFILE=1, batch {b}, source length {st['src_len']}\n"
+                        f"# encoder: 1 warm-up + 3 runs of Model::encode\n{pe.stderr}\n"
+                        f"# decode: 1 warm-up + 1 greedy decode of {st['new_tokens']} tokens "
+                        f"(includes its encoder + cross K/V, once per decode)\n{pd.stderr}")
             res["profiles"][str(b)] = os.path.basename(path)
     return res
 

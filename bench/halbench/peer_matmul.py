@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import time
 
-from .common import median, peer_main
+from .common import peer_main
 
 
 def bench(call_fn, make_copy, wbytes, samples, min_ms, cold_bytes):
@@ -86,7 +86,7 @@ def body(task, res):
 
             def np_linear(w):
                 np.matmul(x, w, out=o)
-                o += b
+                np.add(o, b, out=o)
 
             samples, copies, calls = bench(
                 np_linear, lambda: (rng.standard_normal((k, n), dtype=np.float32) / math.sqrt(k)).astype(np.float32),

@@ -46,6 +46,7 @@ src_copy = path("src_copy.txt", "3 7 1 9\n")
 fifo = path("weights.fifo")
 os.mkfifo(fifo)
 W = ["--weights", WEIGHTS]
+D = ["--dump", path("dump.safetensors")]  # --tgt is only used (and checked) with --dump
 
 # (name, args, regex the output must match). Non-zero exit required.
 ERRORS = [
@@ -65,9 +66,9 @@ ERRORS = [
     ("src_only_spaces", W + ["--src", "   "], r"source sequence 1 is empty"),
     ("src_only_commas", W + ["--src", " , ,"], r"source sequence 1 is empty"),
     ("second_src_empty", W + ["--src", "3 7", "--src", ""], r"source sequence 2 is empty"),
-    ("src_file_blank_lines_only", W + ["--src-file", blank], r"no source sequences"),
-    ("src_file_empty", W + ["--src-file", empty], r"no source sequences"),
-    ("tgt_without_src", W + ["--tgt", "14 3"], r"no source sequences"),
+    ("src_file_blank_lines_only", W + ["--src-file", blank], r"no (input|source) sequences"),
+    ("src_file_empty", W + ["--src-file", empty], r"no (input|source) sequences"),
+    ("tgt_without_src", W + ["--tgt", "14 3"], r"no (input|source) sequences"),
     # files of sequences
     ("src_file_bad_token_line3", W + ["--src-file", bad3], re.escape(bad3) + r":3: 'x' is not a token id"),
     ("src_file_missing", W + ["--src-file", path("nope.txt")], r"nope.txt: cannot open"),
@@ -75,20 +76,21 @@ ERRORS = [
     ("src_file_line_too_long", W + ["--src-file", long_line], r"source sequence 2 has 65 tokens; the model's max_len is 64"),
     # lengths
     ("src_too_long_in_batch", W + ["--src", "3", "--src", long65], r"source sequence 2 has 65 tokens"),
-    ("tgt_too_long", W + ["--src", "3", "--tgt", "14 " + long65], r"target sequence 1 has 66 tokens"),
+    ("tgt_too_long", W + ["--src", "3", "--tgt", "14 " + long65] + D, r"target sequence 1 has 66 tokens"),
     # --max-new-tokens
     ("max_new_tokens_max_len_plus_1", W + ["--src", "3", "--max-new-tokens", "65"], r"max_new_tokens 65 is outside \[1, max_len = 64\]"),
     ("max_new_tokens_negative", W + ["--src", "3", "-n", "-1"], r"max_new_tokens -1 is outside"),
     ("max_new_tokens_int_max", W + ["--src", "3", "-n", "2147483647"], r"max_new_tokens 2147483647 is outside"),
     ("max_new_tokens_huge", W + ["--src", "3", "-n", "99999999999"], r"Could not convert: --max-new-tokens = 99999999999"),
     ("max_new_tokens_not_a_number", W + ["--src", "3", "-n", "abc"], r"Could not convert: --max-new-tokens = abc"),
-    ("max_new_tokens_empty", W + ["--src", "3", "-n", ""], r"--max-new-tokens"),
+    ("max_new_tokens_empty", W + ["--src", "3", "-n", ""], r"max_new_tokens 0 is outside|--max-new-tokens"),
     # teacher forcing
     ("tgt_more_than_src", W + ["--src", "3", "--tgt", "14 3", "--tgt", "14"], r"--tgt: 2 sequences for 1 sources"),
     ("tgt_fewer_than_src", W + ["--src-file", two, "--tgt-file", one_tgt], r"--tgt: 1 sequences for 2 sources"),
-    ("tgt_id_out_of_range", W + ["--src", "3", "--tgt", "14 16"], r"target sequence 1, token 2: id 16 is outside the vocabulary"),
-    ("tgt_negative", W + ["--src", "3", "--tgt", "14 -3"], r"target sequence 1, token 2: id -3 is outside"),
-    ("tgt_empty", W + ["--src", "3", "--tgt", ""], r"target sequence 1 is empty"),
+    ("tgt_id_out_of_range", W + ["--src", "3", "--tgt", "14 16"] + D, r"target sequence 1, token 2: id 16 is outside the vocabulary"),
+    ("tgt_negative", W + ["--src", "3", "--tgt", "14 -3"] + D, r"target sequence 1, token 2: id -3 is outside"),
+    ("tgt_empty", W + ["--src", "3", "--tgt", ""] + D, r"target sequence 1 is empty"),
+    ("tgt_without_dump", W + ["--src", "3", "--tgt", "14 3"], r"--tgt: .*only written by --dump"),
     ("tgt_not_a_number", W + ["--src", "3", "--tgt", "14 three"], r"--tgt #1: 'three' is not a token id"),
     # other options
     ("repeat_zero", W + ["--src", "3", "--repeat", "0"], r"--repeat: Value 0 not in range"),
