@@ -1,4 +1,4 @@
-# halformer_add_model(NAME SPEC <spec.yaml> [OUTPUT_DIR <dir>] [TARGETS <halide targets>])
+# halformer_add_model(NAME SPEC <spec.yaml> [OUTPUT_DIR <dir>])
 #
 # Lowers a model spec to a build: runs the spec compiler at configure time (re-run
 # whenever the spec changes), adds one Halide AOT library per planned pipeline, and
@@ -40,21 +40,26 @@ function(halformer_add_model NAME)
   endif ()
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${spec}" "${HALFORMER_TOOL}")
   include("${plan_dir}/plan.cmake")
-  set(targets ${ARG_TARGETS})
-  if (NOT targets)
-    set(targets ${HALFORMER_PLAN_TARGET})
+  # 2. One AOT library per pipeline and device variant (cpu: <k>, cuda: <k>_cuda, ...),
+  #    all sharing one Halide runtime (one thread pool, every device API the variants use).
+  if (ARG_TARGETS)
+    message(FATAL_ERROR "halformer_add_model(${NAME}): targets come from the spec's `targets:` list")
   endif ()
-
-  # 2. One AOT library per pipeline, sharing one Halide runtime (and thread pool).
-  add_halide_runtime(${NAME}_halide_runtime TARGETS ${targets})
+  add_halide_runtime(${NAME}_halide_runtime TARGETS host)
   set(kernels "")
-  foreach (k IN LISTS HALFORMER_PLAN_KERNELS)
-    add_halide_library(${k} FROM halformer::halformer_generators
-                       GENERATOR ${HALFORMER_PLAN_${k}_GENERATOR}
-                       PARAMS ${HALFORMER_PLAN_${k}_PARAMS}
-                       TARGETS ${targets}
-                       USE_RUNTIME ${NAME}_halide_runtime)
-    list(APPEND kernels ${k})
+  foreach (device IN LISTS HALFORMER_PLAN_VARIANTS)
+    foreach (k IN LISTS HALFORMER_PLAN_KERNELS)
+      set(lib ${k})
+      if (NOT device STREQUAL "cpu")
+        set(lib ${k}_${device})
+      endif ()
+      add_halide_library(${lib} FROM halformer::halformer_generators
+                         GENERATOR ${HALFORMER_PLAN_${k}_GENERATOR}
+                         PARAMS ${HALFORMER_PLAN_${k}_PARAMS}
+                         TARGETS ${HALFORMER_PLAN_TARGET_${device}}
+                         USE_RUNTIME ${NAME}_halide_runtime)
+      list(APPEND kernels ${lib})
+    endforeach ()
   endforeach ()
 
   # 3. Glue + runtime -> library and executable.

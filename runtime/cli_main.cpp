@@ -116,6 +116,9 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "print JSON: outputs per sequence, timings");
   app.add_option("--dump", dump, "write every output tensor as safetensors (encoder_output, logits, greedy, ...)");
   app.add_option("--threads,-t", threads, "worker threads (default: all cores)");
+  std::string device = "cpu";
+  app.add_option("--device", device, std::string("device to run on; built: ") + halformer_model_devices())
+      ->capture_default_str();
   app.add_option("--repeat", repeat, "run this many times and report median timings")->check(CLI::Range(1, 100000));
   app.add_flag("--time", timing, "print timings (medians) to stderr");
   CLI11_PARSE(app, argc, argv);
@@ -134,7 +137,7 @@ int main(int argc, char** argv) {
       if (!dump.empty() && !input->empty() && std::filesystem::equivalent(dump, *input, ec))
         throw Error("--dump " + dump + ": is the same file as the input " + *input + "; refusing to overwrite it");
     }
-    auto model = halformer::Model::load(weights, threads);
+    auto model = halformer::Model::load(weights, threads, device);
     nlohmann::json j;
     j["model"] = cfg.name;
     std::vector<halformer::NamedTensor> out;

@@ -29,7 +29,36 @@ using IBuf = Halide::Runtime::Buffer<int32_t>;
 constexpr float kMasked = -1e30f;  // additive mask for padded keys (see attention.cpp)
 
 const ModelConfig& C() { return halformer_model_config(); }
-const KernelTable& K() { return halformer_model_kernels(); }
+// The kernel table of the device the current Model call runs on (set by DeviceScope).
+thread_local const KernelTable* g_kernels = nullptr;
+thread_local bool g_gpu = false;
+const KernelTable& K() { return *g_kernels; }
+
+struct DeviceScope {
+  const KernelTable* saved_k;
+  bool saved_gpu;
+  explicit DeviceScope(const std::string& device) : saved_k(g_kernels), saved_gpu(g_gpu) {
+    g_kernels = halformer_model_kernels_for(device.c_str());
+    g_gpu = device != "cpu";
+  }
+  ~DeviceScope() {
+    g_kernels = saved_k;
+    g_gpu = saved_gpu;
+  }
+};
+
+// GPU builds: inputs are marked host-dirty so Halide copies them to the device, and
+// outputs are copied back after each kernel (activations round-trip through host
+// memory between layers; see docs/gpu.md).
+template <typename B>
+void to_device(const B& b) {
+  if (g_gpu) const_cast<B&>(b).set_host_dirty();
+}
+template <typename B>
+void to_host(const B& b, const char* what) {
+  if (g_gpu && const_cast<B&>(b).copy_to_host() != 0)
+    throw Error(std::string("kernel '") + what + "': copying the result from the device failed");
+}
 
 double now_ms() {
   using namespace std::chrono;
@@ -66,9 +95,23 @@ struct KernelTimer {
   }
 };
 
+// Halide's default error handler prints and aborts; ours keeps the message so that a
+// failing kernel (e.g. no CUDA driver) becomes an Error with the runtime's own words.
+thread_local std::string g_halide_error;
+void record_halide_error(void*, const char* msg) { g_halide_error += msg; }
+struct InstallErrorHandler {
+  InstallErrorHandler() { halide_set_error_handler(record_halide_error); }
+} g_install_error_handler;
+
 void run(int status, const char* what) {
-  if (status != 0)
-    throw Error(std::string("kernel '") + what + "' failed (Halide error " + std::to_string(status) + ")");
+  if (status != 0) {
+    std::string msg = g_halide_error;
+    g_halide_error.clear();
+    while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+    throw Error(std::string("kernel '") + what + "' failed (Halide error " + std::to_string(status) +
+                (msg.empty() ? "" : ": " + msg) + ")");
+  }
+  g_halide_error.clear();
 }
 
 // ---- non-owning buffer views
@@ -98,24 +141,31 @@ struct Act {
 void linear(LinearFn fn, const char* name, Buf x, const LinearWeights& w, Buf out) {
   KernelTimer timer(name);
   Buf wb = view2(w.w.data(), w.out, w.in, w.out), bb = view1(w.b);
+  for (const Buf* in : {&x, &wb, &bb}) to_device(*in);
   run(fn(x.raw_buffer(), wb.raw_buffer(), bb.raw_buffer(), out.raw_buffer()), name);
+  to_host(out, name);
 }
 void linear_residual(LinearResidualFn fn, const char* name, Buf x, const LinearWeights& w,
                      Buf residual, Buf out) {
   KernelTimer timer(name);
   Buf wb = view2(w.w.data(), w.out, w.in, w.out), bb = view1(w.b);
+  for (const Buf* in : {&x, &wb, &bb, &residual}) to_device(*in);
   run(fn(x.raw_buffer(), wb.raw_buffer(), bb.raw_buffer(), residual.raw_buffer(), out.raw_buffer()), name);
+  to_host(out, name);
 }
 void layer_norm(const Act& x, const NormWeights& n, Act& out) {
   KernelTimer timer("layer_norm");
-  Buf g = view1(n.gamma), b = view1(n.beta);
-  run(K().layer_norm(x.flat().raw_buffer(), g.raw_buffer(), b.raw_buffer(), out.flat().raw_buffer()),
-      "layer_norm");
+  Buf g = view1(n.gamma), b = view1(n.beta), xb = x.flat(), ob = out.flat();
+  for (const Buf* in : {&xb, &g, &b}) to_device(*in);
+  run(K().layer_norm(xb.raw_buffer(), g.raw_buffer(), b.raw_buffer(), ob.raw_buffer()), "layer_norm");
+  to_host(ob, "layer_norm");
 }
 void attention(AttentionFn fn, const char* name, Buf q, Buf kv, Buf mask,
                Buf out) {
   KernelTimer timer(name);
+  for (const Buf* in : {&q, &kv, &mask}) to_device(*in);
   run(fn(q.raw_buffer(), kv.raw_buffer(), mask.raw_buffer(), out.raw_buffer()), name);
+  to_host(out, name);
 }
 
 // Validates ids and lengths, then right-pads with pad_id into a (T, B) buffer.
@@ -168,9 +218,13 @@ Act embed(EmbeddingFn fn, const IBuf& tokens, const std::vector<float>& table, i
   Buf o3(x.v.data(), 3, dims);
   {
     KernelTimer timer("embedding");
+    to_device(tokens);
+    to_device(types);
+    for (const Buf* in : {&tb, &pb, &yb}) to_device(*in);
     run(fn(const_cast<IBuf&>(tokens).raw_buffer(), types.raw_buffer(), tb.raw_buffer(), pb.raw_buffer(),
            yb.raw_buffer(), pos_offset, o3.raw_buffer()),
         "embedding");
+    to_host(o3, "embedding");
   }
   if (C().embedding_norm) {
     Act y(x.C, x.T, x.B);
@@ -254,10 +308,21 @@ void head(const Act& x, const Weights& w, Act& logits, Act& out) {
   linear(K().generator, "generator", x.flat(), w.generator, logits.flat());
   KernelTimer timer("head");
   if (K().head) {
-    run(K().head(logits.flat().raw_buffer(), out.flat().raw_buffer()), "head");
+    Buf lb = logits.flat(), ob = out.flat();
+    to_device(lb);
+    run(K().head(lb.raw_buffer(), ob.raw_buffer()), "head");
+    to_host(ob, "head");
   } else {
     out.v = logits.v;
   }
+}
+
+void argmax(const Act& rows, Halide::Runtime::Buffer<int32_t>& next) {
+  KernelTimer timer("argmax");
+  Buf rb = rows.flat();
+  to_device(rb);
+  run(K().argmax(rb.raw_buffer(), next.raw_buffer()), "argmax");
+  to_host(next, "argmax");
 }
 
 Tensor to_tensor(const Act& a) { return Tensor{{a.B, a.T, a.C}, a.v}; }
@@ -333,25 +398,43 @@ Act repeat_rows(const Act& a, int k) {
 
 }  // namespace
 
-Model::Model(std::unique_ptr<Weights> w) : weights_(std::move(w)) {}
+Model::Model(std::unique_ptr<Weights> w, std::string device) : weights_(std::move(w)), device_(std::move(device)) {}
 Model::~Model() = default;
 Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
 
-Model Model::load(const std::string& weights_path, int threads) {
+Model Model::load(const std::string& weights_path, int threads, const std::string& device) {
+  if (!halformer_model_kernels_for(device.c_str()))
+    throw Error("device '" + device + "': this model was built for: " + halformer_model_devices() +
+                " (add it to the spec's targets, e.g. targets: [host, cuda], and rebuild)");
   if (threads > 0) halide_set_num_threads(threads);
-  return Model(std::make_unique<Weights>(load_weights(C(), weights_path)));
+  Model m(std::make_unique<Weights>(load_weights(C(), weights_path)), device);
+  if (device != "cpu") {
+    // Fail now, clearly, if the device cannot run a kernel (no driver, no device).
+    DeviceScope scope(device);
+    const int d = C().d_model;
+    Act x(d, 1, 1), y(d, 1, 1);
+    NormWeights n{std::vector<float>(d, 1.0f), std::vector<float>(d, 0.0f)};
+    try {
+      layer_norm(x, n, y);
+    } catch (const Error& e) {
+      throw Error("device '" + device + "' is not usable here (" + e.what() + "). Use --device cpu.");
+    }
+  }
+  return m;
 }
 
 const ModelConfig& Model::config() const { return C(); }
 
 Tensor Model::encode(const std::vector<Sequence>& src) const {
+  DeviceScope scope(device_);
   if (C().arch == Arch::Decoder) throw Error("encode: a decoder-only model has no encoder");
   IBuf s = pad_batch(src, C().src_vocab, "source");
   return to_tensor(run_encoder(*weights_, s, key_mask(s)));
 }
 
 Tensor Model::pooled(const std::vector<Sequence>& src) const {
+  DeviceScope scope(device_);
   if (!K().pool) throw Error("pooled: the model's head is not 'classifier' or 'embedding'");
   IBuf s = pad_batch(src, C().src_vocab, "source");
   Act x = run_encoder(*weights_, s, key_mask(s));
@@ -363,7 +446,11 @@ Tensor Model::pooled(const std::vector<Sequence>& src) const {
   Buf x3(x.v.data(), 3, dims), pb = view2(p.v.data(), p.C, x.B, p.C);
   {
     KernelTimer timer("pool");
-    run(K().pool(x3.raw_buffer(), valid.flat().raw_buffer(), pb.raw_buffer()), "pool");
+    Buf vb = valid.flat();
+    to_device(x3);
+    to_device(vb);
+    run(K().pool(x3.raw_buffer(), vb.raw_buffer(), pb.raw_buffer()), "pool");
+    to_host(pb, "pool");
   }
   if (C().head != HeadOutput::Classifier) return Tensor{{x.B, p.C}, p.v};
   if (C().pooler) {
@@ -377,6 +464,7 @@ Tensor Model::pooled(const std::vector<Sequence>& src) const {
 }
 
 Tensor Model::score(const std::vector<Sequence>& src, const std::vector<Sequence>& tgt) const {
+  DeviceScope scope(device_);
   const Weights& w = *weights_;
   if (C().arch == Arch::Encoder) throw Error("score: an encoder-only model has no decoder");
   const bool dec_only = C().arch == Arch::Decoder;
@@ -404,6 +492,7 @@ Tensor Model::score(const std::vector<Sequence>& src, const std::vector<Sequence
 }
 
 DecodeResult Model::greedy(const std::vector<Sequence>& src, int max_new_tokens, bool use_cache) const {
+  DeviceScope scope(device_);
   if (C().arch == Arch::Encoder) throw Error("greedy: an encoder-only model does not decode");
   if (max_new_tokens < 1 || max_new_tokens > C().max_len)
     throw Error("max_new_tokens " + std::to_string(max_new_tokens) + " is outside [1, max_len = " +
@@ -438,7 +527,7 @@ DecodeResult Model::greedy(const std::vector<Sequence>& src, int max_new_tokens,
           Tensor all = score({seq});  // the whole prefix again
           std::copy_n(all.data.end() - V, V, out.v.begin());
         }
-        run(K().argmax(out.flat().raw_buffer(), next.raw_buffer()), "argmax");
+        argmax(out, next);
         double ms = now_ms() - ts;
         if (step == 0) r.encoder_ms += ms; else r.step_ms.push_back(ms);
         r.tokens.resize(src.size());
@@ -480,7 +569,7 @@ DecodeResult Model::greedy(const std::vector<Sequence>& src, int max_new_tokens,
       for (int b = 0; b < B; ++b)
         std::copy_n(all.data.data() + (size_t(b) * T + T - 1) * V, V, out.v.data() + size_t(b) * V);
     }
-    run(K().argmax(out.flat().raw_buffer(), next.raw_buffer()), "argmax");
+    argmax(out, next);
     bool all_done = true;
     for (int b = 0; b < B; ++b) {
       if (!done[b]) {
@@ -499,6 +588,7 @@ DecodeResult Model::greedy(const std::vector<Sequence>& src, int max_new_tokens,
 }
 
 BeamResult Model::beam_search(const std::vector<Sequence>& src, int K_beam, double alpha, int max_new_tokens) const {
+  DeviceScope scope(device_);
   if (C().arch != Arch::EncoderDecoder) throw Error("beam search needs an encoder-decoder model");
   if (K_beam < 1) throw Error("beam size " + std::to_string(K_beam) + " must be >= 1");
   if (max_new_tokens < 1 || max_new_tokens > C().max_len)

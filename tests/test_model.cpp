@@ -7,7 +7,8 @@
 // time, not committed, so it always matches the current spec and script.
 //
 // Environment: HALFORMER_MODEL_BIN (the inference binary), HALFORMER_REFERENCE_DIR,
-// HALFORMER_WEIGHTS (the weights the reference used).
+// HALFORMER_WEIGHTS (the weights the reference used), HALFORMER_DEVICE (optional:
+// opencl / cuda runs the model's GPU build, same tolerance).
 // Tolerance: max |halformer - torch| <= 1e-4 * max |torch| over non-padded positions
 // (fp32; the two sum in different orders), and identical greedy tokens.
 #include <gtest/gtest.h>
@@ -81,20 +82,23 @@ class ModelVsTorch : public ::testing::Test {
     };
     write(dir_ + "/src.txt", "src", "src_lengths");
     std::string cmd = "'" + bin_ + "' --weights '" + env("HALFORMER_WEIGHTS") + "' --src-file '" + dir_ + "/src.txt'";
+    const char* device = std::getenv("HALFORMER_DEVICE");  // cpu (default), opencl, cuda
+    if (device) cmd += std::string(" --device ") + device;
+    const std::string tag = device ? std::string("_") + device : "";
     if (ref_.has("tgt")) {
       write(dir_ + "/tgt.txt", "tgt", "tgt_lengths");
       cmd += " --tgt-file '" + dir_ + "/tgt.txt'";
     }
     if (ref_.has("greedy")) cmd += " --beam 1 --max-new-tokens " + std::to_string(ref_.shape.at("greedy")[1]);
-    if (!run(cmd + " --dump '" + dir_ + "/halformer.safetensors'")) return;
-    out_ = Tensors::read(dir_ + "/halformer.safetensors");
+    if (!run(cmd + " --dump '" + dir_ + "/halformer" + tag + ".safetensors'")) return;
+    out_ = Tensors::read(dir_ + "/halformer" + tag + ".safetensors");
     if (ref_.has("beam_tokens")) {
       const auto& bs = ref_.shape.at("beam_tokens");
       std::string beam = cmd.substr(0, cmd.find(" --beam")) + " --beam " + std::to_string(bs[1]) +
-                         " --max-new-tokens " + std::to_string(bs[2]) + " --dump '" + dir_ + "/halformer_beam.safetensors'";
+                         " --max-new-tokens " + std::to_string(bs[2]) + " --dump '" + dir_ + "/halformer_beam" + tag + ".safetensors'";
       if (const char* lp = std::getenv("HALFORMER_LENGTH_PENALTY")) beam += std::string(" --length-penalty ") + lp;
       if (!run(beam)) return;
-      Tensors b = Tensors::read(dir_ + "/halformer_beam.safetensors");
+      Tensors b = Tensors::read(dir_ + "/halformer_beam" + tag + ".safetensors");
       for (const char* n : {"beam_tokens", "beam_scores"}) {
         out_.shape[n] = b.shape[n];
         out_.f32[n] = b.f32[n];

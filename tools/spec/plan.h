@@ -16,6 +16,9 @@ struct PlannedKernel {
   std::string function;   // C symbol of the generated pipeline, e.g. reverse_tiny_linear_64x192
   std::string generator;  // registered generator name (generators/*.cpp)
   std::vector<std::pair<std::string, std::string>> params;  // GeneratorParams, in order
+  // Halide plugins the generator must load (autoscheduler winners from a tuning database:
+  // tools/tune/tuning_db.h apply_tuning), passed as `-p` next to the params.
+  std::vector<std::string> plugins;
 };
 
 struct Plan {
@@ -23,7 +26,10 @@ struct Plan {
   std::string cname;  // C identifier form of the name
   std::vector<PlannedKernel> kernels;
   std::map<std::string, std::string> roles;  // KernelTable field -> kernel function ("" = none)
-  std::string halide_target;                 // e.g. "host"
+  // One build of every kernel per device the spec targets: device -> Halide target,
+  // e.g. {"cpu", "host"}, {"cuda", "host-cuda-cuda_capability_80"}, {"opencl", "host-opencl"}.
+  std::vector<std::pair<std::string, std::string>> variants;
+  std::string tuning_db;  // tuning database applied to the kernels ("" = none); a configure dependency
 };
 
 Plan make_plan(const Spec& spec);

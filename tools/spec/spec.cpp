@@ -486,10 +486,9 @@ void read_schedule(Section s, Spec& spec) {
   }
 }
 
-// Validated only; nothing is stored (the tuner reads this section itself).
-void read_tuning(Section s) {
-  std::string db;
-  s.read("db", db);
+// Stored for the tuner and the build (docs/tuning.md).
+void read_tuning(Section s, Spec& spec) {
+  s.read("db", spec.tuning_db);
   for (const char* key : {"seq_lens", "batch_sizes"}) {
     const Section::Entry* e = s.entry(key);
     if (!e) continue;
@@ -497,7 +496,9 @@ void read_tuning(Section s) {
       s.error(key, "expected a sequence of integers > 0, found " + describe(e->value));
       continue;
     }
-    for (const auto& item : e->value) to_int(s.context(), item, loc_of(item.Mark()), s.field(key), 1, kInt32Max);
+    auto& list = std::string(key) == "seq_lens" ? spec.tuning_seq_lens : spec.tuning_batch_sizes;
+    for (const auto& item : e->value)
+      if (auto v = to_int(s.context(), item, loc_of(item.Mark()), s.field(key), 1, kInt32Max)) list.push_back(*v);
   }
 }
 
@@ -769,7 +770,7 @@ ParseResult parse_root(const YAML::Node& root, const std::string& file) {
   read_targets(top, spec);
   top.read("cuda_capability", spec.cuda_capability, 50, 120);
   read_schedule(top.section("schedule", /*free_form=*/true), spec);
-  read_tuning(top.section("tuning"));
+  read_tuning(top.section("tuning"), spec);
 
   check_consistency(cx, spec, have_sizes);
 
@@ -847,8 +848,8 @@ std::vector<Diagnostic> check_supported(const Spec& s) {
   if (s.preset == WeightPreset::HuggingfaceBert && s.architecture != Architecture::Encoder)
     unsupported("weights.preset", "preset 'huggingface-bert' for architecture " + quoted(name_of(s.architecture)));
   if (s.precision == Precision::Bf16) unsupported("precision", "precision 'bf16'");
-  for (Target t : s.targets)
-    if (t != Target::Host) unsupported("targets", "target " + quoted(name_of(t)));
+  if (std::find(s.targets.begin(), s.targets.end(), Target::Host) == s.targets.end())
+    unsupported("targets", "a target list without 'host' (the CPU build is the reference and the fallback-free default)");
   sort_by_position(out);
   return out;
 }

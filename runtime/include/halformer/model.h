@@ -44,7 +44,10 @@ struct Weights;
 class Model {
  public:
   // Loads and checks weights against the compiled-in spec. threads <= 0: Halide's default.
-  static Model load(const std::string& weights_path, int threads = 0);
+  // device: "cpu", or "cuda" / "opencl" when the spec's targets built them; a device
+  // that cannot run here is an Error, never a silent fallback to the CPU.
+  static Model load(const std::string& weights_path, int threads = 0, const std::string& device = "cpu");
+  const std::string& device() const { return device_; }
   ~Model();
   Model(Model&&) noexcept;
   Model& operator=(Model&&) noexcept;
@@ -68,8 +71,9 @@ class Model {
                          int max_new_tokens) const;
 
  private:
-  explicit Model(std::unique_ptr<Weights> w);
+  Model(std::unique_ptr<Weights> w, std::string device);
   std::unique_ptr<Weights> weights_;
+  std::string device_;
 };
 
 }  // namespace halformer

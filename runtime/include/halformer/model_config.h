@@ -83,4 +83,7 @@ struct KernelTable {
 
 // Defined by the generated <name>_model.cpp that is linked into each model.
 const halformer::ModelConfig& halformer_model_config();
-const halformer::KernelTable& halformer_model_kernels();
+// The kernels built for `device` ("cpu", "cuda", "opencl"), or null when the spec's
+// targets did not include it.
+const halformer::KernelTable* halformer_model_kernels_for(const char* device);
+const char* halformer_model_devices();  // space-separated list of the built devices
