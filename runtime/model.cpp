@@ -603,10 +603,10 @@ BeamResult Model::beam_search(const std::vector<Sequence>& src, int K_beam, doub
   Act smask = key_mask(s);
   Act memory = run_encoder(w, s, smask);
   DecoderState st(w, R, max_new_tokens);
-  {
-    Act m = repeat_rows(smask, K_beam);
-    st.src_mask = std::move(m);
-  }
+  IBuf s_rep(s.dim(0).extent(), R);  // each source's tokens once per beam row
+  for (int r2 = 0; r2 < R; ++r2)
+    for (int t = 0; t < s.dim(0).extent(); ++t) s_rep(t, r2) = s(t, r2 / K_beam);
+  st.src_mask = key_mask(s_rep);
   Act rep = repeat_rows(memory, K_beam);
   for (const auto& L : w.decoder) st.cross.push_back(cross_kv(L, rep));
   r.encoder_ms = now_ms() - t0;

@@ -19,9 +19,10 @@ F = d_ff, V_s / V_t = src / tgt vocab, C = head.num_classes, N = layer index.
 
 Weight names per preset (the contract with the C++ loader)
 ===========================================================
-A weight file is `safetensors.torch.save_file(export_state(model))`: the names below,
-float32, nothing else. Tied weights (embedding.share_src_tgt / share_tgt_output) are
-written under every name, as equal copies (export_torch.prepare_tensors clones them).
+A weight file is `save_file(export_torch.prepare_tensors(export_state(model))[0])`
+(what tests/torch_reference.py writes): the names below, float32, nothing else. Tied
+weights (embedding.share_src_tgt / share_tgt_output) are written under every name, as
+equal copies (prepare_tensors clones them).
 
 "torch.nn.Transformer", architecture encoder_decoder (`Seq2Seq`):
 
@@ -1022,13 +1023,17 @@ def load_weights(model: nn.Module, state: Dict[str, torch.Tensor]) -> Tuple[List
     """Loads a weight file's tensors; returns (missing, unexpected) names (both empty = ok).
 
     An annotated-transformer pe buffer of any length is accepted (it replaces the
-    model's table); buffers that export_state drops may be present or not.
+    model's table); buffers that export_state drops may be present or not; a
+    huggingface-bert model built without a pooler ignores pooler.dense.* in the file.
     """
     state = dict(state)
     for name, module in model.named_modules():
         if isinstance(module, AnnotatedPositions) and f"{name}.pe" in state:
             module.pe = state[f"{name}.pe"].detach().to(torch.float32).clone()
     drop = set(getattr(model, "dropped_buffers", ()))
+    if isinstance(model, _BertReference) and getattr(model._base(), "pooler", None) is None:
+        # head.pooler none: a real checkpoint's unused pooler is ignored, not an error.
+        state = {k: v for k, v in state.items() if not k.startswith(("pooler.", "bert.pooler."))}
     missing, unexpected = model.load_state_dict(state, strict=False)
     return [m for m in missing if m not in drop], list(unexpected)
 
@@ -1193,11 +1198,13 @@ def randomize_(model: nn.Module, seed: int) -> nn.Module:
     classifier, generator) ~ N(0, 1/fan_in), so a unit-variance input gives
     unit-variance outputs (xavier on the stacked [3d, d] in_proj gives near-uniform
     attention and logits that barely depend on the input), except that the output
-    projection of each residual branch (attention out, feed-forward second linear) is
-    further scaled by 1/sqrt(n), n = residual branches in its stack (2 per encoder or
-    decoder-only layer, 3 per encoder-decoder decoder layer; as GPT-2's init does):
-    with unit-scale branches a post-norm stack washes the input out, and greedy
-    decoding then repeats one token whatever the prefix, which would not test decoding;
+    projection of each residual branch (self-attention out, cross-attention out,
+    feed-forward second linear) is further scaled by 1/sqrt(n), n = residual branches
+    in its stack (2 per encoder or decoder-only layer, 3 per encoder-decoder decoder
+    layer), so that all branches together add about unit variance (like GPT-2's init):
+    with unit-scale branches a deep post-norm stack washes its input out, and greedy
+    decoding then repeats one token whatever the prefix, which would not test decoding
+    (seen: transformer-base's rows were one token repeated);
     every LayerNorm gain = 1 + 0.1 * N(0, 1), bias = 0.1 * N(0, 1);
     embedding tables ~ N(0, 1/d) when scaled by sqrt(d) (so the scaled embedding is
     ~N(0, 1), like the positions), N(0, 1) otherwise; learned position and token-type
