@@ -82,7 +82,7 @@ class Linear : public Generator<Linear<kResidual>> {
       schedule_gpu_matmul(out, acc, xc, wf, n, m, r.x, N, K, GpuMatmulKnobs{gpu_tile_n, gpu_tile_m, gpu_k_chunk});
       return;
     }
-    schedule_cpu_matmul(out, acc, n, m, r.x, N, MatmulKnobs{vec, tile_n, tile_m, parallel});
+    schedule_cpu_matmul(out, acc, n, m, r.x, N, M, MatmulKnobs{vec, tile_n, tile_m, parallel});
   }
 };
 

@@ -6,7 +6,8 @@
 // contiguous vectors, a broadcast per row), then the epilogue (bias, activation,
 // residual) is applied to the tile while it is hot. Tiles are distributed over threads.
 // Rows are dynamic: the row loop is GuardWithIf, so the caller must clamp row indices of
-// its inputs (the accumulator is computed over the whole tile, see Linear).
+// its inputs (the accumulator is computed over the whole tile, see Linear); fewer rows
+// than a tile (decode) take a one-row-per-tile specialisation.
 #pragma once
 
 #include "Halide.h"
@@ -21,7 +22,7 @@ struct MatmulKnobs {
 };
 
 inline void schedule_cpu_matmul(Halide::Func out, Halide::Func acc, const Halide::Var& n,
-                                const Halide::Var& m, const Halide::RVar& rk, int N,
+                                const Halide::Var& m, const Halide::RVar& rk, int N, Halide::Expr rows,
                                 MatmulKnobs k) {
   using namespace Halide;
   // Never a tile wider than the layer; keep the vector width a divisor of the tile.
@@ -31,14 +32,18 @@ inline void schedule_cpu_matmul(Halide::Func out, Halide::Func acc, const Halide
   int width = vec * tn;
   Var no("no"), ni("ni"), mo("mo"), mi("mi"), tile("tile");
   TailStrategy n_tail = (N % width == 0) ? TailStrategy::RoundUp : TailStrategy::ShiftInwards;
-  out.split(n, no, ni, width, n_tail)
-      .split(m, mo, mi, k.tile_m, TailStrategy::GuardWithIf)
-      .reorder(ni, mi, no, mo)
-      .vectorize(ni, vec)
-      .unroll(mi);
-  if (k.parallel) {
-    out.fuse(no, mo, tile).parallel(tile);
-  }
+  // Fewer rows than a tile (decode steps): one row per tile instead of computing a
+  // whole tile of clamped duplicate rows.
+  auto tiles = [&](Stage s, int tm) {
+    s.split(n, no, ni, width, n_tail)
+        .split(m, mo, mi, tm, TailStrategy::GuardWithIf)
+        .reorder(ni, mi, no, mo)
+        .vectorize(ni, vec)
+        .unroll(mi);
+    if (k.parallel) s.fuse(no, mo, tile).parallel(tile);
+  };
+  if (k.tile_m > 1) tiles(out.specialize(rows < k.tile_m), 1);
+  tiles(out, k.tile_m);
   acc.compute_at(out, k.parallel ? tile : no)
       .vectorize(n, vec)
       .unroll(n)
