@@ -2,7 +2,9 @@
 // What it prints follows the spec's architecture:
 //   encoder-decoder: the decoded target ids of each source (greedy, or beam search)
 //   decoder-only:    the continuation of each prompt
-//   encoder-only:    the head's vector per sequence (class logits / sentence embedding)
+//   encoder-only:    the head's vector per sequence (class logits / sentence embedding);
+//                    from token ids, or from text (--text, --text-file) with a BERT
+//                    vocabulary (--vocab vocab.txt; halformer/tokenizer.h)
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -11,12 +13,17 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <limits>
+#include <numeric>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "halformer/error.h"
 #include "halformer/model.h"
 #include "halformer/safetensors.h"
+#include "halformer/tokenizer.h"
 
 using halformer::Arch;
 using halformer::Error;
@@ -83,6 +90,83 @@ void print_ids(const Sequence& t) {
   std::cout << "\n";
 }
 
+// ---- text input (encoder-only models): --text, --text-file, --vocab, --max-length
+// Every line of the file is one text, blank lines included (they embed as [CLS] [SEP]),
+// so output line i belongs to input line i. Lines end at '\n' only.
+std::vector<std::string> read_texts(const std::vector<std::string>& args, const std::string& file) {
+  std::vector<std::string> out(args);
+  if (!file.empty()) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(file, ec)) throw Error(file + ": is a directory, not a file of texts");
+    std::ifstream in(file, std::ios::binary);
+    if (!in) throw Error(file + ": cannot open");
+    std::ostringstream all;
+    all << in.rdbuf();
+    if (in.bad()) throw Error(file + ": read error");
+    const std::string s = all.str();
+    for (size_t pos = 0; pos < s.size();) {
+      size_t end = std::min(s.find('\n', pos), s.size());
+      out.push_back(s.substr(pos, end - pos));
+      pos = end + 1;
+    }
+  }
+  return out;
+}
+
+// The text with every byte that does not start valid UTF-8 replaced by U+FFFD (JSON
+// output must be valid UTF-8; the tokenizer reads such bytes the same way).
+std::string valid_utf8(const std::string& s) {
+  std::string out;
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  for (size_t i = 0, n = s.size(); i < n;) {
+    unsigned c = p[i];
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    bool ok = len > 0 && i + len <= n;
+    for (size_t k = 1; ok && k < len; ++k) ok = (p[i + k] & 0xC0) == 0x80;
+    if (ok && len > 1) {  // no overlong forms, surrogates or code points past U+10FFFF
+      unsigned cp = c & (0xFF >> (len + 1));
+      for (size_t k = 1; k < len; ++k) cp = (cp << 6) | (p[i + k] & 0x3F);
+      ok = cp >= (len == 2 ? 0x80u : len == 3 ? 0x800u : 0x10000u) && cp <= 0x10FFFF && (cp < 0xD800 || cp > 0xDFFF);
+    }
+    if (ok) {
+      out.append(s, i, len);
+      i += len;
+    } else {
+      out += "\xEF\xBF\xBD";
+      i += 1;
+    }
+  }
+  return out;
+}
+
+// Encoder-only models: `f` (pooled / encode) over the sequences in batches of
+// `batch_size` (0: all at once), longest first so that little is padded; the rows come
+// back in input order, [N, ...] ([N, S, d] outputs padded to the longest S).
+halformer::Tensor batched(const std::function<halformer::Tensor(const std::vector<Sequence>&)>& f,
+                          const std::vector<Sequence>& src, size_t batch_size) {
+  if (batch_size == 0 || batch_size >= src.size()) return f(src);
+  std::vector<size_t> order(src.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return src[a].size() > src[b].size(); });
+  halformer::Tensor out;
+  size_t row = 0;
+  for (size_t i = 0; i < order.size(); i += batch_size) {
+    std::vector<Sequence> part;
+    for (size_t j = i; j < std::min(i + batch_size, order.size()); ++j) part.push_back(src[order[j]]);
+    halformer::Tensor t = f(part);
+    if (i == 0) {  // the longest sequences come first: their shape is the widest
+      out.shape = t.shape;
+      out.shape[0] = int64_t(src.size());
+      row = t.data.size() / part.size();
+      out.data.assign(row * src.size(), 0.0f);
+    }
+    const size_t r = t.data.size() / part.size();  // <= row: shorter S, same trailing dims
+    for (size_t j = 0; j < part.size(); ++j)
+      std::copy(t.data.begin() + j * r, t.data.begin() + (j + 1) * r, out.data.begin() + order[i + j] * row);
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -101,6 +185,18 @@ int main(int argc, char** argv) {
       ->required();
   app.add_option("--src,-s", src_args, "token ids of one input sequence, e.g. \"3 7 1 9\" (repeat for a batch)");
   app.add_option("--src-file", src_file, "file with one input sequence per line");
+  std::vector<std::string> text_args;
+  std::string text_file, vocab;
+  int max_length = cfg.max_len, batch_size = 0;
+  if (cfg.arch == Arch::Encoder) {
+    app.add_option("--text", text_args, "one input text, tokenized with --vocab (repeat for a batch)");
+    app.add_option("--text-file", text_file, "file with one input text per line (UTF-8; blank lines too)");
+    app.add_option("--vocab", vocab, "BERT WordPiece vocabulary (vocab.txt) for --text / --text-file");
+    app.add_option("--max-length", max_length, "text: tokens per text with [CLS] and [SEP]; longer texts are truncated")
+        ->capture_default_str();
+    app.add_option("--batch-size", batch_size, "run the inputs in batches of this many, longest first (0: one batch)")
+        ->capture_default_str()->check(CLI::NonNegativeNumber);
+  }
   if (decodes) {
     app.add_option("--max-new-tokens,-n", max_new, "tokens to generate per sequence")->capture_default_str();
     app.add_option("--beam", beam, "beam size (1: greedy)")->capture_default_str()->check(CLI::Range(1, 1024));
@@ -125,14 +221,31 @@ int main(int argc, char** argv) {
 
   try {
     auto src = read_sequences(src_args, src_file, "--src");
-    if (src.empty()) throw Error("no input sequences: give --src \"ids\" or --src-file FILE");
+    const auto texts = read_texts(text_args, text_file);
+    const bool text_mode = !text_args.empty() || !text_file.empty();
+    if (text_mode) {
+      if (!src.empty()) throw Error("give token ids (--src, --src-file) or text (--text, --text-file), not both");
+      if (vocab.empty()) throw Error("--text/--text-file: --vocab FILE is required (the model's vocab.txt)");
+      if (max_length < 2 || max_length > cfg.max_len)
+        throw Error("--max-length " + std::to_string(max_length) + " is outside [2, " + std::to_string(cfg.max_len) +
+                    "] (2: [CLS] and [SEP]; the model's max_len is " + std::to_string(cfg.max_len) + ")");
+      auto t0 = std::chrono::steady_clock::now();
+      src = halformer::BertTokenizer::from_vocab_file(vocab).encode_batch(texts, max_length);
+      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (timing) std::fprintf(stderr, "tokenizer (vocabulary load + %zu texts) %.3f ms\n", texts.size(), ms);
+    }
+    if (src.empty())
+      throw Error(std::string("no input sequences: give --src \"ids\" or --src-file FILE") +
+                  (cfg.arch == Arch::Encoder ? ", or --text \"...\" / --text-file FILE with --vocab FILE" : ""));
+    if (!text_mode && (!vocab.empty() || max_length != cfg.max_len))
+      throw Error(std::string(vocab.empty() ? "--max-length" : "--vocab") + " applies to text input: give --text or --text-file");
     auto tgt = read_sequences(tgt_args, tgt_file, "--tgt");
     if (!tgt.empty() && tgt.size() != src.size())
       throw Error("--tgt: " + std::to_string(tgt.size()) + " sequences for " + std::to_string(src.size()) + " sources");
     if (!tgt.empty() && dump.empty())
       throw Error("--tgt: the teacher-forced head output is only written by --dump; add --dump FILE");
     // --dump replaces its file: never one of the user's inputs.
-    for (const std::string* input : {&weights, &src_file, &tgt_file}) {
+    for (const std::string* input : {&weights, &src_file, &tgt_file, &text_file, &vocab}) {
       std::error_code ec;
       if (!dump.empty() && !input->empty() && std::filesystem::equivalent(dump, *input, ec))
         throw Error("--dump " + dump + ": is the same file as the input " + *input + "; refusing to overwrite it");
@@ -147,14 +260,18 @@ int main(int argc, char** argv) {
     std::vector<float> beam_scores;
 
     if (cfg.arch != Arch::Decoder && !dump.empty()) {
-      enc = model.encode(src);
+      enc = cfg.arch == Arch::Encoder
+                ? batched([&](const std::vector<Sequence>& s) { return model.encode(s); }, src, size_t(batch_size))
+                : model.encode(src);
       out.push_back({"encoder_output", "F32", enc.shape, enc.data.data()});
     }
     if (!decodes) {
       std::vector<double> ms;
       for (int i = 0; i < repeat; ++i) {
         auto wall0 = std::chrono::steady_clock::now();
-        head = cfg.head == halformer::HeadOutput::Hidden ? model.encode(src) : model.pooled(src);
+        head = batched([&](const std::vector<Sequence>& s) {
+          return cfg.head == halformer::HeadOutput::Hidden ? model.encode(s) : model.pooled(s);
+        }, src, size_t(batch_size));
         ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall0).count());
       }
       if (timing) std::fprintf(stderr, "encoder + head %.3f ms (median of %d), batch %zu\n", median(ms), repeat, src.size());
@@ -164,7 +281,9 @@ int main(int argc, char** argv) {
       for (size_t b = 0; b < src.size(); ++b) {
         std::vector<float> v(head.data.begin() + b * X, head.data.begin() + (b + 1) * X);
         if (json) {
-          j["sequences"].push_back({{"source", src[b]}, {"output", v}});
+          nlohmann::json s = {{"source", src[b]}, {"output", v}};
+          if (text_mode) s["text"] = valid_utf8(texts[b]);
+          j["sequences"].push_back(s);
         } else {
           for (size_t i = 0; i < v.size(); ++i) std::printf(i ? " %.6g" : "%.6g", v[i]);
           std::printf("\n");
@@ -186,7 +305,7 @@ int main(int argc, char** argv) {
       for (auto& hs : r.hypotheses)
         for (auto& h : hs) N = std::max(N, h.size());
       beam_m.assign(src.size() * beam * N, -1);
-      beam_scores.assign(src.size() * beam, 0.0f);
+      beam_scores.assign(src.size() * beam, -std::numeric_limits<float>::infinity());  // missing hypotheses
       for (size_t b = 0; b < src.size(); ++b) {
         nlohmann::json hyps;
         for (size_t k = 0; k < r.hypotheses[b].size(); ++k) {

@@ -28,7 +28,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-PIP_PINS=(halide==21.0.0 cmake==3.31.6 safetensors==0.4.5)
+# transformers (+ its pure-Python deps) is the reference for the huggingface-bert preset;
+# --no-deps keeps pip from pulling PyPI's torch over Debian's.
+PIP_PINS=(halide==21.0.0 cmake==3.31.6 safetensors==0.4.5
+          transformers==4.30.2 huggingface-hub==0.16.4 regex==2023.6.3 filelock==3.12.2
+          tqdm==4.65.0 packaging==23.1)
 if [ ! -x .venv/bin/python ]; then
   echo "[bootstrap] creating .venv (Debian python3, system site packages)"
   /usr/bin/python3 -m venv --system-site-packages .venv
