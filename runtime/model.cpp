@@ -16,12 +16,31 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "halformer/error.h"
 #include "halformer/weights.h"
 
 namespace halformer {
+
+// One Halide buffer per weight tensor for the model's lifetime: on a GPU device the
+// first kernel that reads it copies it over once, and later calls find it there.
+struct WeightBuffers {
+  std::mutex lock;
+  std::map<const float*, std::unique_ptr<Halide::Runtime::Buffer<float>>> bufs;
+  halide_buffer_t* get(const std::vector<float>& v, int inner, int rows) {
+    std::lock_guard<std::mutex> guard(lock);
+    auto& b = bufs[v.data()];
+    if (!b) {
+      halide_dimension_t dims[2] = {{0, inner, 1}, {0, rows, inner}};
+      b = std::make_unique<Halide::Runtime::Buffer<float>>(const_cast<float*>(v.data()), rows > 1 ? 2 : 1, dims);
+      b->set_host_dirty();
+    }
+    return b->raw_buffer();
+  }
+};
+
 namespace {
 
 using Buf = Halide::Runtime::Buffer<float>;
@@ -34,16 +53,22 @@ thread_local const KernelTable* g_kernels = nullptr;
 thread_local bool g_gpu = false;
 const KernelTable& K() { return *g_kernels; }
 
+thread_local WeightBuffers* g_weights = nullptr;  // the current Model's (set by DeviceScope)
+
 struct DeviceScope {
   const KernelTable* saved_k;
   bool saved_gpu;
-  explicit DeviceScope(const std::string& device) : saved_k(g_kernels), saved_gpu(g_gpu) {
+  WeightBuffers* saved_w;
+  DeviceScope(const std::string& device, WeightBuffers* weights)
+      : saved_k(g_kernels), saved_gpu(g_gpu), saved_w(g_weights) {
     g_kernels = halformer_model_kernels_for(device.c_str());
     g_gpu = device != "cpu";
+    g_weights = weights;
   }
   ~DeviceScope() {
     g_kernels = saved_k;
     g_gpu = saved_gpu;
+    g_weights = saved_w;
   }
 };
 
@@ -137,27 +162,31 @@ struct Act {
   Buf heads(int hd) const { return view4(v.data(), hd, C / hd, T, B, C, int64_t(C) * T); }
 };
 
+
 // ---- one call per layer kind
 void linear(LinearFn fn, const char* name, Buf x, const LinearWeights& w, Buf out) {
   KernelTimer timer(name);
-  Buf wb = view2(w.w.data(), w.out, w.in, w.out), bb = view1(w.b);
-  for (const Buf* in : {&x, &wb, &bb}) to_device(*in);
-  run(fn(x.raw_buffer(), wb.raw_buffer(), bb.raw_buffer(), out.raw_buffer()), name);
+  to_device(x);
+  run(fn(x.raw_buffer(), g_weights->get(w.w, w.out, w.in), g_weights->get(w.b, w.out, 1), out.raw_buffer()), name);
   to_host(out, name);
 }
 void linear_residual(LinearResidualFn fn, const char* name, Buf x, const LinearWeights& w,
                      Buf residual, Buf out) {
   KernelTimer timer(name);
-  Buf wb = view2(w.w.data(), w.out, w.in, w.out), bb = view1(w.b);
-  for (const Buf* in : {&x, &wb, &bb, &residual}) to_device(*in);
-  run(fn(x.raw_buffer(), wb.raw_buffer(), bb.raw_buffer(), residual.raw_buffer(), out.raw_buffer()), name);
+  to_device(x);
+  to_device(residual);
+  run(fn(x.raw_buffer(), g_weights->get(w.w, w.out, w.in), g_weights->get(w.b, w.out, 1), residual.raw_buffer(),
+         out.raw_buffer()),
+      name);
   to_host(out, name);
 }
 void layer_norm(const Act& x, const NormWeights& n, Act& out) {
   KernelTimer timer("layer_norm");
-  Buf g = view1(n.gamma), b = view1(n.beta), xb = x.flat(), ob = out.flat();
-  for (const Buf* in : {&xb, &g, &b}) to_device(*in);
-  run(K().layer_norm(xb.raw_buffer(), g.raw_buffer(), b.raw_buffer(), ob.raw_buffer()), "layer_norm");
+  const int d = int(n.gamma.size());
+  Buf xb = x.flat(), ob = out.flat();
+  to_device(xb);
+  run(K().layer_norm(xb.raw_buffer(), g_weights->get(n.gamma, d, 1), g_weights->get(n.beta, d, 1), ob.raw_buffer()),
+      "layer_norm");
   to_host(ob, "layer_norm");
 }
 void attention(AttentionFn fn, const char* name, Buf q, Buf kv, Buf mask,
@@ -398,7 +427,8 @@ Act repeat_rows(const Act& a, int k) {
 
 }  // namespace
 
-Model::Model(std::unique_ptr<Weights> w, std::string device) : weights_(std::move(w)), device_(std::move(device)) {}
+Model::Model(std::unique_ptr<Weights> w, std::string device)
+    : weights_(std::move(w)), device_(std::move(device)), buffers_(std::make_unique<WeightBuffers>()) {}
 Model::~Model() = default;
 Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
@@ -411,7 +441,7 @@ Model Model::load(const std::string& weights_path, int threads, const std::strin
   Model m(std::make_unique<Weights>(load_weights(C(), weights_path)), device);
   if (device != "cpu") {
     // Fail now, clearly, if the device cannot run a kernel (no driver, no device).
-    DeviceScope scope(device);
+    DeviceScope scope(device, m.buffers_.get());
     const int d = C().d_model;
     Act x(d, 1, 1), y(d, 1, 1);
     NormWeights n{std::vector<float>(d, 1.0f), std::vector<float>(d, 0.0f)};
@@ -427,14 +457,14 @@ Model Model::load(const std::string& weights_path, int threads, const std::strin
 const ModelConfig& Model::config() const { return C(); }
 
 Tensor Model::encode(const std::vector<Sequence>& src) const {
-  DeviceScope scope(device_);
+  DeviceScope scope(device_, buffers_.get());
   if (C().arch == Arch::Decoder) throw Error("encode: a decoder-only model has no encoder");
   IBuf s = pad_batch(src, C().src_vocab, "source");
   return to_tensor(run_encoder(*weights_, s, key_mask(s)));
 }
 
 Tensor Model::pooled(const std::vector<Sequence>& src) const {
-  DeviceScope scope(device_);
+  DeviceScope scope(device_, buffers_.get());
   if (!K().pool) throw Error("pooled: the model's head is not 'classifier' or 'embedding'");
   IBuf s = pad_batch(src, C().src_vocab, "source");
   Act x = run_encoder(*weights_, s, key_mask(s));
@@ -464,7 +494,7 @@ Tensor Model::pooled(const std::vector<Sequence>& src) const {
 }
 
 Tensor Model::score(const std::vector<Sequence>& src, const std::vector<Sequence>& tgt) const {
-  DeviceScope scope(device_);
+  DeviceScope scope(device_, buffers_.get());
   const Weights& w = *weights_;
   if (C().arch == Arch::Encoder) throw Error("score: an encoder-only model has no decoder");
   const bool dec_only = C().arch == Arch::Decoder;
@@ -492,7 +522,7 @@ Tensor Model::score(const std::vector<Sequence>& src, const std::vector<Sequence
 }
 
 DecodeResult Model::greedy(const std::vector<Sequence>& src, int max_new_tokens, bool use_cache) const {
-  DeviceScope scope(device_);
+  DeviceScope scope(device_, buffers_.get());
   if (C().arch == Arch::Encoder) throw Error("greedy: an encoder-only model does not decode");
   if (max_new_tokens < 1 || max_new_tokens > C().max_len)
     throw Error("max_new_tokens " + std::to_string(max_new_tokens) + " is outside [1, max_len = " +
@@ -588,7 +618,7 @@ DecodeResult Model::greedy(const std::vector<Sequence>& src, int max_new_tokens,
 }
 
 BeamResult Model::beam_search(const std::vector<Sequence>& src, int K_beam, double alpha, int max_new_tokens) const {
-  DeviceScope scope(device_);
+  DeviceScope scope(device_, buffers_.get());
   if (C().arch != Arch::EncoderDecoder) throw Error("beam search needs an encoder-decoder model");
   if (K_beam < 1) throw Error("beam size " + std::to_string(K_beam) + " must be >= 1");
   if (max_new_tokens < 1 || max_new_tokens > C().max_len)

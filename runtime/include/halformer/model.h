@@ -40,6 +40,7 @@ struct BeamResult {
 };
 
 struct Weights;
+struct WeightBuffers;
 
 class Model {
  public:
@@ -74,6 +75,7 @@ class Model {
   Model(std::unique_ptr<Weights> w, std::string device);
   std::unique_ptr<Weights> weights_;
   std::string device_;
+  std::unique_ptr<WeightBuffers> buffers_;  // Halide buffers of the weights (device copies live here)
 };
 
 }  // namespace halformer
