@@ -28,10 +28,11 @@ namespace halformer {
 // first kernel that reads it copies it over once, and later calls find it there.
 struct WeightBuffers {
   std::mutex lock;
-  std::map<const float*, std::unique_ptr<Halide::Runtime::Buffer<float>>> bufs;
+  std::map<std::pair<const float*, int>, std::unique_ptr<Halide::Runtime::Buffer<float>>> bufs;
+  // The tensor v as (inner, rows) -- 1-D when rows == 1.
   halide_buffer_t* get(const std::vector<float>& v, int inner, int rows) {
     std::lock_guard<std::mutex> guard(lock);
-    auto& b = bufs[v.data()];
+    auto& b = bufs[{v.data(), rows}];
     if (!b) {
       halide_dimension_t dims[2] = {{0, inner, 1}, {0, rows, inner}};
       b = std::make_unique<Halide::Runtime::Buffer<float>>(const_cast<float*>(v.data()), rows > 1 ? 2 : 1, dims);
@@ -236,11 +237,11 @@ Act embed(EmbeddingFn fn, const IBuf& tokens, const std::vector<float>& table, i
           const Weights& w, int pos_offset, bool token_types) {
   const int d = C().d_model;
   Act x(d, tokens.dim(0).extent(), tokens.dim(1).extent());
-  Buf tb = view2(table.data(), d, vocab, d);
-  // Tables a kernel does not read (no learned positions / types) get a 1-row stand-in.
-  Buf pb = w.positions.empty() ? view2(table.data(), d, 1, d) : view2(w.positions.data(), d, C().max_len, d);
-  Buf yb = (token_types && !w.token_types.empty()) ? view2(w.token_types.data(), d, C().type_vocab, d)
-                                                   : view2(table.data(), d, 1, d);
+  // Tables a kernel does not read (no learned positions / types) get the token table as
+  // a stand-in.
+  halide_buffer_t* tb = g_weights->get(table, d, vocab);
+  halide_buffer_t* pb = w.positions.empty() ? tb : g_weights->get(w.positions, d, C().max_len);
+  halide_buffer_t* yb = (token_types && !w.token_types.empty()) ? g_weights->get(w.token_types, d, C().type_vocab) : tb;
   IBuf types(x.T, x.B);
   types.fill(0);  // token type 0 for every token (single-segment inputs)
   halide_dimension_t dims[3] = {{0, d, 1}, {0, x.T, d}, {0, x.B, d * x.T}};
@@ -249,9 +250,7 @@ Act embed(EmbeddingFn fn, const IBuf& tokens, const std::vector<float>& table, i
     KernelTimer timer("embedding");
     to_device(tokens);
     to_device(types);
-    for (const Buf* in : {&tb, &pb, &yb}) to_device(*in);
-    run(fn(const_cast<IBuf&>(tokens).raw_buffer(), types.raw_buffer(), tb.raw_buffer(), pb.raw_buffer(),
-           yb.raw_buffer(), pos_offset, o3.raw_buffer()),
+    run(fn(const_cast<IBuf&>(tokens).raw_buffer(), types.raw_buffer(), tb, pb, yb, pos_offset, o3.raw_buffer()),
         "embedding");
     to_host(o3, "embedding");
   }
