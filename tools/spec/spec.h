@@ -96,6 +96,11 @@ struct Spec {
   // schedule knob overrides, "<layer kind>.<knob>" -> value, e.g. "linear.tile_m": "4"
   std::map<std::string, std::string> schedule;
 
+  // tuning: read by `halformer tune` and `halformer build` (docs/tuning.md)
+  std::string tuning_db;                // database path as written (relative to the spec's directory)
+  std::vector<int64_t> tuning_seq_lens;     // empty: the tuner's default (128)
+  std::vector<int64_t> tuning_batch_sizes;  // empty: the tuner's default (1)
+
   // Where each field was written: dotted path (e.g. "sizes.d_model", "layer") ->
   // (line, column), 1-based. A field missing here took its default. Used to place
   // diagnostics (check_supported) on the line the user wrote.
