@@ -74,8 +74,22 @@ function(halformer_add_model NAME)
   target_link_libraries(${NAME}_model PUBLIC ${runtime} ${kernels} ${NAME}_halide_runtime)
   add_executable(${NAME}_bin $<TARGET_OBJECTS:${cli_main}>)
   target_link_libraries(${NAME}_bin PRIVATE ${NAME}_model ${cli_main})
-  set_target_properties(${NAME}_bin PROPERTIES OUTPUT_NAME ${NAME}
-                        RUNTIME_OUTPUT_DIRECTORY "${ARG_OUTPUT_DIR}")
+  set_target_properties(${NAME}_bin PROPERTIES OUTPUT_NAME ${NAME})
+  # Linked in the build tree, then installed by copy + rename: an interrupted build
+  # leaves the previous binary in OUTPUT_DIR whole and usable.
+  set(exe "${ARG_OUTPUT_DIR}/${NAME}")
+  foreach (out IN ITEMS "${exe}" "${ARG_OUTPUT_DIR}/lib${NAME}.a")
+    get_filename_component(out_real "${out}" REALPATH)
+    get_filename_component(spec_real "${spec}" REALPATH)
+    if (out_real STREQUAL spec_real)
+      message(FATAL_ERROR "halformer: output ${out} would overwrite the spec ${spec}; choose another -o directory")
+    endif ()
+  endforeach ()
+  add_custom_command(OUTPUT "${exe}"
+                     COMMAND ${CMAKE_COMMAND} -E copy $<TARGET_FILE:${NAME}_bin> "${exe}.tmp"
+                     COMMAND ${CMAKE_COMMAND} -E rename "${exe}.tmp" "${exe}"
+                     DEPENDS ${NAME}_bin COMMENT "Installing ${exe}" VERBATIM)
+  add_custom_target(${NAME}_install ALL DEPENDS "${exe}")
 
   # lib<NAME>.a: the runtime, the glue and every kernel in one archive (ar MRI script).
   set(archives $<TARGET_FILE:${NAME}_model> $<TARGET_FILE:${runtime}>)

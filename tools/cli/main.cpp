@@ -71,6 +71,14 @@ int build(const Spec& spec, const std::string& spec_path, const std::string& out
   const std::string build_dir = env_or("HALFORMER_BUILD_DIR", HALFORMER_BUILD_DIR);
   const std::string source_dir = env_or("HALFORMER_SOURCE_DIR", HALFORMER_SOURCE_DIR);
   fs::path out = fs::absolute(out_dir), proj = out / ".halformer";
+  // Never write over the user's spec: the outputs are DIR/<name> and DIR/lib<name>.a.
+  for (const fs::path& target : {out / spec.name, out / ("lib" + spec.name + ".a")}) {
+    std::error_code ec;
+    if (fs::exists(target, ec) && fs::equivalent(target, spec_path, ec)) {
+      std::cerr << "halformer build: output " << target.string() << " is the spec itself; choose another -o directory\n";
+      return 1;
+    }
+  }
   fs::create_directories(proj);
   // Tuning database: say here what the plan step (run by CMake, output not shown) will do.
   std::string db_env;
@@ -131,7 +139,7 @@ int build(const Spec& spec, const std::string& spec_path, const std::string& out
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run_cli(int argc, char** argv) {
   CLI::App app{"halformer: compile a Transformer YAML spec into Halide kernels and an inference binary"};
   app.require_subcommand(1);
 
@@ -194,4 +202,15 @@ int main(int argc, char** argv) {
   auto spec = load(build_spec, true);
   if (!spec) return 1;
   return build(*spec, build_spec, build_out, jobs, no_db ? "none" : build_db);
+}
+
+int main(int argc, char** argv) {
+  // Filesystem and I/O failures (an output path that is a file, an unwritable
+  // directory, ...) end with a message and exit 1, never an uncaught exception.
+  try {
+    return run_cli(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "halformer: error: " << e.what() << "\n";
+    return 1;
+  }
 }
