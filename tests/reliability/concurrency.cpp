@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -76,6 +77,35 @@ int main(int argc, char** argv) {
     const auto& c = ref_model.config();
     const int max_new = std::min(c.max_len, 12);
     const auto inputs = make_inputs(N, c.src_vocab, c.tgt_vocab, c.bos_id);
+    // The C++ API refuses bad inputs with an exception (never a crash): bad runtime inputs
+    // through the library, as tests/reliability/runtime_inputs.py does for the binary.
+    {
+      const Sequence ok{3, 7, 1, 9}, too_long(size_t(c.max_len) + 1, 3);
+      const std::vector<std::pair<const char*, std::function<void()>>> bad = {
+          {"empty batch", [&] { ref_model.greedy({}, 4); }},
+          {"empty sequence", [&] { ref_model.greedy({ok, {}}, 4); }},
+          {"id = vocab", [&] { ref_model.greedy({{3, c.src_vocab}}, 4); }},
+          {"negative id", [&] { ref_model.greedy({{-1}}, 4); }},
+          {"too long", [&] { ref_model.greedy({too_long}, 4); }},
+          {"max_new_tokens 0", [&] { ref_model.greedy({ok}, 0); }},
+          {"max_new_tokens max_len + 1", [&] { ref_model.greedy({ok}, c.max_len + 1); }},
+          {"encode empty batch", [&] { ref_model.encode({}); }},
+          {"score count mismatch", [&] { ref_model.score({ok, ok}, {{c.bos_id}}); }},
+          {"score target id = vocab", [&] { ref_model.score({ok}, {{c.bos_id, c.tgt_vocab}}); }},
+          {"score empty target", [&] { ref_model.score({ok}, {{}}); }},
+      };
+      int refused = 0;
+      for (const auto& [what, call] : bad) {
+        try {
+          call();
+          std::fprintf(stderr, "API accepted a bad input: %s\n", what);
+        } catch (const std::exception&) {
+          ++refused;
+        }
+      }
+      std::printf("API: %d of %zu bad inputs refused with an exception\n", refused, bad.size());
+      if (refused != int(bad.size())) return 1;
+    }
     std::vector<Output> ref;
     for (const auto& in : inputs) ref.push_back(infer(ref_model, in, max_new));
     // Same inputs again on the same instance: deterministic across runs.

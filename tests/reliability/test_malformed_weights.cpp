@@ -94,7 +94,7 @@ Doc with_tensor(Doc d, const std::string& name, const std::string& dtype, std::v
   return d;
 }
 
-enum class Kind { Bytes, Directory, Missing };
+enum class Kind { Bytes, Directory, Missing, Fifo };
 struct Case {
   std::string name;
   Kind kind = Kind::Bytes;
@@ -135,6 +135,8 @@ std::vector<Case> cases() {
   add("only_length", [] { return le64(2); }, {"header length 2 runs past the end of the file (8 bytes)"});
   c.push_back({"directory", Kind::Directory, nullptr, {"not a regular file"}});
   c.push_back({"nonexistent", Kind::Missing, nullptr, {"cannot open weights file", "No such file"}});
+  // Opening a FIFO used to block forever waiting for a writer.
+  c.push_back({"fifo", Kind::Fifo, nullptr, {"not a regular file"}});
 
   // ---- header length
   add("truncated_in_header", [full, hlen] { return full.substr(0, 8 + hlen / 2); },
@@ -337,6 +339,8 @@ std::string materialize(const Case& c) {
   fs::remove_all(p, ec);
   if (c.kind == Kind::Directory) {
     fs::create_directories(p);
+  } else if (c.kind == Kind::Fifo) {
+    if (::mkfifo(p.c_str(), 0600) != 0) throw std::runtime_error("mkfifo failed");
   } else if (c.kind == Kind::Bytes) {
     std::string b = c.bytes();
     std::ofstream(p, std::ios::binary).write(b.data(), std::streamsize(b.size()));
