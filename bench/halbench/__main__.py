@@ -35,7 +35,6 @@ import json
 import os
 import platform
 import random
-import shutil
 import subprocess
 import sys
 import time
@@ -59,19 +58,27 @@ def parse_args(argv=None):
     ap.add_argument("--out", help="results directory (default bench/results/<date-time>/)")
     ap.add_argument("--work", help="cache: built model, weights, ONNX and CT2 models "
                                    "(default bench/.cache/<spec name>/)")
+    ap.add_argument("--model-dir", help="an already built model directory (DIR/lib<name>.a from `halformer build "
+                                        "SPEC -o DIR`) to benchmark instead of building the spec")
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"), help="halformer's CMake build directory")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--threads", type=int, default=2, help="threads for every system (default 2)")
+    ap.add_argument("--batches", default="1,8", help="comma-separated batch sizes (default 1,8)")
     ap.add_argument("--src-len", type=int, help="source length (default 128; --quick 16)")
     ap.add_argument("--new-tokens", type=int, help="greedy decode length (default 64; --quick 8)")
     ap.add_argument("--warmup", type=int, help="warm-up runs per scenario (default 2; --quick 1)")
     ap.add_argument("--repeat", type=int, help="timed encoder runs (default 10; --quick 3); decode: half, >= 3")
+    ap.add_argument("--rounds", type=int, help="run halformer and every peer this many times in turn, "
+                    "splitting the repetitions between rounds, so that a burst of load from other processes "
+                    "hits all systems alike (default 2; --quick 1)")
     ap.add_argument("--peers", default="pytorch,onnxruntime,ctranslate2",
                     help="comma-separated subset of pytorch,onnxruntime,ctranslate2 ('' for none)")
     ap.add_argument("--no-matmul", action="store_true", help="skip the matmul-in-isolation scenarios")
     ap.add_argument("--no-profile", action="store_true",
                     help="skip the HALFORMER_PROFILE=1 run that saves halformer's per-kernel table")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs (default 0)")
+    ap.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
+                    help="before measuring, wait up to SECONDS for the 1-minute load average to drop below "
+                         "0.5 (a shared machine); the run goes ahead anyway after that, with a note")
     ap.add_argument("--validate", action="store_true",
                     help="after the run, assert the results JSON is complete and sane (exit 1 if not)")
     ap.add_argument("--python-env", default="", help=argparse.SUPPRESS)  # set by bench/run: which venv
@@ -138,6 +145,15 @@ def git_info() -> Dict[str, Any]:
     return out
 
 
+def wait_quiet(limit_s: float) -> None:
+    t0 = time.time()
+    while os.getloadavg()[0] >= 0.5 and time.time() - t0 < limit_s:
+        log(f"waiting for a quiet machine: load average {os.getloadavg()[0]:.2f} "
+            f"({time.time() - t0:.0f} / {limit_s:.0f} s)")
+        time.sleep(30)
+    log(f"load average {os.getloadavg()[0]:.2f}: starting")
+
+
 def child_env(threads: int) -> Dict[str, str]:
     env = dict(os.environ)
     for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
@@ -151,7 +167,8 @@ def run(cmd: List[str], env=None, timeout=None, capture=True) -> subprocess.Comp
     p = subprocess.run(cmd, env=env, timeout=timeout, text=True,
                        stdout=subprocess.PIPE if capture else None, stderr=subprocess.PIPE if capture else None)
     if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd[:3])}... exited {p.returncode}:\n{(p.stderr or '')[-3000:]}")
+        raise RuntimeError(f"{' '.join(cmd[:3])}... exited {p.returncode}:\n{(p.stdout or '')[-2000:]}"
+                           f"{(p.stderr or '')[-2000:]}")
     return p
 
 
@@ -193,16 +210,20 @@ def make_inputs(work: str, spec: Dict, batches: List[int], src_len: int, seed: i
     return out
 
 
-def build_model(cfg, spec_path: str, name: str, work: str) -> str:
-    model_dir = os.path.join(work, "model")
-    t0 = time.time()
-    log(f"halformer build {os.path.relpath(spec_path, ROOT)} -> {model_dir}")
-    run([cfg["halformer"], "build", spec_path, "-o", model_dir])
-    log(f"model built ({time.time() - t0:.1f} s)")
+def build_model(cfg, spec_path: str, name: str, work: str, model_dir: Optional[str]) -> str:
+    if model_dir:
+        log(f"model: {model_dir} (--model-dir: not rebuilt)")
+    else:
+        model_dir = os.path.join(work, "model")
+        t0 = time.time()
+        log(f"halformer build {os.path.relpath(spec_path, ROOT)} -> {model_dir}")
+        run([cfg["halformer"], "build", spec_path, "-o", model_dir])
+        log(f"model built ({time.time() - t0:.1f} s)")
     lib = os.path.join(model_dir, f"lib{name}.a")
     if not os.path.exists(lib):
         raise SystemExit(f"bench: {lib} was not produced by halformer build")
     driver = os.path.join(work, "halformer_model_bench")
+    lib = os.path.abspath(lib)
     src = os.path.join(BENCH_DIR, "cpp", "model_bench.cpp")
     if (not os.path.exists(driver) or os.path.getmtime(driver) < max(os.path.getmtime(lib), os.path.getmtime(src))):
         log("compiling the model driver (bench/cpp/model_bench.cpp)")
@@ -220,14 +241,21 @@ def run_peak(cfg, quick: bool, threads: int) -> Dict[str, Any]:
     peak = json.loads(run(args).stdout)
     t = str(threads)
     peak["threads"] = threads
-    peak["gflops"] = peak["fma_gflops"][t]["best"]
-    peak["gbs"] = peak["read_gbs"][t]["best"]
+    # The denominators: best at `threads` threads, but never below the 1-thread best (more
+    # threads cannot have less capability; a lower figure means another process took a core).
+    peak["gflops"] = max(peak["fma_gflops"][t]["best"], peak["fma_gflops"]["1"]["best"])
+    peak["gbs"] = max(peak["read_gbs"][t]["best"], peak["read_gbs"]["1"]["best"])
+    if peak["gflops"] > peak["fma_gflops"][t]["best"] or peak["gbs"] > peak["read_gbs"][t]["best"]:
+        peak["note"] = (f"{threads}-thread measurement below the 1-thread one (machine busy): "
+                        f"the 1-thread figure is used")
+        log("peak: " + peak["note"])
     log(f"peak ({peak['isa']}): {peak['gflops']:.0f} GFLOP/s fp32, {peak['gbs']:.1f} GB/s read at {threads} threads "
         f"(1 thread: {peak['fma_gflops']['1']['best']:.0f} GFLOP/s, {peak['read_gbs']['1']['best']:.1f} GB/s)")
     return peak
 
 
-def run_halformer(driver, weights, inputs, batches, st, out_dir, profile: bool) -> Dict[str, Any]:
+def run_halformer(driver, weights, inputs, batches, st, out_dir, profile: bool, dump_outputs: bool = True
+                  ) -> Dict[str, Any]:
     res: Dict[str, Any] = {"system": "halformer", "status": "ok", "runs": {}, "dumps": {}, "profiles": {}}
     for b in batches:
         dump = os.path.join(st["work"], f"halformer_b{b}.safetensors")
@@ -236,9 +264,12 @@ def run_halformer(driver, weights, inputs, batches, st, out_dir, profile: bool) 
         cmd = [driver, "--weights", weights, "--src-file", inputs[str(b)], "--threads", str(st["threads"]),
                "--warmup", str(st["warmup"]), "--repeat", str(st["repeat_encoder"]),
                "--new-tokens", str(st["new_tokens"]), "--dump", dump]
+        if not dump_outputs:
+            cmd = cmd[:-2]
         enc = json.loads(run(cmd + ["--skip-decode"], env=child_env(st["threads"])).stdout)
         cmd[cmd.index("--repeat") + 1] = str(st["repeat_decode"])
-        dec = json.loads(run(cmd[:-2] + ["--skip-encoder"], env=child_env(st["threads"])).stdout)
+        base = cmd[:-2] if dump_outputs else cmd
+        dec = json.loads(run(base + ["--skip-encoder"], env=child_env(st["threads"])).stdout)
         enc["decode"] = dec["decode"]
         enc["max_rss_bytes_decode"] = dec["max_rss_bytes"]
         res["runs"][str(b)] = enc
@@ -251,7 +282,6 @@ def run_halformer(driver, weights, inputs, batches, st, out_dir, profile: bool) 
             # so that each table is about one scenario. Profiling adds a timer per kernel call.
             env = child_env(st["threads"])
             env["HALFORMER_PROFILE"] = "1"
-            base = cmd[:-2]
             pe = run(base + ["--skip-decode", "--warmup", "1", "--repeat", "3"], env=env)
             pd = run(base + ["--skip-encoder", "--warmup", "1", "--repeat", "1"], env=env)
             path = os.path.join(out_dir, f"halformer_profile_b{b}.txt")
@@ -262,6 +292,42 @@ def run_halformer(driver, weights, inputs, batches, st, out_dir, profile: bool) 
                         f"(includes its encoder + cross K/V, once per decode)\n{pd.stderr}")
             res["profiles"][str(b)] = os.path.basename(path)
     return res
+
+
+def merge_halformer(into: Dict[str, Any], more: Dict[str, Any]) -> None:
+    """Adds a later round's runs to the first round's."""
+    for b, r in more["runs"].items():
+        t = into["runs"][b]
+        t["encoder_ms"] += r["encoder_ms"]
+        t["decode"] += r["decode"]
+        for k in ("max_rss_bytes", "max_rss_bytes_decode"):
+            t[k] = max(t.get(k, 0), r.get(k, 0))
+
+
+def merge_peer(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
+    """One result from two rounds of a peer: samples pooled, a check passes only if it passed
+    in every round, the worse status wins."""
+    if b["status"] != "ok":
+        return b
+    checks = {(c["scenario"], c["batch"]): c for c in a["checks"]}
+    for c in b["checks"]:
+        k = (c["scenario"], c["batch"])
+        if k not in checks or (checks[k]["ok"] and not c["ok"]):
+            checks[k] = c
+    timings = {(t["scenario"], t["batch"], t.get("system"), t.get("shape")): t for t in a["timings"]}
+    for t in b["timings"]:
+        k = (t["scenario"], t["batch"], t.get("system"), t.get("shape"))
+        if k in timings:
+            for key in ("samples_ms", "t1_ms", "tn_ms"):
+                if key in t:
+                    timings[k][key] = timings[k].get(key, []) + t[key]
+        else:
+            timings[k] = t
+    out = dict(a)
+    out["checks"] = list(checks.values())
+    out["timings"] = list(timings.values())
+    out["notes"] = a.get("notes", []) + [n for n in b.get("notes", []) if n not in a.get("notes", [])]
+    return out
 
 
 def run_peer(name: str, module: str, task: Dict, st: Dict, timeout: float) -> Dict[str, Any]:
@@ -354,6 +420,8 @@ def main(argv=None) -> int:
     os.makedirs(work, exist_ok=True)
     st = {"quick": q, "threads": args.threads, "batches": batches, "src_len": src_len, "new_tokens": new_tokens,
           "warmup": warmup, "repeat_encoder": rep_enc, "repeat_decode": rep_dec, "work": work, "seed": args.seed}
+    if args.wait_quiet > 0:
+        wait_quiet(args.wait_quiet)
     machine = machine_info()
     log(f"{'quick' if q else 'full'} run: {name} ({os.path.relpath(spec_path, ROOT)}), batches {batches}, "
         f"source length {src_len}, {new_tokens} new tokens, {args.threads} threads, warm-up {warmup}, "
@@ -370,21 +438,35 @@ def main(argv=None) -> int:
 
     weights = resolve_weights(args, spec_path, name, work, env)
     inputs = make_inputs(work, spec, batches, src_len, args.seed)
-    driver = build_model(cfg, spec_path, name, work)
+    driver = build_model(cfg, spec_path, name, work, args.model_dir and os.path.abspath(args.model_dir))
     peak = run_peak(cfg, q, args.threads)
+    rounds = max(1, args.rounds or (1 if q else 2))
+    if rounds > 1:
+        st["repeat_encoder"] = max(2, -(-rep_enc // rounds))
+        st["repeat_decode"] = max(2, -(-rep_dec // rounds))
+        log(f"{rounds} rounds (halformer, then each peer, in turn): {st['repeat_encoder']} encoder runs and "
+            f"{st['repeat_decode']} decodes per system per round")
+    st["rounds"] = rounds
     hal = run_halformer(driver, weights, inputs, batches, st, out_dir, profile=not (q or args.no_profile))
 
     task = {"spec": spec_path, "weights": weights, "work": work, "threads": args.threads, "batches": batches,
             "scenarios": ["encoder", "decode"], "new_tokens": new_tokens, "src_len": src_len,
-            "warmup": warmup, "repeat_encoder": rep_enc, "repeat_decode": rep_dec,
+            "warmup": warmup, "repeat_encoder": st["repeat_encoder"], "repeat_decode": st["repeat_decode"],
             "pad": spec["pad"], "bos": spec["bos"], "eos": spec["eos"], "sizes": sz,
             "inputs": {str(b): {"src": inputs[str(b)], "reference": hal["dumps"][str(b)]} for b in batches}}
-    peers = []
     wanted = [p for p in args.peers.split(",") if p.strip()]
-    for pname, module in PEERS:
-        if pname not in wanted:
-            continue
-        peers.append(run_peer(pname, module, task, st, timeout=600 if q else 3600))
+    peers: Dict[str, Dict[str, Any]] = {}
+    for rnd in range(rounds):
+        if rnd:
+            log(f"round {rnd + 1}/{rounds}")
+            merge_halformer(hal, run_halformer(driver, weights, inputs, batches, st, out_dir, profile=False,
+                                               dump_outputs=False))
+        for pname, module in PEERS:
+            if pname not in wanted or (pname in peers and peers[pname]["status"] != "ok"):
+                continue
+            r = run_peer(pname, module, task, st, timeout=600 if q else 3600)
+            peers[pname] = merge_peer(peers[pname], r) if pname in peers else r
+    peers = list(peers.values())
 
     matmul = None
     if not args.no_matmul:

@@ -26,7 +26,8 @@ BENCH_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(BENCH_DIR)
 TOOLS_DIR = os.path.join(ROOT, "tools")
 
-_T0 = time.time()
+# Progress lines count from the harness's start, in the harness and in every peer process.
+_T0 = float(os.environ.setdefault("HALBENCH_T0", repr(time.time())))
 
 
 def log(msg: str) -> None:
@@ -236,18 +237,28 @@ class PeerResult:
         entry = {"scenario": scenario, "batch": batch, "samples_ms": [float(x) for x in samples_ms]}
         entry.update(extra)
         self.data["timings"].append(entry)
-        log(f"{self.data['system']}: {scenario} b{batch}: median {median(samples_ms):.3f} ms "
-            f"({len(samples_ms)} samples)")
+        what = f"{extra['system']} {extra['shape']}" if "shape" in extra else f"{scenario} b{batch}"
+        log(f"{self.data['system']}: {what}: median {median(samples_ms):.4g} ms ({len(samples_ms)} samples)")
 
     def finish(self, status: str, reason: str = "") -> None:
         self.data["status"] = status
         self.data["reason"] = reason
 
 
+def quiet_warnings() -> None:
+    """Drop the peers' known, harmless warnings from the progress output."""
+    import warnings
+
+    for text in ("You are using the legacy TorchScript-based ONNX export", "The PyTorch API of nested tensors",
+                 "TypedStorage is deprecated", "enable_nested_tensor is True"):
+        warnings.filterwarnings("ignore", message=".*" + text)
+
+
 def peer_main(system: str, body) -> None:
     """Entry point of a peer module: python -m halbench.peer_x TASK RESULT."""
     import traceback
 
+    quiet_warnings()
     if len(sys.argv) != 3:
         raise SystemExit(f"usage: python -m halbench.peer_{system} TASK.json RESULT.json")
     task = read_json(sys.argv[1])

@@ -13,7 +13,7 @@ import os
 import sys
 import time
 
-from .common import TOOLS_DIR, log
+from .common import TOOLS_DIR, log, quiet_warnings
 
 
 def main() -> None:
@@ -22,6 +22,7 @@ def main() -> None:
     ap.add_argument("out")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
+    quiet_warnings()
     sys.path.insert(0, TOOLS_DIR)
     import torch
     from export_torch import prepare_tensors

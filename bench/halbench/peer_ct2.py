@@ -150,6 +150,7 @@ def build(spec_path, weights, out_dir, log):
     model.register_target_vocabulary(tgt_vocab)
     model.validate()
     model.optimize(quantization=None)
+    os.makedirs(os.path.join(out_dir, "seq2seq"), exist_ok=True)
     model.save(os.path.join(out_dir, "seq2seq"))
 
     enc_model = transformer_spec.TransformerEncoderModelSpec(encoder_spec())
@@ -157,6 +158,7 @@ def build(spec_path, weights, out_dir, log):
     enc_model.register_vocabulary(src_vocab)
     enc_model.validate()
     enc_model.optimize(quantization=None)
+    os.makedirs(os.path.join(out_dir, "encoder"), exist_ok=True)
     enc_model.save(os.path.join(out_dir, "encoder"))
     with open(stamp_path, "w") as f:
         json.dump(stamp, f)

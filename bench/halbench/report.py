@@ -14,7 +14,6 @@ Columns (docs/bench.md explains each):
 from __future__ import annotations
 
 import datetime
-import os
 from typing import Any, Dict, List, Optional
 
 from .common import (decode_cache_bytes, decode_step_flops, decode_weight_bytes, encoder_flops, fmt_num, median)
@@ -225,8 +224,8 @@ def chart(res: Dict[str, Any], path: str) -> Optional[str]:
     except ImportError:
         return None
     rows = [r for r in res["rows"] if r["status"] == "ok" and r["median_ms"]]
-    panels = [("encoder", "encoder forward: ms (lower is better)", "median_ms"),
-              ("decode", "greedy decode: ms per step (lower is better)", "median_ms"),
+    panels = [("encoder", "encoder forward: ms, log scale (lower is better)", "median_ms"),
+              ("decode", "greedy decode: ms per step, log scale (lower is better)", "median_ms"),
               ("matmul", "matmul in isolation: GFLOP/s (higher is better)", "gflops")]
     panels = [p for p in panels if any(r["kind"] == p[0] for r in rows)]
     if not panels:
@@ -250,6 +249,8 @@ def chart(res: Dict[str, Any], path: str) -> Optional[str]:
             for x, y in zip(xs, ys):
                 ax.text(x, y, f"{y:.3g}", ha="center", va="bottom", fontsize=7)
             del bars
+        if kind != "matmul":
+            ax.set_yscale("log")
         if kind == "matmul":
             ax.axhline(res["peak"]["gflops"], color="k", ls="--", lw=0.8, label="measured FP32 peak")
         ax.set_xticks(range(len(scen)))
