@@ -494,32 +494,42 @@ Tensor Model::pooled(const std::vector<Sequence>& src) const {
   return Tensor{{x.B, out.C}, out.v};
 }
 
-Tensor Model::score(const std::vector<Sequence>& src, const std::vector<Sequence>& tgt) const {
-  DeviceScope scope(device_, buffers_.get());
-  const Weights& w = *weights_;
-  if (C().arch == Arch::Encoder) throw Error("score: an encoder-only model has no decoder");
-  const bool dec_only = C().arch == Arch::Decoder;
-  if (!dec_only && src.size() != tgt.size())
-    throw Error("score: " + std::to_string(src.size()) + " source sequences but " + std::to_string(tgt.size()) +
-                " target sequences");
-  IBuf t = pad_batch(dec_only ? src : tgt, C().tgt_vocab, dec_only ? "prompt" : "target");
-  Act tmask = key_mask(dec_only ? src : tgt, t.dim(0).extent()), smask, memory;
-  std::vector<Act> kv;
-  if (!dec_only) {
-    IBuf s = pad_batch(src, C().src_vocab, "source");
-    smask = key_mask(src, s.dim(0).extent());
-    memory = run_encoder(w, s, smask);
-  }
+namespace {
+// The decoder over whole target sequences (teacher forcing / recomputation): head
+// output (V, T, B). `cross` holds each layer's cross-attention K/V (empty for
+// decoder-only models).
+Act decoder_forward(const Weights& w, const std::vector<Sequence>& tgt, const std::vector<Act>& cross,
+                    const Act& smask, const char* what) {
+  IBuf t = pad_batch(tgt, C().tgt_vocab, what);
+  Act tmask = key_mask(tgt, t.dim(0).extent());
   Act x = embed(K().embed_tgt, t, w.tgt_embedding, C().tgt_vocab, w, 0, false);
-  for (const auto& L : w.decoder) {
+  for (size_t l = 0; l < w.decoder.size(); ++l) {
+    const auto& L = w.decoder[l];
     self_attention_block(x, L, K().decoder_self_attention, "decoder_self_attention", tmask.flat());
-    if (!dec_only) cross_block(x, L, cross_kv(L, memory), smask.flat());
+    if (!cross.empty()) cross_block(x, L, cross[l], smask.flat());
     feed_forward(x, L);
   }
   final_norm(x, w.decoder_norm);
   Act logits(C().tgt_vocab, x.T, x.B), out(C().tgt_vocab, x.T, x.B);
   head(x, w, logits, out);
-  return to_tensor(out);
+  return out;
+}
+}  // namespace
+
+Tensor Model::score(const std::vector<Sequence>& src, const std::vector<Sequence>& tgt) const {
+  DeviceScope scope(device_, buffers_.get());
+  const Weights& w = *weights_;
+  if (C().arch == Arch::Encoder) throw Error("score: an encoder-only model has no decoder");
+  if (C().arch == Arch::Decoder) return to_tensor(decoder_forward(w, src, {}, Act(), "prompt"));
+  if (src.size() != tgt.size())
+    throw Error("score: " + std::to_string(src.size()) + " source sequences but " + std::to_string(tgt.size()) +
+                " target sequences");
+  IBuf s = pad_batch(src, C().src_vocab, "source");
+  Act smask = key_mask(src, s.dim(0).extent());
+  Act memory = run_encoder(w, s, smask);
+  std::vector<Act> cross;
+  for (const auto& L : w.decoder) cross.push_back(cross_kv(L, memory));
+  return to_tensor(decoder_forward(w, tgt, cross, smask, "target"));
 }
 
 DecodeResult Model::greedy(const std::vector<Sequence>& src, int max_new_tokens, bool use_cache) const {
@@ -555,8 +565,8 @@ DecodeResult Model::greedy(const std::vector<Sequence>& src, int max_new_tokens,
           Act x = st.step(w, tok);
           head(last_rows(x, {x.T - 1}), w, logits, out);
         } else {
-          Tensor all = score({seq});  // the whole prefix again
-          std::copy_n(all.data.end() - V, V, out.v.begin());
+          Act all = decoder_forward(w, {seq}, {}, Act(), "prompt");  // the whole prefix again
+          std::copy_n(all.v.end() - V, V, out.v.begin());
         }
         argmax(out, next);
         double ms = now_ms() - ts;
@@ -594,11 +604,12 @@ DecodeResult Model::greedy(const std::vector<Sequence>& src, int max_new_tokens,
       Act x = st.step(w, tok);
       head(x, w, logits, out);
     } else {
-      // Full recomputation of the prefix (the encoder output is reused).
-      Tensor all = score(src, prefix);
-      const int T = int(all.shape[1]);
+      // Full recomputation of the decoder over the prefix (the encoder output and the
+      // cross-attention K/V are per source and reused).
+      Act all = decoder_forward(w, prefix, st.cross, st.src_mask, "target");
+      const int T = all.T;
       for (int b = 0; b < B; ++b)
-        std::copy_n(all.data.data() + (size_t(b) * T + T - 1) * V, V, out.v.data() + size_t(b) * V);
+        std::copy_n(all.v.data() + (size_t(b) * T + T - 1) * V, V, out.v.data() + size_t(b) * V);
     }
     argmax(out, next);
     bool all_done = true;
