@@ -312,3 +312,21 @@ def fmt_num(x: Optional[float], digits: int = 2) -> str:
     if x is None or (isinstance(x, float) and (math.isnan(x) or math.isinf(x))):
         return "-"
     return f"{x:.{digits}f}"
+
+
+def conversion_stamp(out_dir, weights, spec_path, **versions):
+    """(stamp, path): what a converted peer model was made from -- the weights file
+    (path, size, mtime), the spec text and the converter versions. A conversion is
+    reused only when its stored stamp equals the current one (see is_current)."""
+    st = os.stat(weights)
+    stamp = {"weights": os.path.abspath(weights), "size": st.st_size, "mtime": st.st_mtime,
+             "spec": open(spec_path).read(), **versions}
+    return stamp, os.path.join(out_dir, "stamp.json")
+
+
+def is_current(stamp, stamp_path):
+    try:
+        with open(stamp_path) as f:
+            return json.load(f) == stamp
+    except (OSError, ValueError):
+        return False

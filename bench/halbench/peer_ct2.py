@@ -32,7 +32,7 @@ import os
 import sys
 import time
 
-from .common import (TOOLS_DIR, Unavailable, Unsupported, check_encoder, check_tokens, load_reference, median,
+from .common import (TOOLS_DIR, Unavailable, Unsupported, check_encoder, conversion_stamp, is_current, check_tokens, load_reference, median,
                      peer_main, read_sources, timed_runs)
 
 
@@ -53,16 +53,9 @@ def build(spec_path, weights, out_dir, log):
     sys.path.insert(0, TOOLS_DIR)
     from halformer_torch import load_spec
 
-    stamp_path = os.path.join(out_dir, "stamp.json")
-    st = os.stat(weights)
-    stamp = {"weights": os.path.abspath(weights), "size": st.st_size, "mtime": st.st_mtime,
-             "spec": open(spec_path).read(), "ct2": ctranslate2.__version__}
-    try:
-        with open(stamp_path) as f:
-            if json.load(f) == stamp:
-                return
-    except (OSError, ValueError):
-        pass
+    stamp, stamp_path = conversion_stamp(out_dir, weights, spec_path, ct2=ctranslate2.__version__)
+    if is_current(stamp, stamp_path):
+        return
 
     spec = load_spec(spec_path)
     s, layer, emb = spec["sizes"], spec["layer"], spec["embedding"]

@@ -22,7 +22,7 @@ import os
 import sys
 import time
 
-from .common import (TOOLS_DIR, Unavailable, check_encoder, check_tokens, load_reference, peer_main, read_sources,
+from .common import (TOOLS_DIR, Unavailable, check_encoder, conversion_stamp, is_current, check_tokens, load_reference, peer_main, read_sources,
                      timed_runs)
 
 OPSET = 17
@@ -36,16 +36,9 @@ def export(spec_path, weights, out_dir, log):
     sys.path.insert(0, TOOLS_DIR)
     from halformer_torch import load_spec
 
-    stamp_path = os.path.join(out_dir, "stamp.json")
-    st = os.stat(weights)
-    stamp = {"weights": os.path.abspath(weights), "size": st.st_size, "mtime": st.st_mtime,
-             "spec": open(spec_path).read(), "torch": torch.__version__, "opset": OPSET}
-    try:
-        with open(stamp_path) as f:
-            if json.load(f) == stamp:
-                return
-    except (OSError, ValueError):
-        pass
+    stamp, stamp_path = conversion_stamp(out_dir, weights, spec_path, torch=torch.__version__, opset=OPSET)
+    if is_current(stamp, stamp_path):
+        return
     os.makedirs(out_dir, exist_ok=True)
     t0 = time.time()
     spec = load_spec(spec_path)
