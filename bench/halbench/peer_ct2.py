@@ -91,6 +91,11 @@ def build(spec_path, weights, out_dir, log):
         dst.weight = np.ascontiguousarray(weight)
         dst.bias = np.ascontiguousarray(bias)
 
+    def self_attention(dst, p):  # packed QKV, output projection, norm1 of layer prefix p
+        lin(dst.linear[0], w[p + ".self_attn.in_proj_weight"], w[p + ".self_attn.in_proj_bias"])
+        lin(dst.linear[1], w[p + ".self_attn.out_proj.weight"], w[p + ".self_attn.out_proj.bias"])
+        ln(dst.layer_norm, p + ".norm1")
+
     def ffn(dst, p, norm):
         ln(dst.layer_norm, p + "." + norm)
         lin(dst.linear_0, w[p + ".linear1.weight"], w[p + ".linear1.bias"])
@@ -104,9 +109,7 @@ def build(spec_path, weights, out_dir, log):
         e.position_encodings.encodings = pe
         for i, L in enumerate(e.layer):
             p = f"transformer.encoder.layers.{i}"
-            lin(L.self_attention.linear[0], w[p + ".self_attn.in_proj_weight"], w[p + ".self_attn.in_proj_bias"])
-            lin(L.self_attention.linear[1], w[p + ".self_attn.out_proj.weight"], w[p + ".self_attn.out_proj.bias"])
-            ln(L.self_attention.layer_norm, p + ".norm1")
+            self_attention(L.self_attention, p)
             ffn(L.ffn, p, "norm2")
         if hasattr(e, "layer_norm"):
             ln(e.layer_norm, "transformer.encoder.norm")
@@ -119,9 +122,7 @@ def build(spec_path, weights, out_dir, log):
     dec.position_encodings.encodings = pe
     for i, L in enumerate(dec.layer):
         p = f"transformer.decoder.layers.{i}"
-        lin(L.self_attention.linear[0], w[p + ".self_attn.in_proj_weight"], w[p + ".self_attn.in_proj_bias"])
-        lin(L.self_attention.linear[1], w[p + ".self_attn.out_proj.weight"], w[p + ".self_attn.out_proj.bias"])
-        ln(L.self_attention.layer_norm, p + ".norm1")
+        self_attention(L.self_attention, p)
         ipw, ipb = w[p + ".multihead_attn.in_proj_weight"], w[p + ".multihead_attn.in_proj_bias"]
         lin(L.attention.linear[0], ipw[:d], ipb[:d])
         lin(L.attention.linear[1], ipw[d:], ipb[d:])
