@@ -141,7 +141,6 @@ void run(int status, const char* what) {
 }
 
 // ---- non-owning buffer views
-Buf view1(const std::vector<float>& v) { return Buf(const_cast<float*>(v.data()), int(v.size())); }
 Buf view2(const float* p, int c, int rows, int64_t row_stride) {
   halide_dimension_t dims[2] = {{0, c, 1}, {0, rows, int32_t(row_stride)}};
   return Buf(const_cast<float*>(p), 2, dims);
