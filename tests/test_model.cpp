@@ -96,7 +96,6 @@ class ModelVsTorch : public ::testing::Test {
       const auto& bs = ref_.shape.at("beam_tokens");
       std::string beam = cmd.substr(0, cmd.find(" --beam")) + " --beam " + std::to_string(bs[1]) +
                          " --max-new-tokens " + std::to_string(bs[2]) + " --dump '" + dir_ + "/halformer_beam" + tag + ".safetensors'";
-      if (const char* lp = std::getenv("HALFORMER_LENGTH_PENALTY")) beam += std::string(" --length-penalty ") + lp;
       if (!run(beam)) return;
       Tensors b = Tensors::read(dir_ + "/halformer_beam" + tag + ".safetensors");
       for (const char* n : {"beam_tokens", "beam_scores"}) {
