@@ -6,6 +6,7 @@
 // (decode). Fusing bias + activation + residual into the epilogue saves a full pass
 // over the activations for each of them.
 #include "common.h"
+#include "halformer/packed_layout.h"
 #include "schedules/cpu_matmul.h"
 #include "schedules/gpu.h"
 
@@ -36,7 +37,7 @@ class Linear : public Generator<Linear<kResidual>> {
   GP<int> gpu_k_chunk{"gpu_k_chunk", 16};
 
   In<Buffer<float, 2>> x{"x"};        // (K, M)
-  In<Buffer<float, 2>> w{"w"};        // (N, K), pre-transposed
+  In<Buffer<float, 3>> w{"w"};        // (kPanel, K, panels): halformer/packed_layout.h
   In<Buffer<float, 1>> b{"b"};        // (N)
   Out<Buffer<float, 2>> out{"out"};   // (N, M)
   In<Buffer<float, 2>>* residual = nullptr;  // (N, M), linear_residual only
@@ -54,7 +55,7 @@ class Linear : public Generator<Linear<kResidual>> {
     Expr M = x.dim(1).extent();
     Func xc("x_clamped"), wf("w_func");
     xc(k, m) = x(k, min(m, M - 1));
-    wf(n, k) = w(n, k);
+    wf(n, k) = w(n % kPanel, k, n / kPanel);
 
     Func acc("acc");
     acc(n, m) = b(n);
@@ -66,7 +67,9 @@ class Linear : public Generator<Linear<kResidual>> {
 
     // ---- shapes the runtime must honour
     x.dim(0).set_bounds(0, K);
-    w.dim(0).set_bounds(0, N).dim(1).set_bounds(0, K).set_stride(N);
+    const int P = panel_count(N);
+    w.dim(0).set_bounds(0, kPanel).dim(1).set_bounds(0, K).set_stride(kPanel);
+    w.dim(2).set_bounds(0, P).set_stride(kPanel * K);
     out.dim(0).set_bounds(0, N);
     x.dim(1).set_min(0);
     out.dim(1).set_min(0);
@@ -75,7 +78,7 @@ class Linear : public Generator<Linear<kResidual>> {
     // ---- schedule
     if (this->using_autoscheduler()) {
       x.set_estimates({{0, K}, {0, 128}});
-      w.set_estimates({{0, N}, {0, K}});
+      w.set_estimates({{0, kPanel}, {0, K}, {0, panel_count(N)}});
       b.set_estimates({{0, N}});
       if (kResidual) residual->set_estimates({{0, N}, {0, 128}});
       out.set_estimates({{0, N}, {0, 128}});
@@ -85,7 +88,7 @@ class Linear : public Generator<Linear<kResidual>> {
       schedule_gpu_matmul(out, acc, xc, wf, n, m, r.x, N, K, GpuMatmulKnobs{gpu_tile_n, gpu_tile_m, gpu_k_chunk});
       return;
     }
-    schedule_cpu_matmul(out, acc, n, m, r.x, N, M, MatmulKnobs{vec, tile_n, tile_m, parallel});
+    schedule_cpu_matmul(out, acc, n, m, r.x, N, M, MatmulKnobs{vec, tile_n, tile_m, parallel}, kPanel);
   }
 };
 

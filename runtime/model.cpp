@@ -20,6 +20,7 @@
 #include <string>
 
 #include "halformer/error.h"
+#include "halformer/packed_layout.h"
 #include "halformer/weights.h"
 
 namespace halformer {
@@ -29,13 +30,17 @@ namespace halformer {
 struct WeightBuffers {
   std::mutex lock;
   std::map<std::pair<const float*, int>, std::unique_ptr<Halide::Runtime::Buffer<float>>> bufs;
-  // The tensor v as (inner, rows) -- 1-D when rows == 1.
-  halide_buffer_t* get(const std::vector<float>& v, int inner, int rows) {
+  // The tensor v as (inner, rows) -- 1-D when rows == 1 -- or, with panels > 0, as the
+  // packed linear weight (kPanel, inner, panels).
+  halide_buffer_t* get(const std::vector<float>& v, int inner, int rows, int panels = 0) {
     std::lock_guard<std::mutex> guard(lock);
     auto& b = bufs[{v.data(), rows}];
     if (!b) {
-      halide_dimension_t dims[2] = {{0, inner, 1}, {0, rows, inner}};
-      b = std::make_unique<Halide::Runtime::Buffer<float>>(const_cast<float*>(v.data()), rows > 1 ? 2 : 1, dims);
+      halide_dimension_t dims[3] = {{0, inner, 1}, {0, rows, inner}, {0, 0, 0}};
+      if (panels > 0)
+        dims[0] = {0, kPanel, 1}, dims[1] = {0, inner, kPanel}, dims[2] = {0, panels, kPanel * inner};
+      b = std::make_unique<Halide::Runtime::Buffer<float>>(const_cast<float*>(v.data()),
+                                                           panels > 0 ? 3 : rows > 1 ? 2 : 1, dims);
       b->set_host_dirty();
     }
     return b->raw_buffer();
@@ -167,7 +172,7 @@ struct Act {
 void linear(LinearFn fn, const char* name, Buf x, const LinearWeights& w, Buf out) {
   KernelTimer timer(name);
   to_device(x);
-  run(fn(x.raw_buffer(), g_weights->get(w.w, w.out, w.in), g_weights->get(w.b, w.out, 1), out.raw_buffer()), name);
+  run(fn(x.raw_buffer(), g_weights->get(w.w, w.in, w.out, panel_count(w.out)), g_weights->get(w.b, w.out, 1), out.raw_buffer()), name);
   to_host(out, name);
 }
 void linear_residual(LinearResidualFn fn, const char* name, Buf x, const LinearWeights& w,
@@ -175,7 +180,7 @@ void linear_residual(LinearResidualFn fn, const char* name, Buf x, const LinearW
   KernelTimer timer(name);
   to_device(x);
   to_device(residual);
-  run(fn(x.raw_buffer(), g_weights->get(w.w, w.out, w.in), g_weights->get(w.b, w.out, 1), residual.raw_buffer(),
+  run(fn(x.raw_buffer(), g_weights->get(w.w, w.in, w.out, panel_count(w.out)), g_weights->get(w.b, w.out, 1), residual.raw_buffer(),
          out.raw_buffer()),
       name);
   to_host(out, name);

@@ -141,6 +141,16 @@ const TensorInfo* SafetensorsFile::find(const std::string& name) const {
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
+void SafetensorsFile::release(const void* p, size_t bytes) const {
+  const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = uintptr_t(p) & ~(page - 1), end = uintptr_t(p) + bytes;
+  const uintptr_t map_end = uintptr_t(map_) + size_;
+  if (!map_ || bytes == 0 || uintptr_t(p) < uintptr_t(map_) || end > map_end) return;
+  // Whole pages around the range: a neighbour's page dropped too is read back on use.
+  const uintptr_t hi = std::min(map_end, (end + page - 1) & ~(page - 1));
+  ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
 void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors) {
   nlohmann::json header = nlohmann::json::object();
   size_t offset = 0;

@@ -7,7 +7,7 @@
 //   encoder_norm.*  decoder_norm.*  generator.*  pooler.*  classifier.*
 // A preset maps a canonical name to the name in the file, optionally as one third of a
 // packed tensor (torch.nn.MultiheadAttention's in_proj_weight holds Q, K, V as rows).
-// All presets then share one loader that checks and transposes.
+// All presets then share one loader that checks and packs.
 #include "halformer/weights.h"
 
 #include <cmath>
@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "halformer/error.h"
+#include "halformer/packed_layout.h"
 #include "halformer/safetensors.h"
 
 namespace halformer {
@@ -153,13 +154,14 @@ class Loader {
     return {canonical};
   }
 
-  // The tensor for `canonical` with `shape` (row-major floats), or zeros and a recorded
-  // problem.
-  std::vector<float> take(const std::string& canonical, std::vector<int64_t> shape) {
+  // Calls row(r, data) for each row r of the tensor for `canonical` with `shape` (rows =
+  // shape[0], row-major floats), then drops the tensor's pages of the mapped file. Returns
+  // false, recording the problem, when the file does not have it as expected.
+  template <typename RowFn>
+  bool read_rows(const std::string& canonical, std::vector<int64_t> shape, RowFn row) {
     Source src = resolve(canonical);
     size_t n = 1;
     for (int64_t d : shape) n *= static_cast<size_t>(d);
-    std::vector<float> v(n, 0.0f);
     std::vector<int64_t> file_shape = shape;
     if (src.part >= 0) file_shape[0] *= 3;
     const bool first_use = used_.insert(src.name).second;  // a packed tensor is read 3 times
@@ -167,23 +169,39 @@ class Loader {
     // With an explicit map, say which canonical tensor the file name was mapped from.
     std::string label = c_.preset == Preset::Explicit && src.name != canonical ? src.name + " (" + canonical + ")"
                                                                                 : src.name;
-    if (!first_use && (!t || t->dtype != "F32" || t->shape != file_shape)) return v;  // reported once
+    if (!first_use && (!t || t->dtype != "F32" || t->shape != file_shape)) return false;  // reported once
     if (!t) {
       missing_.push_back(label + " " + shape_str(file_shape));
-      return v;
+      return false;
     }
     if (t->dtype != "F32" || t->shape != file_shape) {
       mismatched_.push_back(label + ": expected F32 " + shape_str(file_shape) + ", found " + t->dtype + " " +
                             shape_str(t->shape));
-      return v;
+      return false;
     }
-    const size_t offset = src.part >= 0 ? size_t(src.part) * n : 0;
-    std::memcpy(v.data(), t->data + offset * sizeof(float), n * sizeof(float));
-    for (float x : v)
-      if (!std::isfinite(x)) {
-        nonfinite_.push_back(label);
-        break;
-      }
+    const int64_t rows = shape.empty() ? 1 : shape[0];
+    const size_t cols = n / size_t(std::max<int64_t>(rows, 1));
+    const uint8_t* data = t->data + (src.part >= 0 ? size_t(src.part) * n : 0) * sizeof(float);
+    std::vector<float> buf(cols);  // the file's floats need not be 4-byte aligned
+    bool finite = true;
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(buf.data(), data + size_t(r) * cols * sizeof(float), cols * sizeof(float));
+      for (float x : buf) finite = finite && std::isfinite(x);
+      row(int(r), buf.data());
+    }
+    file_.release(data, n * sizeof(float));
+    if (!finite) nonfinite_.push_back(label);
+    return true;
+  }
+
+  // The tensor for `canonical` with `shape` (row-major floats), or zeros and a recorded
+  // problem.
+  std::vector<float> take(const std::string& canonical, std::vector<int64_t> shape) {
+    size_t n = 1;
+    for (int64_t d : shape) n *= static_cast<size_t>(d);
+    std::vector<float> v(n, 0.0f);
+    const size_t cols = shape.empty() ? 1 : n / size_t(std::max<int64_t>(shape[0], 1));
+    read_rows(canonical, shape, [&](int r, const float* row) { std::copy_n(row, cols, v.data() + size_t(r) * cols); });
     return v;
   }
 
@@ -191,18 +209,31 @@ class Loader {
   void alias(const std::string& canonical) { used_.insert(resolve(canonical).name); }
   void ignore(const std::string& file_name) { used_.insert(file_name); }
 
-  // Linear with torch layout [out][in] -> kernel layout [in][out].
+  // Linear with torch layout [out][in] -> the kernels' packed layout (halformer/packed_layout.h).
   LinearWeights linear(const std::string& prefix, int in, int out) {
-    return transpose({take(prefix + ".weight", {out, in})}, {take(prefix + ".bias", {out})}, in, out);
+    LinearWeights l = empty_linear(in, out);
+    read_rows(prefix + ".weight", {out, in}, [&](int r, const float* row) { pack_rows(row, 1, in, r, l.w); });
+    l.b = take(prefix + ".bias", {out});
+    return l;
   }
   // Concatenation of several projections' outputs, e.g. Q | K | V.
   LinearWeights projections(const std::string& prefix, const std::vector<std::string>& projs, int d) {
-    std::vector<std::vector<float>> ws, bs;
-    for (const auto& p : projs) {
-      ws.push_back(take(prefix + "." + p + ".weight", {d, d}));
-      bs.push_back(take(prefix + "." + p + ".bias", {d}));
+    LinearWeights l = empty_linear(d, d * int(projs.size()));
+    for (size_t i = 0; i < projs.size(); ++i) {
+      const int n0 = int(i) * d;
+      read_rows(prefix + "." + projs[i] + ".weight", {d, d},
+                [&](int r, const float* row) { pack_rows(row, 1, d, n0 + r, l.w); });
+      std::vector<float> b = take(prefix + "." + projs[i] + ".bias", {d});
+      l.b.insert(l.b.end(), b.begin(), b.end());
     }
-    return transpose(ws, bs, d, d * int(projs.size()));
+    return l;
+  }
+  static LinearWeights empty_linear(int in, int out) {
+    LinearWeights l;
+    l.in = in;
+    l.out = out;
+    l.w.assign(packed_size(in, out), 0.0f);
+    return l;
   }
   NormWeights norm(const std::string& prefix, int d) {
     return {take(prefix + ".weight", {d}), take(prefix + ".bias", {d})};
@@ -236,24 +267,6 @@ class Loader {
     for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
     return r + "]";
   }
-  // Row blocks ws[i] ([rows_i][in] each, torch layout) stacked, then transposed.
-  static LinearWeights transpose(const std::vector<std::vector<float>>& ws,
-                                 const std::vector<std::vector<float>>& bs, int in, int out) {
-    LinearWeights l;
-    l.in = in;
-    l.out = out;
-    l.w.resize(size_t(in) * out);
-    int o0 = 0;
-    for (size_t blk = 0; blk < ws.size(); ++blk) {
-      int rows = int(ws[blk].size() / in);
-      for (int o = 0; o < rows; ++o)
-        for (int i = 0; i < in; ++i) l.w[size_t(i) * out + o0 + o] = ws[blk][size_t(o) * in + i];
-      l.b.insert(l.b.end(), bs[blk].begin(), bs[blk].end());
-      o0 += rows;
-    }
-    return l;
-  }
-
   const ModelConfig& c_;
   SafetensorsFile file_;
   std::string bert_prefix_;
@@ -312,9 +325,7 @@ Weights load_weights(const ModelConfig& c, const std::string& path) {
       LinearWeights g;
       g.in = d;
       g.out = c.tgt_vocab;
-      g.w.resize(size_t(d) * c.tgt_vocab);
-      for (int o = 0; o < c.tgt_vocab; ++o)
-        for (int i = 0; i < d; ++i) g.w[size_t(i) * c.tgt_vocab + o] = w.tgt_embedding[size_t(o) * d + i];
+      g.w = pack_linear(w.tgt_embedding.data(), c.tgt_vocab, d);
       g.b = ld.take("generator.bias", {c.tgt_vocab});
       ld.alias("generator.weight");
       w.generator = std::move(g);

@@ -11,6 +11,7 @@
 
 #include <random>
 
+#include "halformer/packed_layout.h"
 #include "reference/layers.h"
 #include "test_kernels.h"  // KERNEL(name): this build's variant (CPU or OpenCL)
 
@@ -42,14 +43,6 @@ void expect_close(const Vec& got, const Vec& want, const char* what, double rel 
   EXPECT_LE(err, rel * scale) << what << ": max abs error " << err << " (scale " << scale << ")";
 }
 
-// Transposes torch's [N][K] Linear weight to the kernels' (n, k) layout: [K][N].
-Vec transposed(const Vec& w, int N, int K) {
-  Vec t(w.size());
-  for (int n = 0; n < N; ++n)
-    for (int k = 0; k < K; ++k) t[size_t(k) * N + n] = w[size_t(n) * K + k];
-  return t;
-}
-
 const int kRows[] = {1, 3, 8, 13, 35};
 
 template <typename Fn>
@@ -58,8 +51,8 @@ void check_linear(Fn fn, int K, int N, const char* act, bool residual) {
     SCOPED_TRACE("M=" + std::to_string(M));
     Vec x = random_vec(size_t(M) * K, 1), w = random_vec(size_t(N) * K, 2, 0.2f), b = random_vec(N, 3);
     Vec res = random_vec(size_t(M) * N, 4), out(size_t(M) * N, -7.0f);
-    Vec wt = transposed(w, N, K);
-    Buf xb = view(x, {K, M}), wb = view(wt, {N, K}), bb = view(b, {N}), ob = view(out, {N, M}),
+    Vec wp = halformer::pack_linear(w.data(), N, K);  // the runtime's layout
+    Buf xb = view(x, {K, M}), wb = view(wp, {halformer::kPanel, K, halformer::panel_count(N)}), bb = view(b, {N}), ob = view(out, {N, M}),
         rb = view(res, {N, M});
     int rc;
     if constexpr (std::is_invocable_v<Fn, halide_buffer_t*, halide_buffer_t*, halide_buffer_t*,
@@ -76,6 +69,7 @@ void check_linear(Fn fn, int K, int N, const char* act, bool residual) {
 TEST(Linear, ReluK60N36) { check_linear(KERNEL(test_linear_relu), 60, 36, "relu", false); }
 TEST(Linear, GeluK17N100) { check_linear(KERNEL(test_linear_gelu), 17, 100, "gelu", false); }
 TEST(Linear, TanhK60N60) { check_linear(KERNEL(test_linear_tanh), 60, 60, "tanh", false); }
+TEST(Linear, WholePanelsK40N192) { check_linear(KERNEL(test_linear_panels), 40, 192, "none", false); }
 TEST(Linear, ResidualK60N36) { check_linear(KERNEL(test_linear_residual), 60, 36, "none", true); }
 
 // heads 3, head size 20; fused QKV buffer (0, 3, 6) or separate Q / KV buffers (0, 0, 3).

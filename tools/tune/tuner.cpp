@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "halformer/packed_layout.h"
 #include "plan.h"
 #include "spec.h"
 #include "tuning_db.h"
@@ -199,7 +200,7 @@ IoPlan io_plan(const PlannedKernel& k, const Shape& s) {
   if (g == "linear" || g == "linear_residual") {
     const int K = geti(p, "in_features", 64), N = geti(p, "out_features", 64);
     io.inputs["x"] = uni({K, M});
-    io.inputs["w"] = uni({N, K}, 1.0f / std::sqrt(float(K)));
+    io.inputs["w"] = uni({halformer::kPanel, K, halformer::panel_count(N)}, 1.0f / std::sqrt(float(K)));  // packed_layout.h
     io.inputs["b"] = uni({N}, 0.1f);
     io.inputs["residual"] = uni({N, M});
     io.out_extents = {N, M};

@@ -30,6 +30,10 @@ class SafetensorsFile {
   const std::string& path() const { return path_; }
   const std::map<std::string, TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* find(const std::string& name) const;
+  // Drops the mapped pages of [p, p + bytes) from resident memory once the caller holds
+  // its own (converted) copy, so that loading never keeps the file and the weights
+  // resident at once. Reading them again faults them back in from the file.
+  void release(const void* p, size_t bytes) const;
 
  private:
   std::string path_;

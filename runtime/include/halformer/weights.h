@@ -1,7 +1,7 @@
 // Model weights in the layout the kernels want, loaded from a safetensors file through
-// a naming preset. Linear weights are transposed at load time to (in, out) row-major,
-// i.e. Halide w(n, k) with the output feature contiguous, so the matmul vectorises
-// over outputs with plain loads. Q, K and V projections are concatenated into one
+// a naming preset. Linear weights are packed at load time into panels of output
+// features (halformer/packed_layout.h), so the matmul vectorises over outputs with plain
+// loads that walk each panel front to back. Q, K and V projections are concatenated into one
 // d -> 3d matmul (self-attention) or split Q | KV (cross-attention) whatever the file
 // stores: packed (torch in_proj_weight) or separate (HF query/key/value).
 #pragma once
@@ -15,7 +15,7 @@ namespace halformer {
 
 struct LinearWeights {
   int in = 0, out = 0;
-  std::vector<float> w;  // [in][out]
+  std::vector<float> w;  // packed: [panel_count(out)][in][kPanel]
   std::vector<float> b;  // [out]
 };
 struct NormWeights {
