@@ -48,7 +48,7 @@ class Attention : public Generator<Attention> {
     // rows, 3 * d_model floats apart, hits one cache set per row (4-KiB aliasing) and
     // made the transpose 90% of a decode step's attention.
     Func kc("k_compact"), kt("k_transposed");
-    kc(d, j, h, b) = kv(d, k_head + h, j, b);
+    kc(d, j, h, b) = kv(d, k_head + h, min(j, Tk - 1), b);  // whole key blocks: clamp reads
     kt(j, d, h, b) = kc(d, j, h, b);
 
     RDom rd(0, D, "rd");
@@ -56,20 +56,47 @@ class Attention : public Generator<Attention> {
     score(j, i, h, b) = 0.0f;
     score(j, i, h, b) += qc(rd, h, i, b) * kt(j, rd, h, b);
     Expr s = score(j, i, h, b) * (1.0f / std::sqrt(float(D))) + key_mask(j, b);
-    if (causal) s = select(j > i + (Tk - Tq), -1e30f, s);
+    // Added rather than selected: a select would let bounds inference skip the scores of
+    // hidden keys, which breaks the fixed-size score blocks of the CPU schedule.
+    if (causal) s += select(j > i + (Tk - Tq), -1e30f, 0.0f);
     Func masked("masked");
     masked(j, i, h, b) = s;
 
     RDom rj(0, Tk, "rj");
     Func row_max("row_max"), row_sum("row_sum"), p("p");
-    row_max(i, h, b) = maximum(masked(rj, i, h, b));
+    row_max(i, h, b) = Float(32).min();
+    row_max(i, h, b) = max(row_max(i, h, b), masked(rj, i, h, b));
     p(j, i, h, b) = exp(masked(j, i, h, b) - row_max(i, h, b));
-    row_sum(i, h, b) = sum(p(rj, i, h, b));
+    row_sum(i, h, b) = 0.0f;
+    row_sum(i, h, b) += p(rj, i, h, b);
 
     Func acc("acc");
     acc(d, h, i, b) = 0.0f;
-    acc(d, h, i, b) += p(rj, i, h, b) * kv(d, v_head + h, rj, b);
-    out(d, h, i, b) = acc(d, h, i, b) / row_sum(i, h, b);
+    // Values, like keys, copied per (head, batch) into a compact block on the CPU.
+    Func vc("v_compact");
+    vc(d, j, h, b) = kv(d, v_head + h, j, b);
+    acc(d, h, i, b) += p(rj, i, h, b) * vc(d, rj, h, b);
+    Expr all_rows = acc(d, h, i, b) / row_sum(i, h, b);
+
+    // One query row (every decode step) on the CPU: scores as dot products along the
+    // contiguous head features instead -- for a single query the transposed copy of K
+    // would cost more than the scores themselves. Selected at run time by specialising
+    // out on Tq == 1; Halide then drops the other path from each branch.
+    const float scale = 1.0f / std::sqrt(float(D));
+    RDom rd1(0, D, "rd1");
+    Func dot("dot"), s1("s1"), max1("max1"), p1("p1"), sum1("sum1"), acc1("acc1");
+    dot(j, h, b) = 0.0f;
+    dot(j, h, b) += q(rd1, q_head + h, 0, b) * kv(rd1, k_head + h, j, b);
+    s1(j, h, b) = dot(j, h, b) * scale + key_mask(j, b);  // causal: every key j < Tk is visible
+    max1(h, b) = maximum(s1(rj, h, b));
+    p1(j, h, b) = exp(s1(j, h, b) - max1(h, b));
+    sum1(h, b) = sum(p1(rj, h, b));
+    acc1(d, h, b) = 0.0f;
+    acc1(d, h, b) += p1(rj, h, b) * kv(d, v_head + h, rj, b);
+    Expr one_row = acc1(d, h, b) / sum1(h, b);
+
+    const bool single_row_path = !get_target().has_gpu_feature() && !using_autoscheduler();
+    out(d, h, i, b) = single_row_path ? select(Tq == 1, one_row, all_rows) : all_rows;
 
     // ---- shapes the runtime must honour
     q.dim(0).set_bounds(0, D);
@@ -105,16 +132,40 @@ class Attention : public Generator<Attention> {
       }
       score.update().split(j, jo, ji, gpu_key_lanes, TailStrategy::GuardWithIf).reorder(ji, i, rd, jo)
           .gpu_threads(ji, i);
-      row_max.compute_at(out, io).gpu_threads(i);
-      row_sum.compute_at(out, io).gpu_threads(i);
+      vc.compute_inline();
+      for (Func f : {row_max, row_sum}) {
+        f.compute_at(out, io).gpu_threads(i);
+        f.update().gpu_threads(i);
+      }
       acc.compute_at(out, io).gpu_threads(d, i);
       acc.update().reorder(d, i, rj).gpu_threads(d, i);
       return;
     }
-    // Per (batch, head) task: transpose K once, then for each tile of queries compute
-    // the score rows, softmax statistics and the V product while they sit in cache.
     const int dvec = pow2_divisor(D, vec);
     Var io("io"), ii("ii"), hb("hb");
+    {
+      // Tq == 1: per (head, batch) task, scores over keys, softmax, the V product.
+      out.specialize(Tq == 1).fuse(h, b, hb).parallel(hb).vectorize(d, dvec);
+      RVar rdo("rdo"), rdi("rdi");
+      Var lane("lane");
+      dot.compute_at(out, hb);
+      // Per key: dvec-wide partial sums along d, then one horizontal add.
+      Func partial = dot.update().split(rd1.x, rdo, rdi, dvec).rfactor(rdi, lane);
+      partial.compute_at(dot, j).vectorize(lane);
+      partial.update().vectorize(lane);
+      dot.update().atomic().vectorize(rdi);
+      s1.compute_at(out, hb).vectorize(j, vec, TailStrategy::GuardWithIf);
+      max1.compute_at(out, hb);
+      p1.compute_at(out, hb).vectorize(j, vec, TailStrategy::GuardWithIf);
+      sum1.compute_at(out, hb);
+      acc1.compute_at(out, hb).vectorize(d, dvec);
+      acc1.update().reorder(d, rj).vectorize(d, dvec);
+    }
+    // Tq > 1: per (head, batch) task K is transposed once; then per tile of tile_q
+    // queries a register-blocked score block (a key vector x tile_q queries, accumulated
+    // over d), the softmax statistics, and a register-blocked V product (head features x
+    // 4 queries). Per-tile Funcs cover whole tiles (bound_extent; query reads are
+    // clamped), so their inner loops carry no row guards.
     out.split(i, io, ii, tile_q, TailStrategy::GuardWithIf)
         .reorder(d, ii, io, h, b)
         .fuse(h, b, hb)
@@ -122,14 +173,36 @@ class Attention : public Generator<Attention> {
         .vectorize(d, dvec);
     kc.compute_at(out, hb).vectorize(d, dvec);
     kt.compute_at(out, hb).vectorize(j, vec, TailStrategy::GuardWithIf);
-    masked.compute_at(out, io).vectorize(j, vec, TailStrategy::GuardWithIf);
-    score.compute_at(masked, i).vectorize(j, vec, TailStrategy::GuardWithIf);
-    score.update().reorder(j, rd).vectorize(j, vec, TailStrategy::GuardWithIf);
-    row_max.compute_at(out, io);
+    Var jo("jo"), ji("ji"), iq("iq"), iqi("iqi");
+    // Per block of vec keys, the vec x tile_q score block lives in registers over d (a
+    // fixed-size allocation; one sized by Tk stayed in memory: 2x slower).
+    masked.compute_at(out, io)
+        .bound_extent(i, tile_q)
+        .split(j, jo, ji, vec, TailStrategy::GuardWithIf)
+        .reorder(ji, i, jo)
+        .vectorize(ji)
+        .unroll(i);
+    score.compute_at(masked, jo).bound_extent(j, vec).bound_extent(i, tile_q).vectorize(j).unroll(i);
+    score.update().reorder(j, i, rd).vectorize(j).unroll(i);
+    // Row max and sum: vec lanes of partial results per row, then one horizontal step.
+    for (Func f : {row_max, row_sum}) {
+      RVar rjo("rjo"), rji("rji");
+      Var lane("lane");
+      f.compute_at(out, io);
+      Func lanes = f.update().split(rj.x, rjo, rji, vec, TailStrategy::GuardWithIf).rfactor(rji, lane);
+      lanes.compute_at(f, i).vectorize(lane);
+      lanes.update().vectorize(lane);
+    }
     p.compute_at(out, io).vectorize(j, vec, TailStrategy::GuardWithIf);
-    row_sum.compute_at(out, io);
-    acc.compute_at(out, io).vectorize(d, dvec);
-    acc.update().reorder(d, i, rj).vectorize(d, dvec);
+    vc.compute_at(out, hb).vectorize(d, dvec);
+    const int q_block = std::min(4, int(tile_q));
+    acc.compute_at(out, io).bound_extent(i, tile_q).vectorize(d, dvec);
+    acc.update()
+        .split(i, iq, iqi, q_block, TailStrategy::RoundUp)
+        .reorder(d, iqi, rj, iq)
+        .vectorize(d, dvec)
+        .unroll(d)
+        .unroll(iqi);
   }
 };
 
