@@ -280,6 +280,8 @@ int main(int argc, char** argv) {
                 : model.encode(src);
       out.push_back({"encoder_output", "F32", enc.shape, enc.data.data()});
     }
+    // Host<->device copies of the timed runs below (GPU devices; see docs/gpu.md).
+    const halformer::TransferStats before = model.transfers();
     if (!decodes) {
       std::vector<double> ms;
       for (int i = 0; i < repeat; ++i) {
@@ -362,6 +364,22 @@ int main(int argc, char** argv) {
       size_t N = 0;
       greedy_m = padded(r.tokens, N);
       out.push_back({"greedy", "I32", {int64_t(src.size()), int64_t(N)}, greedy_m.data()});
+    }
+    if (device != "cpu") {
+      const halformer::TransferStats now = model.transfers();
+      const int64_t up = now.uploads - before.uploads, up_b = now.upload_bytes - before.upload_bytes,
+                    down = now.downloads - before.downloads, down_b = now.download_bytes - before.download_bytes,
+                    dd = now.device_copies - before.device_copies, wu = now.weight_uploads - before.weight_uploads,
+                    wu_b = now.weight_upload_bytes - before.weight_upload_bytes;
+      if (timing)
+        std::fprintf(stderr,
+                     "device transfers (%d runs): %lld uploads (%lld bytes), %lld downloads (%lld bytes), "
+                     "%lld device-to-device copies; weights: %lld uploads (%lld bytes)\n",
+                     repeat, (long long)up, (long long)up_b, (long long)down, (long long)down_b, (long long)dd,
+                     (long long)wu, (long long)wu_b);
+      j["transfers"] = {{"runs", repeat},         {"uploads", up},       {"upload_bytes", up_b},
+                        {"downloads", down},      {"download_bytes", down_b}, {"device_copies", dd},
+                        {"weight_uploads", wu},   {"weight_upload_bytes", wu_b}};
     }
     if (!dump.empty() && (cfg.arch == Arch::Decoder || !tgt.empty())) {
       scored = model.score(src, tgt);

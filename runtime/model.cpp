@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
@@ -47,11 +48,22 @@ struct WeightBuffers {
   }
 };
 
+// The device a Model runs on: its Halide device interface (null on the CPU, found by
+// the probe kernel Model::load runs) and what the runtime has copied to and from it.
+struct DeviceState {
+  const halide_device_interface_t* iface = nullptr;
+  TransferStats stats;
+};
+
 namespace {
 
 using Buf = Halide::Runtime::Buffer<float>;
 using IBuf = Halide::Runtime::Buffer<int32_t>;
 constexpr float kMasked = -1e30f;  // additive mask for padded keys (see attention.cpp)
+// Kernel arguments that start inside an activation (KV-cache rows) become OpenCL
+// sub-buffers, whose offset must be a multiple of CL_DEVICE_MEM_BASE_ADDR_ALIGN (128
+// bytes on PoCL, up to 512 on GPUs); on a GPU device such rows are padded to this.
+constexpr int64_t kDeviceAlignFloats = 128;
 
 const ModelConfig& C() { return halformer_model_config(); }
 // The kernel table of the device the current Model call runs on (set by DeviceScope).
@@ -60,36 +72,32 @@ thread_local bool g_gpu = false;
 const KernelTable& K() { return *g_kernels; }
 
 thread_local WeightBuffers* g_weights = nullptr;  // the current Model's (set by DeviceScope)
+// GPU: the device interface activations live on (null on the CPU) and the counters.
+thread_local const halide_device_interface_t* g_iface = nullptr;
+thread_local TransferStats* g_stats = nullptr;
 
 struct DeviceScope {
   const KernelTable* saved_k;
   bool saved_gpu;
   WeightBuffers* saved_w;
-  DeviceScope(const std::string& device, WeightBuffers* weights)
-      : saved_k(g_kernels), saved_gpu(g_gpu), saved_w(g_weights) {
+  const halide_device_interface_t* saved_i;
+  TransferStats* saved_s;
+  DeviceScope(const std::string& device, WeightBuffers* weights, DeviceState* state)
+      : saved_k(g_kernels), saved_gpu(g_gpu), saved_w(g_weights), saved_i(g_iface), saved_s(g_stats) {
     g_kernels = halformer_model_kernels_for(device.c_str());
     g_gpu = device != "cpu";
     g_weights = weights;
+    g_iface = g_gpu ? state->iface : nullptr;
+    g_stats = &state->stats;
   }
   ~DeviceScope() {
     g_kernels = saved_k;
     g_gpu = saved_gpu;
     g_weights = saved_w;
+    g_iface = saved_i;
+    g_stats = saved_s;
   }
 };
-
-// GPU builds: inputs are marked host-dirty so Halide copies them to the device, and
-// outputs are copied back after each kernel (activations round-trip through host
-// memory between layers; see docs/gpu.md).
-template <typename B>
-void to_device(const B& b) {
-  if (g_gpu) const_cast<B&>(b).set_host_dirty();
-}
-template <typename B>
-void to_host(const B& b, const char* what) {
-  if (g_gpu && const_cast<B&>(b).copy_to_host() != 0)
-    throw Error(std::string("kernel '") + what + "': copying the result from the device failed");
-}
 
 double now_ms() {
   using namespace std::chrono;
@@ -97,6 +105,8 @@ double now_ms() {
 }
 
 // HALFORMER_PROFILE=1: time every kernel call, print a per-kernel table at exit.
+// On a GPU device, host<->device copies show up as "upload" / "download" and
+// device-to-device copies as "device_copy".
 struct Profile {
   std::map<std::string, std::pair<double, long>> total;  // name -> (ms, calls)
   ~Profile() {
@@ -145,61 +155,203 @@ void run(int status, const char* what) {
   g_halide_error.clear();
 }
 
-// ---- non-owning buffer views
-Buf view2(const float* p, int c, int rows, int64_t row_stride) {
-  halide_dimension_t dims[2] = {{0, c, 1}, {0, rows, int32_t(row_stride)}};
-  return Buf(const_cast<float*>(p), 2, dims);
-}
-// (d, head, t, b) view of rows holding `nh` heads of `hd` features each.
-Buf view4(const float* p, int hd, int nh, int t, int b, int64_t t_stride, int64_t b_stride) {
-  halide_dimension_t dims[4] = {
-      {0, hd, 1}, {0, nh, hd}, {0, t, int32_t(t_stride)}, {0, b, int32_t(b_stride)}};
-  return Buf(const_cast<float*>(p), 4, dims);
+// A weight tensor's buffer (see WeightBuffers::get). On a GPU device its first use uploads it (once per model).
+halide_buffer_t* weight(const std::vector<float>& v, int inner, int rows, int panels = 0) {
+  halide_buffer_t* b = g_weights->get(v, inner, rows, panels);
+  if (g_iface && b->host_dirty()) {
+    KernelTimer timer("upload");
+    run(halide_copy_to_device(nullptr, b, g_iface), "weight upload");
+    g_stats->weight_uploads += 1;
+    g_stats->weight_upload_bytes += int64_t(b->size_in_bytes());
+  }
+  return b;
 }
 
-// An activation [B][T][C], or a strided window of one (the KV cache).
+// A host input (token ids) sent to the device; a no-op on the CPU.
+void upload(const IBuf& b) {
+  if (!g_iface) return;
+  KernelTimer timer("upload");
+  IBuf& m = const_cast<IBuf&>(b);
+  m.set_host_dirty();
+  run(m.copy_to_device(g_iface), "upload");
+  g_stats->uploads += 1;
+  g_stats->upload_bytes += int64_t(m.size_in_bytes());
+}
+
+struct View;
+
+// An activation [B][T][C] (or, for the KV cache, [B][T][C] rows of which a prefix of
+// each is used). It owns one 1-D buffer of C*T*B floats: host memory on the CPU
+// (zeroed, as before), device memory only on a GPU device -- no host allocation at
+// all, so a host round trip of an intermediate cannot happen silently.
 struct Act {
   int C = 0, T = 0, B = 0;
-  std::vector<float> v;
+  Buf mem;
   Act() = default;
-  Act(int c, int t, int b) : C(c), T(t), B(b), v(size_t(c) * t * b) {}
-  Buf flat() const { return view2(v.data(), C, T * B, C); }
-  Buf heads(int hd) const { return view4(v.data(), hd, C / hd, T, B, C, int64_t(C) * T); }
+  Act(int c, int t, int b) : C(c), T(t), B(b) {
+    const int64_t n = size();
+    if (n == 0) return;
+    if (!g_iface) {
+      mem = Buf(int(n));
+      std::memset(mem.data(), 0, size_t(n) * sizeof(float));
+      return;
+    }
+    mem = Buf(static_cast<float*>(nullptr), int(n));
+    run(mem.device_malloc(g_iface), "device allocation");
+  }
+  Act(Act&&) = default;
+  Act& operator=(Act&&) = default;
+  Act(const Act&) = delete;  // copies share storage: copy explicitly (copy_elems)
+  Act& operator=(const Act&) = delete;
+  int64_t size() const { return int64_t(C) * T * B; }
+  // Host memory: the CPU only.
+  float* host() const {
+    if (g_iface) throw Error("internal: host access to a device-resident activation");
+    return const_cast<Buf&>(mem).data();
+  }
+  View flat() const;
+  View heads(int hd) const;
 };
 
+// A kernel argument over an activation: `dims` from element `offset`. On the CPU a
+// plain host view. On a GPU device the view shares the activation's device memory:
+// `keep` holds the allocation (or a device crop of it starting at `offset`), `buf`
+// has the wanted shape on the same device handle, with no host memory and clean
+// dirty bits, so Halide neither copies it in nor out.
+struct View {
+  Buf keep, buf;
+  halide_buffer_t* raw() { return buf.raw_buffer(); }
+};
+
+// kernel_arg: the view is passed to a kernel, where OpenCL makes a sub-buffer of it
+// (offset must be aligned); views only copied between need no alignment.
+View make_view(const Act& a, int64_t offset, int dims, const halide_dimension_t* d, bool kernel_arg = true) {
+  if (!g_iface) return View{Buf(), Buf(a.host() + offset, dims, d)};
+  int64_t span = 1;
+  for (int i = 0; i < dims; ++i) span += int64_t(d[i].extent - 1) * d[i].stride;
+  if (offset < 0 || offset + span > a.size())
+    throw Error("internal: device view [" + std::to_string(offset) + ", " + std::to_string(offset + span) +
+                ") outside an activation of " + std::to_string(a.size()) + " floats");
+  View v;
+  if (offset == 0) {
+    v.keep = a.mem;
+  } else {
+    if (kernel_arg && offset % kDeviceAlignFloats != 0)
+      throw Error("internal: device view at float offset " + std::to_string(offset) + " is not aligned to " +
+                  std::to_string(kDeviceAlignFloats * sizeof(float)) + " bytes");
+    v.keep = a.mem.cropped(0, int(offset), int(span));
+    if (!v.keep.raw_buffer()->device) {
+      std::string msg = g_halide_error;
+      g_halide_error.clear();
+      throw Error("device crop failed" + (msg.empty() ? "" : ": " + msg));
+    }
+  }
+  halide_buffer_t h{};
+  h.type = halide_type_of<float>();
+  h.dimensions = dims;
+  h.dim = const_cast<halide_dimension_t*>(d);
+  h.device = v.keep.raw_buffer()->device;
+  h.device_interface = v.keep.raw_buffer()->device_interface;
+  v.buf = Buf(h, Halide::Runtime::BufferDeviceOwnership::Unmanaged);
+  return v;
+}
+// (c, rows) with rows `row_stride` apart.
+View view2(const Act& a, int64_t offset, int c, int rows, int64_t row_stride) {
+  halide_dimension_t dims[2] = {{0, c, 1}, {0, rows, int32_t(row_stride)}};
+  return make_view(a, offset, 2, dims);
+}
+// (d, head, t, b) view of rows holding `nh` heads of `hd` features each.
+View view4(const Act& a, int64_t offset, int hd, int nh, int t, int b, int64_t t_stride, int64_t b_stride) {
+  halide_dimension_t dims[4] = {
+      {0, hd, 1}, {0, nh, hd}, {0, t, int32_t(t_stride)}, {0, b, int32_t(b_stride)}};
+  return make_view(a, offset, 4, dims);
+}
+View Act::flat() const { return view2(*this, 0, C, T * B, C); }
+View Act::heads(int hd) const { return view4(*this, 0, hd, C / hd, T, B, C, int64_t(C) * T); }
+
+// dst[dp, dp + n) = src[sp, sp + n): a host copy on the CPU, device to device on a GPU.
+void copy_elems(const Act& src, int64_t sp, Act& dst, int64_t dp, int64_t n) {
+  if (!g_iface) {
+    std::copy_n(src.host() + sp, n, dst.host() + dp);
+    return;
+  }
+  KernelTimer timer("device_copy");
+  halide_dimension_t d[1] = {{0, int32_t(n), 1}};
+  View s = make_view(src, sp, 1, d, false), t = make_view(dst, dp, 1, d, false);
+  run(halide_buffer_copy(nullptr, s.raw(), g_iface, t.raw()), "device_copy");
+  g_stats->device_copies += 1;
+}
+
+// An input activation written by host code (`fill` gets C*T*B floats to write): on
+// the CPU straight into the activation, on a GPU device into host memory, then uploaded.
+template <typename F>
+Act make_input(int c, int t, int b, F fill) {
+  Act a(c, t, b);
+  if (!g_iface) {
+    fill(a.host());
+    return a;
+  }
+  std::vector<float> h(size_t(a.size()));
+  fill(h.data());
+  KernelTimer timer("upload");
+  Buf hb(h.data(), int(h.size()));
+  hb.set_host_dirty();
+  halide_dimension_t d[1] = {{0, int32_t(a.size()), 1}};
+  View v = make_view(a, 0, 1, d);
+  run(halide_buffer_copy(nullptr, hb.raw_buffer(), g_iface, v.raw()), "upload");
+  g_stats->uploads += 1;
+  g_stats->upload_bytes += a.size() * int64_t(sizeof(float));
+  return a;
+}
+
+// Elements [off, off + n) of an activation on the host: a copy on the CPU, a download
+// (counted) on a GPU device.
+std::vector<float> to_host(const Act& a, int64_t off, int64_t n) {
+  if (!g_iface) return std::vector<float>(a.host() + off, a.host() + off + n);
+  KernelTimer timer("download");
+  std::vector<float> h(static_cast<size_t>(n));
+  Buf hb(h.data(), int(n));
+  halide_dimension_t d[1] = {{0, int32_t(n), 1}};
+  View v = make_view(a, off, 1, d, false);
+  run(halide_buffer_copy(nullptr, v.raw(), nullptr, hb.raw_buffer()), "download");
+  g_stats->downloads += 1;
+  g_stats->download_bytes += n * int64_t(sizeof(float));
+  return h;
+}
+std::vector<float> to_host(const Act& a) { return to_host(a, 0, a.size()); }
+
+// A kernel's small integer output (argmax ids) read by host code.
+void download(IBuf& b, const char* what) {
+  if (!g_iface) return;
+  KernelTimer timer("download");
+  if (b.copy_to_host() != 0)
+    throw Error(std::string("kernel '") + what + "': copying the result from the device failed");
+  g_stats->downloads += 1;
+  g_stats->download_bytes += int64_t(b.size_in_bytes());
+}
 
 // ---- one call per layer kind
-void linear(LinearFn fn, const char* name, Buf x, const LinearWeights& w, Buf out) {
+void linear(LinearFn fn, const char* name, View x, const LinearWeights& w, View out) {
+  halide_buffer_t *wb = weight(w.w, w.in, w.out, panel_count(w.out)), *bb = weight(w.b, w.out, 1);
   KernelTimer timer(name);
-  to_device(x);
-  run(fn(x.raw_buffer(), g_weights->get(w.w, w.in, w.out, panel_count(w.out)), g_weights->get(w.b, w.out, 1), out.raw_buffer()), name);
-  to_host(out, name);
+  run(fn(x.raw(), wb, bb, out.raw()), name);
 }
-void linear_residual(LinearResidualFn fn, const char* name, Buf x, const LinearWeights& w,
-                     Buf residual, Buf out) {
+void linear_residual(LinearResidualFn fn, const char* name, View x, const LinearWeights& w, View residual,
+                     View out) {
+  halide_buffer_t *wb = weight(w.w, w.in, w.out, panel_count(w.out)), *bb = weight(w.b, w.out, 1);
   KernelTimer timer(name);
-  to_device(x);
-  to_device(residual);
-  run(fn(x.raw_buffer(), g_weights->get(w.w, w.in, w.out, panel_count(w.out)), g_weights->get(w.b, w.out, 1), residual.raw_buffer(),
-         out.raw_buffer()),
-      name);
-  to_host(out, name);
+  run(fn(x.raw(), wb, bb, residual.raw(), out.raw()), name);
 }
 void layer_norm(const Act& x, const NormWeights& n, Act& out) {
-  KernelTimer timer("layer_norm");
   const int d = int(n.gamma.size());
-  Buf xb = x.flat(), ob = out.flat();
-  to_device(xb);
-  run(K().layer_norm(xb.raw_buffer(), g_weights->get(n.gamma, d, 1), g_weights->get(n.beta, d, 1), ob.raw_buffer()),
-      "layer_norm");
-  to_host(ob, "layer_norm");
+  halide_buffer_t *gb = weight(n.gamma, d, 1), *bb = weight(n.beta, d, 1);
+  KernelTimer timer("layer_norm");
+  View xb = x.flat(), ob = out.flat();
+  run(K().layer_norm(xb.raw(), gb, bb, ob.raw()), "layer_norm");
 }
-void attention(AttentionFn fn, const char* name, Buf q, Buf kv, Buf mask,
-               Buf out) {
+void attention(AttentionFn fn, const char* name, View q, View kv, View mask, View out) {
   KernelTimer timer(name);
-  for (const Buf* in : {&q, &kv, &mask}) to_device(*in);
-  run(fn(q.raw_buffer(), kv.raw_buffer(), mask.raw_buffer(), out.raw_buffer()), name);
-  to_host(out, name);
+  run(fn(q.raw(), kv.raw(), mask.raw(), out.raw()), name);
 }
 
 // Validates ids and lengths, then right-pads with pad_id into a (T, B) buffer.
@@ -231,11 +383,11 @@ IBuf pad_batch(const std::vector<Sequence>& seqs, int vocab, const std::string& 
 // inside a sequence (e.g. a literal "[PAD]" in text) is an ordinary token, as with a
 // tokenizer's attention mask; for right-padded batches that is the same as `== pad`.
 Act key_mask(const std::vector<Sequence>& seqs, int T) {
-  Act m(T, int(seqs.size()), 1);
-  if (C().padding_mask)
-    for (size_t b = 0; b < seqs.size(); ++b)
-      for (int t = int(seqs[b].size()); t < T; ++t) m.v[b * T + t] = kMasked;
-  return m;
+  return make_input(T, int(seqs.size()), 1, [&](float* m) {
+    if (C().padding_mask)
+      for (size_t b = 0; b < seqs.size(); ++b)
+        for (int t = int(seqs[b].size()); t < T; ++t) m[b * T + t] = kMasked;
+  });
 }
 
 // Embedding (+ positions, + token types), then the embedding LayerNorm if any.
@@ -245,20 +397,24 @@ Act embed(EmbeddingFn fn, const IBuf& tokens, const std::vector<float>& table, i
   Act x(d, tokens.dim(0).extent(), tokens.dim(1).extent());
   // Tables a kernel does not read (no learned positions / types) get the token table as
   // a stand-in.
-  halide_buffer_t* tb = g_weights->get(table, d, vocab);
-  halide_buffer_t* pb = w.positions.empty() ? tb : g_weights->get(w.positions, d, C().max_len);
-  halide_buffer_t* yb = (token_types && !w.token_types.empty()) ? g_weights->get(w.token_types, d, C().type_vocab) : tb;
+  halide_buffer_t* tb = weight(table, d, vocab);
+  halide_buffer_t* pb = w.positions.empty() ? tb : weight(w.positions, d, C().max_len);
+  const bool types_read = token_types && !w.token_types.empty();
+  halide_buffer_t* yb = types_read ? weight(w.token_types, d, C().type_vocab) : tb;
   IBuf types(x.T, x.B);
   types.fill(0);  // token type 0 for every token (single-segment inputs)
   halide_dimension_t dims[3] = {{0, d, 1}, {0, x.T, d}, {0, x.B, d * x.T}};
-  Buf o3(x.v.data(), 3, dims);
+  View o3 = make_view(x, 0, 3, dims);
+  upload(tokens);
+  // The kernel reads type ids only with token types; otherwise (on a GPU, where an
+  // upload would be wasted) the token ids stand in.
+  if (token_types || !g_iface) upload(types);
+  IBuf& tok = const_cast<IBuf&>(tokens);
   {
     KernelTimer timer("embedding");
-    to_device(tokens);
-    to_device(types);
-    run(fn(const_cast<IBuf&>(tokens).raw_buffer(), types.raw_buffer(), tb, pb, yb, pos_offset, o3.raw_buffer()),
+    run(fn(tok.raw_buffer(), (token_types || !g_iface ? types : tok).raw_buffer(), tb, pb, yb, pos_offset,
+           o3.raw()),
         "embedding");
-    to_host(o3, "embedding");
   }
   if (C().embedding_norm) {
     Act y(x.C, x.T, x.B);
@@ -293,12 +449,12 @@ void feed_forward(Act& x, const LayerWeights& L) {
 }
 
 // Self-attention over the whole sequence (no cache): encoder layers, teacher forcing.
-void self_attention_block(Act& x, const LayerWeights& L, AttentionFn fn, const char* name, Buf mask) {
+void self_attention_block(Act& x, const LayerWeights& L, AttentionFn fn, const char* name, const Act& mask) {
   const int d = C().d_model, hd = d / C().heads;
   residual_block(x, L.self_norm, [&](const Act& h, const Act& res, Act& y) {
     Act qkv(3 * d, h.T, h.B), a(d, h.T, h.B);
     linear(K().qkv, "qkv", h.flat(), L.qkv, qkv.flat());
-    attention(fn, name, qkv.heads(hd), qkv.heads(hd), mask, a.heads(hd));
+    attention(fn, name, qkv.heads(hd), qkv.heads(hd), mask.flat(), a.heads(hd));
     linear_residual(K().attention_out, "attention_out", a.flat(), L.attn_out, res.flat(), y.flat());
   });
 }
@@ -313,7 +469,7 @@ void final_norm(Act& x, const NormWeights& n) {
 Act run_encoder(const Weights& w, const IBuf& src, const Act& src_mask) {
   Act x = embed(K().embed_src, src, w.src_embedding, C().src_vocab, w, 0, C().type_vocab > 0);
   for (const auto& L : w.encoder) {
-    self_attention_block(x, L, K().encoder_self_attention, "encoder_self_attention", src_mask.flat());
+    self_attention_block(x, L, K().encoder_self_attention, "encoder_self_attention", src_mask);
     feed_forward(x, L);
   }
   final_norm(x, w.encoder_norm);
@@ -327,12 +483,12 @@ Act cross_kv(const LayerWeights& L, const Act& memory) {
   return kv;
 }
 
-void cross_block(Act& x, const LayerWeights& L, const Act& kv, Buf src_mask) {
+void cross_block(Act& x, const LayerWeights& L, const Act& kv, const Act& src_mask) {
   const int d = C().d_model, hd = d / C().heads;
   residual_block(x, L.cross_norm, [&](const Act& h, const Act& res, Act& y) {
     Act q(d, h.T, h.B), a(d, h.T, h.B);
     linear(K().cross_q, "cross_q", h.flat(), L.cross_q, q.flat());
-    attention(K().cross_attention, "cross_attention", q.heads(hd), kv.heads(hd), src_mask, a.heads(hd));
+    attention(K().cross_attention, "cross_attention", q.heads(hd), kv.heads(hd), src_mask.flat(), a.heads(hd));
     linear_residual(K().attention_out, "cross_out", a.flat(), L.cross_out, res.flat(), y.flat());
   });
 }
@@ -342,36 +498,41 @@ void head(const Act& x, const Weights& w, Act& logits, Act& out) {
   linear(K().generator, "generator", x.flat(), w.generator, logits.flat());
   KernelTimer timer("head");
   if (K().head) {
-    Buf lb = logits.flat(), ob = out.flat();
-    to_device(lb);
-    run(K().head(lb.raw_buffer(), ob.raw_buffer()), "head");
-    to_host(ob, "head");
+    View lb = logits.flat(), ob = out.flat();
+    run(K().head(lb.raw(), ob.raw()), "head");
   } else {
-    out.v = logits.v;
+    copy_elems(logits, 0, out, 0, logits.size());
   }
 }
 
-void argmax(const Act& rows, Halide::Runtime::Buffer<int32_t>& next) {
-  KernelTimer timer("argmax");
-  Buf rb = rows.flat();
-  to_device(rb);
-  run(K().argmax(rb.raw_buffer(), next.raw_buffer()), "argmax");
-  to_host(next, "argmax");
+// Row-wise argmax of `rows` into `next`, which is then read on the host.
+void argmax(const Act& rows, IBuf& next) {
+  {
+    KernelTimer timer("argmax");
+    View rb = rows.flat();
+    run(K().argmax(rb.raw(), next.raw_buffer()), "argmax");
+  }
+  download(next, "argmax");
 }
 
-Tensor to_tensor(const Act& a) { return Tensor{{a.B, a.T, a.C}, a.v}; }
+Tensor to_tensor(const Act& a) { return Tensor{{a.B, a.T, a.C}, to_host(a)}; }
 
 // Decoder state for incremental decoding over B rows: per layer, the QKV rows of every
-// position so far ([B][Tmax][3d], the self-attention KV cache) and, for an
-// encoder-decoder, the cross-attention keys/values of the memory.
+// position so far ([B][Tmax][3d], the self-attention KV cache; on a GPU device each
+// row padded to `row` = a multiple of kDeviceAlignFloats so that the rows of a step
+// start aligned) and, for an encoder-decoder, the cross-attention keys/values of the
+// memory.
 struct DecoderState {
-  int B = 0, Tmax = 0, len = 0;
+  int B = 0, Tmax = 0, len = 0, row = 0;
   std::vector<Act> cache, cross;
   Act src_mask;   // (S, B) additive, encoder-decoder only
   Act self_mask;  // (Tmax, B) zeros: generated positions are all real tokens
 
-  DecoderState(const Weights& w, int B_, int Tmax_) : B(B_), Tmax(Tmax_), self_mask(Tmax_, B_, 1) {
-    cache.assign(w.decoder.size(), Act(3 * C().d_model, Tmax, B));
+  DecoderState(const Weights& w, int B_, int Tmax_)
+      : B(B_), Tmax(Tmax_), self_mask(make_input(Tmax_, B_, 1, [](float*) {})) {
+    const int w3 = 3 * C().d_model;
+    row = g_iface ? int((w3 + kDeviceAlignFloats - 1) / kDeviceAlignFloats * kDeviceAlignFloats) : w3;
+    for (size_t l = 0; l < w.decoder.size(); ++l) cache.emplace_back(row, Tmax, B);
   }
 
   // Runs the decoder on `tokens` (T new positions; T > 1 only with B == 1) and returns
@@ -380,21 +541,21 @@ struct DecoderState {
     const int d = C().d_model, hd = d / C().heads, H = C().heads, T = tokens.dim(0).extent();
     if (len + T > Tmax) throw Error("decoder cache overflow (internal)");
     Act x = embed(K().embed_tgt, tokens, w.tgt_embedding, C().tgt_vocab, w, len, false);
-    const int64_t bstride = int64_t(3 * d) * Tmax;
+    const int64_t bstride = int64_t(row) * Tmax, at = int64_t(len) * row;
     for (size_t l = 0; l < w.decoder.size(); ++l) {
       const auto& L = w.decoder[l];
-      float* rows = cache[l].v.data() + size_t(len) * 3 * d;
+      const Act& c = cache[l];
       residual_block(x, L.self_norm, [&](const Act& h, const Act& res, Act& y) {
         Act a(d, T, B);
         // New QKV rows go straight into the cache: T rows of one sequence, or one row each of B.
-        Buf out = T > 1 ? view2(rows, 3 * d, T, 3 * d) : view2(rows, 3 * d, B, bstride);
+        View out = T > 1 ? view2(c, at, 3 * d, T, row) : view2(c, at, 3 * d, B, bstride);
         linear(K().qkv, "qkv", h.flat(), L.qkv, out);
-        attention(K().decoder_self_attention, "decoder_self_attention", view4(rows, hd, 3 * H, T, B, 3 * d, bstride),
-                  view4(cache[l].v.data(), hd, 3 * H, len + T, B, 3 * d, bstride),
-                  view2(self_mask.v.data(), len + T, B, Tmax), a.heads(hd));
+        attention(K().decoder_self_attention, "decoder_self_attention", view4(c, at, hd, 3 * H, T, B, row, bstride),
+                  view4(c, 0, hd, 3 * H, len + T, B, row, bstride), view2(self_mask, 0, len + T, B, Tmax),
+                  a.heads(hd));
         linear_residual(K().attention_out, "attention_out", a.flat(), L.attn_out, res.flat(), y.flat());
       });
-      if (!cross.empty()) cross_block(x, L, cross[l], src_mask.flat());
+      if (!cross.empty()) cross_block(x, L, cross[l], src_mask);
       feed_forward(x, L);
     }
     final_norm(x, w.decoder_norm);
@@ -404,11 +565,18 @@ struct DecoderState {
 
   // Beam search: row b continues from row parent[b].
   void reorder(const std::vector<int>& parent) {
-    const size_t row = size_t(3 * C().d_model) * Tmax;
+    const int64_t bstride = int64_t(row) * Tmax, used = int64_t(len) * row;
     for (auto& c : cache) {
-      std::vector<float> old = c.v;
-      for (int b = 0; b < B; ++b)
-        std::copy_n(old.data() + parent[b] * row, size_t(len) * 3 * C().d_model, c.v.data() + b * row);
+      if (!g_iface) {
+        std::vector<float> old(c.host(), c.host() + c.size());
+        for (int b = 0; b < B; ++b)
+          std::copy_n(old.data() + parent[b] * bstride, size_t(used), c.host() + b * bstride);
+        continue;
+      }
+      // Device: gather the rows into a fresh cache, device to device.
+      Act fresh(c.C, c.T, c.B);
+      for (int b = 0; b < B; ++b) copy_elems(c, parent[b] * bstride, fresh, b * bstride, used);
+      c = std::move(fresh);
     }
   }
 };
@@ -416,24 +584,26 @@ struct DecoderState {
 // Rows of the last position of x (d, T, B) -> (d, 1, B).
 Act last_rows(const Act& x, const std::vector<int>& last) {
   Act y(x.C, 1, x.B);
-  for (int b = 0; b < x.B; ++b)
-    std::copy_n(x.v.data() + (size_t(b) * x.T + last[b]) * x.C, x.C, y.v.data() + size_t(b) * x.C);
+  for (int b = 0; b < x.B; ++b) copy_elems(x, (int64_t(b) * x.T + last[b]) * x.C, y, int64_t(b) * x.C, x.C);
   return y;
 }
 
 // Rows repeated: memory (C, S, B) -> (C, S, B * k), each batch entry k times.
 Act repeat_rows(const Act& a, int k) {
   Act r(a.C, a.T, a.B * k);
-  const size_t n = size_t(a.C) * a.T;
+  const int64_t n = int64_t(a.C) * a.T;
   for (int b = 0; b < a.B; ++b)
-    for (int j = 0; j < k; ++j) std::copy_n(a.v.data() + b * n, n, r.v.data() + (size_t(b) * k + j) * n);
+    for (int j = 0; j < k; ++j) copy_elems(a, b * n, r, (int64_t(b) * k + j) * n, n);
   return r;
 }
 
 }  // namespace
 
 Model::Model(std::unique_ptr<Weights> w, std::string device)
-    : weights_(std::move(w)), device_(std::move(device)), buffers_(std::make_unique<WeightBuffers>()) {}
+    : weights_(std::move(w)),
+      device_(std::move(device)),
+      buffers_(std::make_unique<WeightBuffers>()),
+      state_(std::make_unique<DeviceState>()) {}
 Model::~Model() = default;
 Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
@@ -445,49 +615,53 @@ Model Model::load(const std::string& weights_path, int threads, const std::strin
   if (threads > 0) halide_set_num_threads(threads);
   Model m(std::make_unique<Weights>(load_weights(C(), weights_path)), device);
   if (device != "cpu") {
-    // Fail now, clearly, if the device cannot run a kernel (no driver, no device).
-    DeviceScope scope(device, m.buffers_.get());
+    // Fail now, clearly, if the device cannot run a kernel (no driver, no device). The
+    // probe runs on host buffers that Halide copies over; its output then carries the
+    // device interface that every activation of this model is allocated with.
+    DeviceScope scope(device, m.buffers_.get(), m.state_.get());
     const int d = C().d_model;
-    Act x(d, 1, 1), y(d, 1, 1);
-    NormWeights n{std::vector<float>(d, 1.0f), std::vector<float>(d, 0.0f)};
+    Buf x(d, 1), y(d, 1), gamma(d), beta(d);
+    x.fill(0.0f), gamma.fill(1.0f), beta.fill(0.0f);
+    for (Buf* b : {&x, &gamma, &beta}) b->set_host_dirty();
     try {
-      layer_norm(x, n, y);
+      run(K().layer_norm(x.raw_buffer(), gamma.raw_buffer(), beta.raw_buffer(), y.raw_buffer()), "layer_norm");
     } catch (const Error& e) {
       throw Error("device '" + device + "' is not usable here (" + e.what() + "). Use --device cpu.");
     }
+    m.state_->iface = y.raw_buffer()->device_interface;
+    if (!m.state_->iface) throw Error("device '" + device + "': the probe kernel ran on the host (internal)");
   }
   return m;
 }
 
 const ModelConfig& Model::config() const { return C(); }
 
+TransferStats Model::transfers() const { return state_->stats; }
+
 Tensor Model::encode(const std::vector<Sequence>& src) const {
-  DeviceScope scope(device_, buffers_.get());
+  DeviceScope scope(device_, buffers_.get(), state_.get());
   if (C().arch == Arch::Decoder) throw Error("encode: a decoder-only model has no encoder");
   IBuf s = pad_batch(src, C().src_vocab, "source");
   return to_tensor(run_encoder(*weights_, s, key_mask(src, s.dim(0).extent())));
 }
 
 Tensor Model::pooled(const std::vector<Sequence>& src) const {
-  DeviceScope scope(device_, buffers_.get());
+  DeviceScope scope(device_, buffers_.get(), state_.get());
   if (!K().pool) throw Error("pooled: the model's head is not 'classifier' or 'embedding'");
   IBuf s = pad_batch(src, C().src_vocab, "source");
   Act x = run_encoder(*weights_, s, key_mask(src, s.dim(0).extent()));
-  Act valid(x.T, x.B, 1);  // (T, B): 1 for a real token
-  for (int b = 0; b < x.B; ++b)
-    for (int t = 0; t < x.T; ++t) valid.v[size_t(b) * x.T + t] = t < int(src[b].size()) ? 1.0f : 0.0f;
+  Act valid = make_input(x.T, x.B, 1, [&](float* v) {  // (T, B): 1 for a real token
+    for (int b = 0; b < x.B; ++b)
+      for (int t = 0; t < x.T; ++t) v[size_t(b) * x.T + t] = t < int(src[b].size()) ? 1.0f : 0.0f;
+  });
   Act p(C().d_model, 1, x.B);
   halide_dimension_t dims[3] = {{0, x.C, 1}, {0, x.T, x.C}, {0, x.B, x.C * x.T}};
-  Buf x3(x.v.data(), 3, dims), pb = view2(p.v.data(), p.C, x.B, p.C);
   {
+    View x3 = make_view(x, 0, 3, dims), pb = view2(p, 0, p.C, x.B, p.C), vb = valid.flat();
     KernelTimer timer("pool");
-    Buf vb = valid.flat();
-    to_device(x3);
-    to_device(vb);
-    run(K().pool(x3.raw_buffer(), vb.raw_buffer(), pb.raw_buffer()), "pool");
-    to_host(pb, "pool");
+    run(K().pool(x3.raw(), vb.raw(), pb.raw()), "pool");
   }
-  if (C().head != HeadOutput::Classifier) return Tensor{{x.B, p.C}, p.v};
+  if (C().head != HeadOutput::Classifier) return Tensor{{x.B, p.C}, to_host(p)};
   if (C().pooler) {
     Act q(p.C, 1, p.B);
     linear(K().pooler, "pooler", p.flat(), weights_->pooler, q.flat());
@@ -495,7 +669,7 @@ Tensor Model::pooled(const std::vector<Sequence>& src) const {
   }
   Act out(C().num_classes, 1, x.B);
   linear(K().classifier, "classifier", p.flat(), weights_->classifier, out.flat());
-  return Tensor{{x.B, out.C}, out.v};
+  return Tensor{{x.B, out.C}, to_host(out)};
 }
 
 namespace {
@@ -509,8 +683,8 @@ Act decoder_forward(const Weights& w, const std::vector<Sequence>& tgt, const st
   Act x = embed(K().embed_tgt, t, w.tgt_embedding, C().tgt_vocab, w, 0, false);
   for (size_t l = 0; l < w.decoder.size(); ++l) {
     const auto& L = w.decoder[l];
-    self_attention_block(x, L, K().decoder_self_attention, "decoder_self_attention", tmask.flat());
-    if (!cross.empty()) cross_block(x, L, cross[l], smask.flat());
+    self_attention_block(x, L, K().decoder_self_attention, "decoder_self_attention", tmask);
+    if (!cross.empty()) cross_block(x, L, cross[l], smask);
     feed_forward(x, L);
   }
   final_norm(x, w.decoder_norm);
@@ -521,7 +695,7 @@ Act decoder_forward(const Weights& w, const std::vector<Sequence>& tgt, const st
 }  // namespace
 
 Tensor Model::score(const std::vector<Sequence>& src, const std::vector<Sequence>& tgt) const {
-  DeviceScope scope(device_, buffers_.get());
+  DeviceScope scope(device_, buffers_.get(), state_.get());
   const Weights& w = *weights_;
   if (C().arch == Arch::Encoder) throw Error("score: an encoder-only model has no decoder");
   if (C().arch == Arch::Decoder) return to_tensor(decoder_forward(w, src, {}, Act(), "prompt"));
@@ -537,7 +711,7 @@ Tensor Model::score(const std::vector<Sequence>& src, const std::vector<Sequence
 }
 
 DecodeResult Model::greedy(const std::vector<Sequence>& src, int max_new_tokens, bool use_cache) const {
-  DeviceScope scope(device_, buffers_.get());
+  DeviceScope scope(device_, buffers_.get(), state_.get());
   if (C().arch == Arch::Encoder) throw Error("greedy: an encoder-only model does not decode");
   if (max_new_tokens < 1 || max_new_tokens > C().max_len)
     throw Error("max_new_tokens " + std::to_string(max_new_tokens) + " is outside [1, max_len = " +
@@ -557,6 +731,8 @@ DecodeResult Model::greedy(const std::vector<Sequence>& src, int max_new_tokens,
         throw Error("prompt " + std::to_string(b + 1) + ": " + std::to_string(P) + " tokens + " +
                     std::to_string(max_new_tokens) + " new tokens exceed max_len " + std::to_string(C().max_len));
       Sequence seq = src[b];
+      // GPU: each step's head output row stays on the device until the end.
+      Act last = g_iface ? Act(V, 1, 1) : Act();
       DecoderState st(w, 1, P + max_new_tokens);
       Act logits(V, 1, 1), out(V, 1, 1);
       Halide::Runtime::Buffer<int32_t> next(1);
@@ -570,7 +746,7 @@ DecodeResult Model::greedy(const std::vector<Sequence>& src, int max_new_tokens,
           head(last_rows(x, {x.T - 1}), w, logits, out);
         } else {
           Act all = decoder_forward(w, {seq}, {}, Act(), "prompt");  // the whole prefix again
-          std::copy_n(all.v.end() - V, V, out.v.begin());
+          copy_elems(all, all.size() - V, out, 0, V);
         }
         argmax(out, next);
         double ms = now_ms() - ts;
@@ -578,8 +754,13 @@ DecodeResult Model::greedy(const std::vector<Sequence>& src, int max_new_tokens,
         r.tokens.resize(src.size());
         r.tokens[b].push_back(next(0));
         seq.push_back(next(0));
-        std::copy_n(out.v.data(), V, r.last_logits.data.begin() + b * V);
+        if (g_iface) copy_elems(out, 0, last, 0, V);
+        else std::copy_n(out.host(), V, r.last_logits.data.begin() + b * V);
         if (next(0) == C().eos_id) break;
+      }
+      if (g_iface) {
+        std::vector<float> h = to_host(last);
+        std::copy(h.begin(), h.end(), r.last_logits.data.begin() + b * V);
       }
     }
     return r;
@@ -598,6 +779,7 @@ DecodeResult Model::greedy(const std::vector<Sequence>& src, int max_new_tokens,
   tok.fill(C().bos_id);
   std::vector<Sequence> prefix(B, Sequence{int32_t(C().bos_id)});
   Act logits(V, 1, B), out(V, 1, B);
+  Act last = g_iface ? Act(V, 1, B) : Act();  // GPU: last_logits rows stay on the device until the end
   Halide::Runtime::Buffer<int32_t> next(B);
   std::vector<bool> done(B, false);
   r.tokens.assign(B, {});
@@ -612,15 +794,20 @@ DecodeResult Model::greedy(const std::vector<Sequence>& src, int max_new_tokens,
       // cross-attention K/V are per source and reused).
       Act all = decoder_forward(w, prefix, st.cross, st.src_mask, "target");
       const int T = all.T;
-      for (int b = 0; b < B; ++b)
-        std::copy_n(all.v.data() + (size_t(b) * T + T - 1) * V, V, out.v.data() + size_t(b) * V);
+      for (int b = 0; b < B; ++b) copy_elems(all, (int64_t(b) * T + T - 1) * V, out, int64_t(b) * V, V);
     }
     argmax(out, next);
+    if (g_iface)  // rows still decoding, one device copy per run of them
+      for (int b0 = 0, b1; b0 < B; b0 = b1) {
+        for (b1 = b0; b1 < B && !done[b1]; ++b1) {}
+        if (b1 > b0) copy_elems(out, int64_t(b0) * V, last, int64_t(b0) * V, int64_t(b1 - b0) * V);
+        else ++b1;
+      }
     bool all_done = true;
     for (int b = 0; b < B; ++b) {
       if (!done[b]) {
         r.tokens[b].push_back(next(b));
-        std::copy_n(out.v.data() + size_t(b) * V, V, r.last_logits.data.begin() + size_t(b) * V);
+        if (!g_iface) std::copy_n(out.host() + size_t(b) * V, V, r.last_logits.data.begin() + size_t(b) * V);
         done[b] = next(b) == C().eos_id;
       }
       all_done = all_done && done[b];
@@ -630,11 +817,12 @@ DecodeResult Model::greedy(const std::vector<Sequence>& src, int max_new_tokens,
     r.step_ms.push_back(now_ms() - ts);
     if (all_done) break;
   }
+  if (g_iface) r.last_logits.data = to_host(last);
   return r;
 }
 
 BeamResult Model::beam_search(const std::vector<Sequence>& src, int K_beam, double alpha, int max_new_tokens) const {
-  DeviceScope scope(device_, buffers_.get());
+  DeviceScope scope(device_, buffers_.get(), state_.get());
   if (C().arch != Arch::EncoderDecoder) throw Error("beam search needs an encoder-decoder model");
   if (K_beam < 1) throw Error("beam size " + std::to_string(K_beam) + " must be >= 1");
   if (max_new_tokens < 1 || max_new_tokens > C().max_len)
@@ -667,6 +855,9 @@ BeamResult Model::beam_search(const std::vector<Sequence>& src, int K_beam, doub
     double ts = now_ms();
     Act x = st.step(w, tok);
     head(x, w, logits, out);
+    // The host ranks candidates from the raw logits: on a GPU they come down once a step.
+    std::vector<float> logits_h = g_iface ? to_host(logits) : std::vector<float>();
+    const float* lg = g_iface ? logits_h.data() : logits.host();
     std::vector<int> parent(R);
     for (int b = 0; b < B; ++b) {
       for (int k = 0; k < K_beam; ++k) parent[b * K_beam + k] = b * K_beam;  // rows of finished sources
@@ -675,7 +866,7 @@ BeamResult Model::beam_search(const std::vector<Sequence>& src, int K_beam, doub
       struct Cand { double score; int hyp, token; };
       std::vector<Cand> cands;
       for (int i = 0; i < int(live[b].size()); ++i) {
-        const float* row = logits.v.data() + size_t(b * K_beam + i) * V;
+        const float* row = lg + size_t(b * K_beam + i) * V;
         double mx = -std::numeric_limits<double>::infinity(), total = 0;
         for (int v = 0; v < V; ++v) mx = std::max(mx, double(row[v]));
         for (int v = 0; v < V; ++v) total += std::exp(double(row[v]) - mx);

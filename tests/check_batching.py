@@ -4,7 +4,9 @@ running each sequence alone (encoder rows, head outputs and decoded tokens).
     check_batching.py BINARY WEIGHTS SEQ1 SEQ2 ...   (each SEQ: space-separated ids)
 
 Encoder outputs and logits must agree to 1e-6 (padded keys get exactly zero attention
-weight, so only the summation order of the batch could differ); tokens exactly."""
+weight, so only the summation order of the batch could differ); tokens exactly.
+HALFORMER_DEVICE (optional): run on that device (e.g. opencl)."""
+import os
 import subprocess
 import sys
 import tempfile
@@ -15,6 +17,8 @@ from safetensors.numpy import load_file
 
 def run(binary, weights, seqs, out):
     cmd = [binary, "--weights", weights, "--dump", out]
+    if os.environ.get("HALFORMER_DEVICE"):
+        cmd += ["--device", os.environ["HALFORMER_DEVICE"]]
     for s in seqs:
         cmd += ["--src", s]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)

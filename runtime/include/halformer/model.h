@@ -39,8 +39,19 @@ struct BeamResult {
   std::vector<double> step_ms;
 };
 
+// Host<->device copies made by the runtime on a GPU device (all zero on the CPU).
+// Activations stay on the device between layers; only inputs (token ids, masks) go up
+// and only outputs (returned tensors, logits the host reads, chosen ids) come down.
+struct TransferStats {
+  int64_t uploads = 0, upload_bytes = 0;                // inputs: token ids, masks
+  int64_t downloads = 0, download_bytes = 0;            // outputs
+  int64_t weight_uploads = 0, weight_upload_bytes = 0;  // each weight tensor once, on first use
+  int64_t device_copies = 0;                            // device-to-device (KV cache reorder, rows)
+};
+
 struct Weights;
 struct WeightBuffers;
+struct DeviceState;
 
 class Model {
  public:
@@ -71,11 +82,15 @@ class Model {
   BeamResult beam_search(const std::vector<Sequence>& src, int beam_size, double length_penalty,
                          int max_new_tokens) const;
 
+  // Transfers made by this model since load (see TransferStats).
+  TransferStats transfers() const;
+
  private:
   Model(std::unique_ptr<Weights> w, std::string device);
   std::unique_ptr<Weights> weights_;
   std::string device_;
   std::unique_ptr<WeightBuffers> buffers_;  // Halide buffers of the weights (device copies live here)
+  std::unique_ptr<DeviceState> state_;      // the device interface and the transfer counts
 };
 
 }  // namespace halformer
