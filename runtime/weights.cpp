@@ -184,12 +184,18 @@ class Loader {
     const uint8_t* data = t->data + (src.part >= 0 ? size_t(src.part) * n : 0) * sizeof(float);
     std::vector<float> buf(cols);  // the file's floats need not be 4-byte aligned
     bool finite = true;
+    const size_t row_bytes = cols * sizeof(float), chunk = size_t(4) << 20;
+    size_t released = 0;  // bytes of the tensor whose pages were dropped
     for (int64_t r = 0; r < rows; ++r) {
-      std::memcpy(buf.data(), data + size_t(r) * cols * sizeof(float), cols * sizeof(float));
+      std::memcpy(buf.data(), data + size_t(r) * row_bytes, row_bytes);
       for (float x : buf) finite = finite && std::isfinite(x);
       row(int(r), buf.data());
+      // Drop pages as the rows are consumed, so that even the largest tensor (an
+      // embedding table) is never resident twice.
+      const size_t done = size_t(r + 1) * row_bytes;
+      if (done - released >= chunk) file_.release(data + released, done - released), released = done;
     }
-    file_.release(data, n * sizeof(float));
+    file_.release(data + released, n * sizeof(float) - released);
     if (!finite) nonfinite_.push_back(label);
     return true;
   }
