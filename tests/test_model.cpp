@@ -80,14 +80,17 @@ class ModelVsTorch : public ::testing::Test {
         o << "\n";
       }
     };
-    write(dir_ + "/src.txt", "src", "src_lengths");
-    std::string cmd = "'" + bin_ + "' --weights '" + env("HALFORMER_WEIGHTS") + "' --src-file '" + dir_ + "/src.txt'";
+    // Every file this run writes carries the device tag: the CPU and GPU runs of one
+    // model share the reference directory and may run at the same time (ctest -j).
     const char* device = std::getenv("HALFORMER_DEVICE");  // cpu (default), opencl, cuda
-    if (device) cmd += std::string(" --device ") + device;
     const std::string tag = device ? std::string("_") + device : "";
+    write(dir_ + "/src" + tag + ".txt", "src", "src_lengths");
+    std::string cmd = "'" + bin_ + "' --weights '" + env("HALFORMER_WEIGHTS") + "' --src-file '" + dir_ + "/src" +
+                      tag + ".txt'";
+    if (device) cmd += std::string(" --device ") + device;
     if (ref_.has("tgt")) {
-      write(dir_ + "/tgt.txt", "tgt", "tgt_lengths");
-      cmd += " --tgt-file '" + dir_ + "/tgt.txt'";
+      write(dir_ + "/tgt" + tag + ".txt", "tgt", "tgt_lengths");
+      cmd += " --tgt-file '" + dir_ + "/tgt" + tag + ".txt'";
     }
     if (ref_.has("greedy")) cmd += " --beam 1 --max-new-tokens " + std::to_string(ref_.shape.at("greedy")[1]);
     if (!run(cmd + " --dump '" + dir_ + "/halformer" + tag + ".safetensors'")) return;
