@@ -261,14 +261,17 @@ def run_halformer(driver, weights, inputs, batches, st, out_dir, profile: bool, 
         dump = os.path.join(st["work"], f"halformer_b{b}.safetensors")
         log(f"halformer: batch {b}: {st['warmup']} warm-up + {st['repeat_encoder']} encoder runs, "
             f"{st['warmup']} + {st['repeat_decode']} decodes of {st['new_tokens']} tokens")
-        cmd = [driver, "--weights", weights, "--src-file", inputs[str(b)], "--threads", str(st["threads"]),
-               "--warmup", str(st["warmup"]), "--repeat", str(st["repeat_encoder"]),
-               "--new-tokens", str(st["new_tokens"]), "--dump", dump]
-        if not dump_outputs:
-            cmd = cmd[:-2]
-        enc = json.loads(run(cmd + ["--skip-decode"], env=child_env(st["threads"])).stdout)
-        cmd[cmd.index("--repeat") + 1] = str(st["repeat_decode"])
-        base = cmd[:-2] if dump_outputs else cmd
+        base = [driver, "--weights", weights, "--src-file", inputs[str(b)], "--threads", str(st["threads"]),
+                "--warmup", str(st["warmup"]), "--repeat", str(st["repeat_encoder"]),
+                "--new-tokens", str(st["new_tokens"])]
+        if dump_outputs:
+            # The outputs the peers are checked against, from a process of its own: a dump
+            # also decodes while holding the encoder output, which would inflate the
+            # encoder run's peak memory.
+            run(base + ["--warmup", "1", "--repeat", "1", "--skip-encoder", "--skip-decode", "--dump", dump],
+                env=child_env(st["threads"]))
+        enc = json.loads(run(base + ["--skip-decode"], env=child_env(st["threads"])).stdout)
+        base[base.index("--repeat") + 1] = str(st["repeat_decode"])
         dec = json.loads(run(base + ["--skip-encoder"], env=child_env(st["threads"])).stdout)
         enc["decode"] = dec["decode"]
         enc["max_rss_bytes_decode"] = dec["max_rss_bytes"]
