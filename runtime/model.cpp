@@ -630,6 +630,10 @@ Model Model::load(const std::string& weights_path, int threads, const std::strin
     }
     m.state_->iface = y.raw_buffer()->device_interface;
     if (!m.state_->iface) throw Error("device '" + device + "': the probe kernel ran on the host (internal)");
+    // Activations are allocated and freed many times per decode step: let the Halide
+    // runtime keep freed device blocks for reuse (cuMemAlloc / clCreateBuffer per
+    // activation would dominate small steps on a real GPU).
+    halide_reuse_device_allocations(nullptr, true);
   }
   return m;
 }
