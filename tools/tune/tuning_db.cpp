@@ -402,7 +402,9 @@ std::string host_fingerprint() {
     std::string r = (model.empty() ? std::string("unknown cpu") : model) + "; " +
                     std::to_string(std::max(1u, std::thread::hardware_concurrency())) + " cpus; " + arch;
     for (const auto& f : have) r += " " + f;
-    return r;
+    // The schedules measured: a database made with other generator sources compared
+    // its candidates against another hand schedule, so its verdicts do not carry over.
+    return r + "; generators " + HALFORMER_GENERATORS_VERSION;
   }();
   return fp;
 }
@@ -447,7 +449,8 @@ Choice choose(const Db& db, const std::string& generator, const Params& shape, c
   for (const Entry* e : kernel)
     if (e->fingerprint == fingerprint) mine.push_back(e);
   if (mine.empty()) {
-    c.reason = "entries were measured on another machine (" + kernel.front()->fingerprint + "), not this one";
+    c.reason = "entries were measured on another machine or with other generator sources (" +
+               kernel.front()->fingerprint + "), not this one; run halformer tune again";
     return c;
   }
   // Shapes the hand schedule was measured on; without hand entries, every shape seen.

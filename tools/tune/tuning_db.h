@@ -120,8 +120,10 @@ void write_db_atomic(const Db& db, const std::string& path);
 
 // ---------------------------------------------------------------- machine
 
-// "<cpu model>; <n> cpus; <arch> <ISA flags>" from /proc/cpuinfo (ISA flags that change
-// generated code: sse4.1 ... avx512*). Timings on another machine say little here.
+// "<cpu model>; <n> cpus; <arch> <ISA flags>; generators <hash>" from /proc/cpuinfo (ISA
+// flags that change generated code: sse4.1 ... avx512*) and a hash of the generator and
+// schedule sources this halformer was built from. Timings on another machine, or against
+// another version of the hand schedules, say little here.
 std::string host_fingerprint();
 
 // ---------------------------------------------------------------- choosing
