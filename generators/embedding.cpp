@@ -41,9 +41,10 @@ class Embedding : public Generator<Embedding> {
     Expr e = table(c, tok);
     if (scale) e = e * std::sqrt(float(C));
     Expr p = pos_offset + t;
+    Func freq("freq");  // per feature, not per element
+    freq(c) = exp(cast<float>((c / 2) * 2) * float(-std::log(10000.0) / C));
     if (positions == PosKind::Sinusoidal) {
-      Expr freq = exp(cast<float>((c / 2) * 2) * float(-std::log(10000.0) / C));
-      Expr angle = cast<float>(p) * freq;
+      Expr angle = cast<float>(p) * freq(c);
       e = e + select(c % 2 == 0, sin(angle), cos(angle));
     } else if (positions == PosKind::Learned) {
       e = e + pos_table(c, clamp(p, 0, int(max_len) - 1));
@@ -72,7 +73,10 @@ class Embedding : public Generator<Embedding> {
           .gpu_threads(ci);
       return;
     }
-    out.vectorize(c, pow2_divisor(C, vec)).parallel(b);
+    // Tasks of 8 tokens: a single sequence (batch 1) still uses every core.
+    Var tb("tb");
+    if (positions == PosKind::Sinusoidal) freq.compute_root().vectorize(c, pow2_divisor(C, vec));
+    out.vectorize(c, pow2_divisor(C, vec)).fuse(t, b, tb).parallel(tb, 8, TailStrategy::GuardWithIf);
   }
 };
 
