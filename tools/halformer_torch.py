@@ -244,6 +244,16 @@ def _require(spec: Dict[str, Any], keys: Sequence[str]) -> None:
         raise ValueError("spec is missing " + ", ".join("sizes." + k for k in missing))
 
 
+def _checked_spec(spec: Dict[str, Any], who: str, architecture: str, required: Sequence[str]) -> Dict[str, Any]:
+    """`spec` with its defaults filled in, after checking that `who` gets `architecture`
+    and the `required` sizes."""
+    spec = apply_defaults(spec)
+    if spec["architecture"] != architecture:
+        raise ValueError(f"{who} needs architecture {architecture}, got {spec['architecture']!r}")
+    _require(spec, required)
+    return spec
+
+
 # ---------------------------------------------------------------------------------------
 # building blocks
 
@@ -317,7 +327,11 @@ def causal_mask(t: int) -> torch.Tensor:
 class _Common(nn.Module):
     """Spec fields every model reads (plain attributes: nothing here is in the state dict)."""
 
-    def _read_spec(self, spec: Dict[str, Any]) -> None:
+    def _read_spec(self, spec: Dict[str, Any], who: str, architecture: str,
+                   required: Sequence[str]) -> Dict[str, Any]:
+        """Checks `spec` (see _checked_spec) and reads its fields; returns it with its
+        defaults filled in."""
+        spec = _checked_spec(spec, who, architecture, required)
         s, layer, emb = spec["sizes"], spec["layer"], spec["embedding"]
         self.spec = spec
         self.architecture = spec["architecture"]
@@ -341,6 +355,7 @@ class _Common(nn.Module):
             raise ValueError(f"layer.norm_placement: unknown value {self.placement!r}")
         if self.norm_kind not in ("standard", "annotated"):
             raise ValueError(f"layer.norm_kind: unknown value {self.norm_kind!r}")
+        return spec
 
     def _add_positions(self, x: torch.Tensor, n: int) -> torch.Tensor:
         if self.positions == "sinusoidal":
@@ -412,12 +427,9 @@ class Seq2Seq(_Common):
 
     def __init__(self, spec: Dict[str, Any]):
         super().__init__()
-        spec = apply_defaults(spec)
-        if spec["architecture"] != "encoder_decoder":
-            raise ValueError(f"Seq2Seq needs architecture encoder_decoder, got {spec['architecture']!r}")
-        _require(spec, ("d_model", "heads", "d_ff", "encoder_layers", "decoder_layers",
-                        "src_vocab", "tgt_vocab", "max_len"))
-        self._read_spec(spec)
+        spec = self._read_spec(spec, "Seq2Seq", "encoder_decoder",
+                               ("d_model", "heads", "d_ff", "encoder_layers", "decoder_layers",
+                                "src_vocab", "tgt_vocab", "max_len"))
         self._check_lm_head()
         s, layer, emb = spec["sizes"], spec["layer"], spec["embedding"]
         d = self.d_model
@@ -552,11 +564,8 @@ class EncoderOnly(_Common):
 
     def __init__(self, spec: Dict[str, Any]):
         super().__init__()
-        spec = apply_defaults(spec)
-        if spec["architecture"] != "encoder":
-            raise ValueError(f"EncoderOnly needs architecture encoder, got {spec['architecture']!r}")
-        _require(spec, ("d_model", "heads", "d_ff", "encoder_layers", "src_vocab", "max_len"))
-        self._read_spec(spec)
+        spec = self._read_spec(spec, "EncoderOnly", "encoder",
+                               ("d_model", "heads", "d_ff", "encoder_layers", "src_vocab", "max_len"))
         _check_encoder_head(spec)
         s, emb, head = spec["sizes"], spec["embedding"], spec["head"]
         d = self.d_model
@@ -613,11 +622,8 @@ class DecoderOnly(_Common):
 
     def __init__(self, spec: Dict[str, Any]):
         super().__init__()
-        spec = apply_defaults(spec)
-        if spec["architecture"] != "decoder":
-            raise ValueError(f"DecoderOnly needs architecture decoder, got {spec['architecture']!r}")
-        _require(spec, ("d_model", "heads", "d_ff", "decoder_layers", "tgt_vocab", "max_len"))
-        self._read_spec(spec)
+        spec = self._read_spec(spec, "DecoderOnly", "decoder",
+                               ("d_model", "heads", "d_ff", "decoder_layers", "tgt_vocab", "max_len"))
         self._check_lm_head()
         s, emb = spec["sizes"], spec["embedding"]
         d = self.d_model
@@ -806,13 +812,9 @@ class AnnotatedSeq2Seq(_Common):
 
     def __init__(self, spec: Dict[str, Any]):
         super().__init__()
-        spec = apply_defaults(spec)
-        if spec["architecture"] != "encoder_decoder":
-            raise ValueError("weights.preset annotated-transformer needs architecture "
-                             f"encoder_decoder, got {spec['architecture']!r}")
-        _require(spec, ("d_model", "heads", "d_ff", "encoder_layers", "decoder_layers",
-                        "src_vocab", "tgt_vocab", "max_len"))
-        self._read_spec(spec)
+        spec = self._read_spec(spec, "weights.preset annotated-transformer", "encoder_decoder",
+                               ("d_model", "heads", "d_ff", "encoder_layers", "decoder_layers",
+                                "src_vocab", "tgt_vocab", "max_len"))
         self._check_lm_head()
         if self.positions == "learned":
             raise ValueError("embedding.positions: learned positions cannot be expressed in "
@@ -971,11 +973,8 @@ def HFBert(spec: Dict[str, Any]) -> nn.Module:
     """transformers' BertModel (or BertForSequenceClassification for a classifier head)
     with the reference interface (encode, head_output) mixed in; state_dict = the
     huggingface-bert preset (plus the position_ids buffer, dropped by export_state)."""
-    spec = apply_defaults(spec)
-    if spec["architecture"] != "encoder":
-        raise ValueError("weights.preset huggingface-bert needs architecture encoder, "
-                         f"got {spec['architecture']!r}")
-    _require(spec, ("d_model", "heads", "d_ff", "encoder_layers", "src_vocab", "max_len"))
+    spec = _checked_spec(spec, "weights.preset huggingface-bert", "encoder",
+                         ("d_model", "heads", "d_ff", "encoder_layers", "src_vocab", "max_len"))
     _check_encoder_head(spec)
     config = bert_config(spec)
     tf = _transformers()
@@ -990,7 +989,7 @@ def HFBert(spec: Dict[str, Any]) -> nn.Module:
     else:
         model = cls(config, add_pooling_layer=(spec["head"]["pooler"] == "dense_tanh"
                                                and spec["head"]["kind"] != "hidden"))
-    _Common._read_spec(model, spec)  # plain attributes only
+    _Common._read_spec(model, spec, "weights.preset huggingface-bert", "encoder", ())  # plain attributes only
     return model
 
 
