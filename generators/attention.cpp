@@ -11,6 +11,7 @@
 // Causal: key j is visible to query i iff j <= i + (Tk - Tq), so the same kernel serves
 // a full sequence (Tq == Tk) and incremental decoding (Tq new rows after a cache).
 #include "common.h"
+#include "schedules/cpu_rows.h"
 #include "schedules/gpu.h"
 
 namespace halformer {
@@ -202,14 +203,7 @@ class Attention : public Generator<Attention> {
     score.compute_at(masked, jo).bound_extent(j, vec).bound_extent(i, tile_q).vectorize(j).unroll(i);
     score.update().reorder(j, i, rd).vectorize(j).unroll(i);
     // Row max and sum: vec lanes of partial results per row, then one horizontal step.
-    for (Func f : {row_max, row_sum}) {
-      RVar rjo("rjo"), rji("rji");
-      Var lane("lane");
-      f.compute_at(out, io);
-      Func lanes = f.update().split(rj.x, rjo, rji, vec, TailStrategy::GuardWithIf).rfactor(rji, lane);
-      lanes.compute_at(f, i).vectorize(lane);
-      lanes.update().vectorize(lane);
-    }
+    for (Func f : {row_max, row_sum}) schedule_cpu_row_reduction(f, LoopLevel(out, io), rj.x, i, vec);
     p.compute_at(out, io).vectorize(j, vec, TailStrategy::GuardWithIf);
     vc.compute_at(out, hb).vectorize(d, dvec);
     const int q_block = std::min(4, int(tile_q));

@@ -4,6 +4,7 @@
 #include "common.h"
 
 #include <limits>
+#include "schedules/cpu_rows.h"
 #include "schedules/gpu.h"
 
 namespace halformer {
@@ -48,17 +49,8 @@ class Softmax : public Generator<Softmax> {
       for (Func f : {mx, total}) schedule_gpu_row_reduction(f, out, m, r.x, std::min(V, 256));
       return;
     }
-    // Row max and sum: vec lanes of partial results, then one horizontal step (scalar,
-    // the 32000-logit row of a decode step took 78 us).
     out.parallel(m).vectorize(v, vec, TailStrategy::GuardWithIf);
-    for (Func f : {mx, total}) {
-      RVar ro("ro"), ri("ri");
-      Var lane("lane");
-      f.compute_at(out, m);
-      Func lanes = f.update().split(r.x, ro, ri, vec, TailStrategy::GuardWithIf).rfactor(ri, lane);
-      lanes.compute_at(f, Var::outermost()).vectorize(lane);
-      lanes.update().vectorize(lane);
-    }
+    for (Func f : {mx, total}) schedule_cpu_row_reduction(f, LoopLevel(out, m), r.x, m, vec);
   }
 };
 
