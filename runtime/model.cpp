@@ -68,7 +68,6 @@ constexpr int64_t kDeviceAlignFloats = 128;
 const ModelConfig& C() { return halformer_model_config(); }
 // The kernel table of the device the current Model call runs on (set by DeviceScope).
 thread_local const KernelTable* g_kernels = nullptr;
-thread_local bool g_gpu = false;
 const KernelTable& K() { return *g_kernels; }
 
 thread_local WeightBuffers* g_weights = nullptr;  // the current Model's (set by DeviceScope)
@@ -78,21 +77,18 @@ thread_local TransferStats* g_stats = nullptr;
 
 struct DeviceScope {
   const KernelTable* saved_k;
-  bool saved_gpu;
   WeightBuffers* saved_w;
   const halide_device_interface_t* saved_i;
   TransferStats* saved_s;
   DeviceScope(const std::string& device, WeightBuffers* weights, DeviceState* state)
-      : saved_k(g_kernels), saved_gpu(g_gpu), saved_w(g_weights), saved_i(g_iface), saved_s(g_stats) {
+      : saved_k(g_kernels), saved_w(g_weights), saved_i(g_iface), saved_s(g_stats) {
     g_kernels = halformer_model_kernels_for(device.c_str());
-    g_gpu = device != "cpu";
     g_weights = weights;
-    g_iface = g_gpu ? state->iface : nullptr;
+    g_iface = device != "cpu" ? state->iface : nullptr;
     g_stats = &state->stats;
   }
   ~DeviceScope() {
     g_kernels = saved_k;
-    g_gpu = saved_gpu;
     g_weights = saved_w;
     g_iface = saved_i;
     g_stats = saved_s;
