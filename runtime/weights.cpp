@@ -154,9 +154,10 @@ class Loader {
     return {canonical};
   }
 
-  // Calls row(r, data) for each row r of the tensor for `canonical` with `shape` (rows =
-  // shape[0], row-major floats), then drops the tensor's pages of the mapped file. Returns
-  // false, recording the problem, when the file does not have it as expected.
+  // Calls row(r, data, cols) for each row r of the tensor for `canonical` with `shape`
+  // (rows = shape[0], row-major floats, cols per row), then drops the tensor's pages of
+  // the mapped file. Returns false, recording the problem, when the file does not have
+  // it as expected.
   template <typename RowFn>
   bool read_rows(const std::string& canonical, std::vector<int64_t> shape, RowFn row) {
     Source src = resolve(canonical);
@@ -189,7 +190,7 @@ class Loader {
     for (int64_t r = 0; r < rows; ++r) {
       std::memcpy(buf.data(), data + size_t(r) * row_bytes, row_bytes);
       for (float x : buf) finite = finite && std::isfinite(x);
-      row(int(r), buf.data());
+      row(int(r), buf.data(), cols);
       // Drop pages as the rows are consumed, so that even the largest tensor (an
       // embedding table) is never resident twice.
       const size_t done = size_t(r + 1) * row_bytes;
@@ -206,8 +207,8 @@ class Loader {
     size_t n = 1;
     for (int64_t d : shape) n *= static_cast<size_t>(d);
     std::vector<float> v(n, 0.0f);
-    const size_t cols = shape.empty() ? 1 : n / size_t(std::max<int64_t>(shape[0], 1));
-    read_rows(canonical, shape, [&](int r, const float* row) { std::copy_n(row, cols, v.data() + size_t(r) * cols); });
+    read_rows(canonical, shape,
+              [&](int r, const float* row, size_t cols) { std::copy_n(row, cols, v.data() + size_t(r) * cols); });
     return v;
   }
 
@@ -218,7 +219,7 @@ class Loader {
   // Linear with torch layout [out][in] -> the kernels' packed layout (halformer/packed_layout.h).
   LinearWeights linear(const std::string& prefix, int in, int out) {
     LinearWeights l = empty_linear(in, out);
-    read_rows(prefix + ".weight", {out, in}, [&](int r, const float* row) { pack_rows(row, 1, in, r, l.w); });
+    read_rows(prefix + ".weight", {out, in}, [&](int r, const float* row, size_t) { pack_rows(row, 1, in, r, l.w); });
     l.b = take(prefix + ".bias", {out});
     return l;
   }
@@ -228,7 +229,7 @@ class Loader {
     for (size_t i = 0; i < projs.size(); ++i) {
       const int n0 = int(i) * d;
       read_rows(prefix + "." + projs[i] + ".weight", {d, d},
-                [&](int r, const float* row) { pack_rows(row, 1, d, n0 + r, l.w); });
+                [&](int r, const float* row, size_t) { pack_rows(row, 1, d, n0 + r, l.w); });
       std::vector<float> b = take(prefix + "." + projs[i] + ".bias", {d});
       l.b.insert(l.b.end(), b.begin(), b.end());
     }
