@@ -5,7 +5,9 @@
 // Tolerance: max |got - ref| <= KERNEL_TOLERANCE * max(1, max |ref|): 2e-5 on the CPU
 // (fp32 vs double accumulation), 1e-4 for the OpenCL build of the GPU schedules (PoCL's
 // exp/erf/tanh differ from the host's). Built twice: test_layers (CPU, label unit) and
-// test_layers_opencl (the generators' GPU schedules on PoCL, label gpu).
+// test_layers_opencl (the generators' GPU schedules on PoCL, label gpu), and
+// test_layers_cuda (the same schedules on an NVIDIA GPU, labels gpu + cuda; skipped
+// where there is no CUDA driver or device).
 #include <gtest/gtest.h>
 #include <HalideBuffer.h>
 
@@ -13,9 +15,32 @@
 
 #include "halformer/packed_layout.h"
 #include "reference/layers.h"
-#include "test_kernels.h"  // KERNEL(name): this build's variant (CPU or OpenCL)
+#include "test_kernels.h"  // KERNEL(name): this build's variant (CPU, OpenCL or CUDA)
+
+#ifdef KERNEL_NEEDS_CUDA
+#include <HalideRuntimeCuda.h>
+#endif
 
 namespace {
+
+#ifdef KERNEL_NEEDS_CUDA
+// A machine without an NVIDIA GPU (CI) skips the CUDA build's tests instead of failing.
+// Halide's default error handler aborts: while probing, errors are only recorded.
+std::string g_probe_error;
+void record_probe_error(void*, const char* msg) { g_probe_error = msg; }
+
+class CudaDevicePresent : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    halide_error_handler_t previous = halide_set_error_handler(record_probe_error);
+    Halide::Runtime::Buffer<float> probe(1);
+    int rc = probe.device_malloc(halide_cuda_device_interface());
+    halide_set_error_handler(previous);
+    if (rc != 0) GTEST_SKIP() << "CUDA is not usable here (" << g_probe_error << "): skipped";
+  }
+};
+const ::testing::Environment* const kCudaCheck = ::testing::AddGlobalTestEnvironment(new CudaDevicePresent);
+#endif
 
 using Buf = Halide::Runtime::Buffer<float>;
 using ref::Vec;

@@ -9,6 +9,16 @@
 namespace halformer {
 namespace {
 
+// Halide 21 emits PTX for these compute capabilities only. A newer GPU (sm_89, sm_90,
+// ...) runs the PTX of the highest one below it: the driver compiles PTX forward, and
+// the build's ptxas check assembles it for the spec's own capability.
+int halide_ptx_capability(int64_t capability) {
+  static const int known[] = {86, 80, 75, 70, 61, 50, 35, 32, 30};
+  for (int c : known)
+    if (c <= capability) return c;
+  return 30;
+}
+
 std::string c_identifier(const std::string& s) {
   std::string r;
   for (char c : s) r += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
@@ -24,7 +34,8 @@ class Planner {
     for (Target t : s.targets) {
       if (t == Target::Host) plan_.variants.push_back({"cpu", "host"});
       if (t == Target::Cuda)
-        plan_.variants.push_back({"cuda", "host-cuda-cuda_capability_" + std::to_string(s.cuda_capability)});
+        plan_.variants.push_back(
+            {"cuda", "host-cuda-cuda_capability_" + std::to_string(halide_ptx_capability(s.cuda_capability))});
       if (t == Target::OpenCL) plan_.variants.push_back({"opencl", "host-opencl"});
     }
   }
@@ -244,6 +255,8 @@ void write_plan(const Spec& spec, const Plan& plan, const std::string& dir) {
   cm << ")\n";
   for (const auto& [device, target] : plan.variants)
     cm << "set(HALFORMER_PLAN_TARGET_" << device << " " << target << ")\n";
+  // The GPU the spec names (sm_<N>), which may be newer than the PTX's own target.
+  cm << "set(HALFORMER_PLAN_CUDA_SM " << spec.cuda_capability << ")\n";
   cm << "set(HALFORMER_PLAN_KERNELS";
   for (const auto& k : plan.kernels) cm << " " << k.function;
   cm << ")\n";
