@@ -119,12 +119,26 @@ Profile* profile() {
   static std::unique_ptr<Profile> p(std::getenv("HALFORMER_PROFILE") ? new Profile : nullptr);
   return p.get();
 }
+// GPU launches return before the kernel ends: when profiling on a device, wait for it
+// (through a one-element device buffer, as Halide syncs per buffer) so that each row
+// of the table is that kernel's own time, not the launch's.
+void sync_device_for_profile() {
+  if (!g_iface) return;
+  // Never freed: a destructor at process exit could outlive the device context.
+  static thread_local Halide::Runtime::Buffer<float>* probe = nullptr;
+  if (!probe || probe->raw_buffer()->device_interface != g_iface) {
+    probe = new Halide::Runtime::Buffer<float>(1);
+    if (probe->device_malloc(g_iface) != 0) return;
+  }
+  probe->device_sync();
+}
 struct KernelTimer {
   const char* name;
   double t0;
-  explicit KernelTimer(const char* n) : name(n), t0(profile() ? now_ms() : 0) {}
+  explicit KernelTimer(const char* n) : name(n), t0(profile() ? (sync_device_for_profile(), now_ms()) : 0) {}
   ~KernelTimer() {
     if (Profile* p = profile()) {
+      sync_device_for_profile();
       auto& e = p->total[name];
       e.first += now_ms() - t0;
       e.second += 1;

@@ -1,0 +1,237 @@
+"""halformer's CUDA build against PyTorch on the same NVIDIA GPU, same weights.
+
+    python3 -m halbench.gpu --spec SPEC --model-bench BIN --out DIR [--quick]
+
+Runs on a machine with a GPU (tools/gpu/run.sh calls it there); SPEC lists `cuda` in
+its targets and BIN is bench/cpp/model_bench.cpp linked against that build's library.
+
+* weights: seeded random weights made here (halbench.make_weights), so the 356 MB file
+  never travels;
+* peaks: a device-to-device copy (bytes read + written) and an fp32 matmul with TF32 off
+  (and on), through PyTorch: the denominators of every percentage;
+* encoder, batch 1/8/32, length 128: halformer (Model::encode, output downloaded)
+  against tools/halformer_torch.Seq2Seq.encode (stock nn.TransformerEncoder) with TF32
+  off, then on; medians of CUDA-event (PyTorch) or wall (halformer: every call ends with
+  its result on the host) times;
+* greedy decode per step with the KV cache, batch 1 and 8, 64 steps: halformer's
+  Model::greedy against kv_model.KVSeq2Seq.step in eager mode;
+* correctness: halformer's encoder output against PyTorch's fp32 (TF32 off) output,
+  relative to the output scale, and the greedy tokens.
+
+Prints a table last; writes gpu_bench.json under --out.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from .common import TOOLS_DIR
+
+SRC_LEN = 128
+
+
+def log(msg: str) -> None:
+    print(f"[gpu-bench] {msg}", file=sys.stderr, flush=True)
+
+
+def cuda_median_ms(fn, warmup: int, repeat: int) -> float:
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def measure_peaks(torch) -> dict:
+    n = 1 << 28  # 1 GiB of fp32
+    x = torch.empty(n, device="cuda")
+    y = torch.empty_like(x)
+    copy_ms = cuda_median_ms(lambda: y.copy_(x), 3, 10)
+    del x, y
+    m = 8192
+    a = torch.randn(m, m, device="cuda")
+    b = torch.randn(m, m, device="cuda")
+    out = {"copy_GBps": 2 * 4 * n / copy_ms / 1e6}
+    for tf32 in (False, True):
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        ms = cuda_median_ms(lambda: a @ b, 2, 5)
+        out["matmul_tflops_tf32" if tf32 else "matmul_tflops_fp32"] = 2 * m**3 / ms / 1e9
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return out
+
+
+def encoder_flops(spec, b: int, s: int) -> float:
+    d, ff, layers = spec["sizes"]["d_model"], spec["sizes"]["d_ff"], spec["sizes"]["encoder_layers"]
+    per_layer = 2 * b * s * (4 * d * d + 2 * d * ff) + 2 * 2 * b * s * s * d
+    return layers * per_layer
+
+
+def decode_step_bytes(state) -> int:
+    """Weights a decoder step must read: every decoder layer's matrices and vectors, the
+    output projection (the cross-attention K/V projections run once per source)."""
+    total = 0
+    for name, t in state.items():
+        if name.startswith("transformer.decoder.") or name.startswith("generator."):
+            total += t.numel() * t.element_size()
+    d = state["generator.weight"].shape[1]
+    for name, t in state.items():  # cross-attention K/V rows of in_proj: not per step
+        if ".multihead_attn.in_proj_" in name and name.startswith("transformer.decoder."):
+            total -= (t.numel() // 3) * 2 * t.element_size()
+    return total
+
+
+def halformer_run(bench: str, weights: str, src_file: str, *args: str) -> dict:
+    cmd = [bench, "--weights", weights, "--src-file", src_file, "--device", "cuda", "--threads", "4", *args]
+    log(" ".join(cmd))
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+    return json.loads(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--spec", required=True)
+    ap.add_argument("--model-bench", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--quick", action="store_true", help="fewer repeats, batch 1 and 8 only")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    sys.path.insert(0, TOOLS_DIR)
+    import torch
+    from export_torch import prepare_tensors
+    from halformer_torch import Seq2Seq, load_spec, randomize_
+    from safetensors.torch import load_file, save_file
+
+    from .kv_model import KVSeq2Seq
+
+    res = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
+           "cuda": torch.version.cuda, "driver": None}
+    try:
+        res["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                       stdout=subprocess.PIPE, text=True).stdout.strip()
+    except OSError:
+        pass
+    spec = load_spec(a.spec)
+    vocab = int(spec["sizes"]["src_vocab"])
+    bos = int(spec["tokens"]["bos"])
+    weights = os.path.join(a.out, "weights.safetensors")
+    t0 = time.time()
+    torch.manual_seed(0)
+    ref = randomize_(Seq2Seq(spec), 0).eval()
+    tensors, _ = prepare_tensors(ref.state_dict())
+    save_file(tensors, weights)
+    log(f"weights {os.path.getsize(weights) / 1e6:.0f} MB in {time.time() - t0:.1f} s")
+    state = load_file(weights)
+    ref = ref.cuda()
+    kv = KVSeq2Seq(spec, state).eval().cuda()
+
+    log("peaks")
+    res["peaks"] = measure_peaks(torch)
+    batches = [1, 8] if a.quick else [1, 8, 32]
+    reps = 5 if a.quick else 20
+    res["encoder"], res["decode"], res["checks"] = {}, {}, {}
+    gen = torch.Generator().manual_seed(1)
+    new_tokens = 64
+    for b in batches:
+        src = torch.randint(4, vocab, (b, SRC_LEN), generator=gen)
+        src_file = os.path.join(a.out, f"src_b{b}.txt")
+        with open(src_file, "w") as f:
+            for row in src.tolist():
+                f.write(" ".join(map(str, row)) + "\n")
+        src_cuda = src.cuda()
+        # halformer: encoder (+ a dump of the first run's output and greedy tokens)
+        dump = os.path.join(a.out, f"halformer_b{b}.safetensors")
+        h = halformer_run(a.model_bench, weights, src_file, "--skip-decode", "--warmup", "3", "--repeat", str(reps),
+                          "--new-tokens", str(new_tokens), "--dump", dump)
+        got = load_file(dump)
+        enc_ms = {"halformer": statistics.median(h["encoder_ms"])}
+        with torch.inference_mode():
+            for tf32 in (False, True):
+                torch.backends.cuda.matmul.allow_tf32 = tf32
+                torch.backends.cudnn.allow_tf32 = tf32
+                key = "torch_tf32" if tf32 else "torch_fp32"
+                enc_ms[key] = cuda_median_ms(lambda: ref.encode(src_cuda), 3, reps)
+                if not tf32:
+                    want = ref.encode(src_cuda).float().cpu()
+                    err = (got["encoder_output"] - want).abs().max().item()
+                    scale = max(1.0, want.abs().max().item())
+                    res["checks"][f"encoder_b{b}"] = {"max_abs": err, "rel": err / scale, "ok": err <= 1e-4 * scale}
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
+        flops = encoder_flops(spec, b, SRC_LEN)
+        res["encoder"][str(b)] = {k: {"ms": v, "tflops": flops / v / 1e9} for k, v in enc_ms.items()}
+        log(f"encoder b{b}: " + ", ".join(f"{k} {v:.3f} ms" for k, v in enc_ms.items()))
+        if b > 8:
+            continue
+        # greedy decode per step, KV cache
+        h = halformer_run(a.model_bench, weights, src_file, "--skip-encoder", "--warmup", "2",
+                          "--repeat", "3" if a.quick else "5", "--new-tokens", str(new_tokens))
+        step_h = statistics.median(sum(r["step_ms"]) / len(r["step_ms"]) for r in h["decode"])
+        steps_run = h["decode"][0]["steps"]
+        with torch.inference_mode():
+            def decode():
+                memory = kv.encode(src_cuda)
+                cross = kv.cross_kv(memory)
+                mask = kv.key_mask(src_cuda)
+                past = [torch.zeros(b, kv.h, 0, kv.hd, device="cuda") for _ in range(2 * kv.n_dec)]
+                tok = torch.full((b, 1), bos, dtype=torch.long, device="cuda")
+                toks = []
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                for t in range(new_tokens):
+                    scores, past = kv.step(tok, torch.tensor([t], device="cuda"), mask, past, cross)
+                    tok = torch.argmax(scores, dim=-1)[:, None]
+                    toks.append(tok)
+                torch.cuda.synchronize()
+                return (time.perf_counter() - t0) * 1e3 / new_tokens, torch.cat(toks, dim=1).cpu()
+
+            decode()
+            runs = [decode() for _ in range(3 if a.quick else 5)]
+        step_t = statistics.median(r[0] for r in runs)
+        want_tokens = runs[0][1]
+        got_tokens = got["greedy"]
+        same = bool((got_tokens[:, :steps_run] == want_tokens[:, :steps_run].to(got_tokens.dtype)).all())
+        res["checks"][f"greedy_b{b}"] = {"identical": same, "steps": steps_run}
+        step_bytes = decode_step_bytes(state)
+        res["decode"][str(b)] = {
+            "halformer": {"ms": step_h, "GBps": step_bytes / step_h / 1e6},
+            "torch_eager": {"ms": step_t, "GBps": step_bytes / step_t / 1e6},
+            "weight_bytes_per_step": step_bytes, "steps": steps_run}
+        log(f"decode b{b}: halformer {step_h:.3f} ms/step, torch eager {step_t:.3f} ms/step")
+
+    with open(os.path.join(a.out, "gpu_bench.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    p = res["peaks"]
+    print(f"\n{res['gpu']}, driver {res['driver']}, torch {res['torch']} (CUDA {res['cuda']})")
+    print(f"measured: copy {p['copy_GBps']:.0f} GB/s, fp32 matmul {p['matmul_tflops_fp32']:.1f} TFLOP/s, "
+          f"tf32 {p['matmul_tflops_tf32']:.1f} TFLOP/s")
+    print("| encoder s128 | halformer ms (TFLOP/s, % fp32 peak) | torch fp32 ms | ratio | torch tf32 ms | ratio |")
+    for b, r in res["encoder"].items():
+        h, t, t32 = r["halformer"], r["torch_fp32"], r["torch_tf32"]
+        print(f"| b{b} | {h['ms']:.3f} ({h['tflops']:.2f}, {100 * h['tflops'] / p['matmul_tflops_fp32']:.0f}%) | "
+              f"{t['ms']:.3f} | {t['ms'] / h['ms']:.2f}x | {t32['ms']:.3f} | {t32['ms'] / h['ms']:.2f}x |")
+    print("| decode step | halformer ms (GB/s, % copy) | torch eager ms (GB/s) | ratio |")
+    for b, r in res["decode"].items():
+        h, t = r["halformer"], r["torch_eager"]
+        print(f"| b{b} | {h['ms']:.3f} ({h['GBps']:.0f}, {100 * h['GBps'] / p['copy_GBps']:.0f}%) | "
+              f"{t['ms']:.3f} ({t['GBps']:.0f}) | {t['ms'] / h['ms']:.2f}x |")
+    for k, v in res["checks"].items():
+        print(f"check {k}: {v}")
+
+
+if __name__ == "__main__":
+    main()
