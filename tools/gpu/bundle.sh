@@ -36,4 +36,11 @@ build/bin/halformer build "$spec" -o "$b/gpu/transformer-base"
 cp "$b/gpu/transformer-base/transformer-base" "$out/bin/"
 c++ -O2 -std=c++17 bench/cpp/model_bench.cpp -I runtime/include "$b/gpu/transformer-base/libtransformer-base.a" \
     -lpthread -ldl -o "$out/bin/halformer_model_bench"
+# Shared libraries the binaries need that a CUDA image may lack (Debian's utf8proc for
+# the tokenizer); run.sh puts $out/lib on LD_LIBRARY_PATH.
+mkdir -p "$out/lib"
+for lib in $(ldd "$out/bin/transformer-base" "$out/bin/test_model" | awk '/=> \// {print $3}' | sort -u); do
+  case "$(basename "$lib")" in libc.so*|libm.so*|libstdc++*|libgcc_s*|libpthread*|libdl.so*|librt.so*) ;;
+    *) cp -L "$lib" "$out/lib/" ;; esac
+done
 du -sh "$out"

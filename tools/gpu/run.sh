@@ -12,6 +12,7 @@ for a in "$@"; do
   case "$a" in --quick) quick=--quick ;; --tests-only) bench=0 ;; --bench-only) tests=0 ;; esac
 done
 mkdir -p "$results"
+export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$results/gpu.txt"
 fails=0
 step() {  # step NAME CMD...: runs it, logs it, counts a failure
