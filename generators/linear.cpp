@@ -31,9 +31,15 @@ class Linear : public Generator<Linear<kResidual>> {
   GP<int> tile_n{"tile_n", 4};
   GP<int> tile_m{"tile_m", 6};
   GP<bool> parallel{"parallel", true};
-  GP<int> gpu_tile_n{"gpu_tile_n", 32};
-  GP<int> gpu_tile_m{"gpu_tile_m", 8};
-  GP<int> gpu_k_chunk{"gpu_k_chunk", 16};
+  // GPU (schedules/gpu.h): a block of gpu_tile_n x gpu_tile_m outputs, gpu_reg_n x
+  // gpu_reg_m of them per thread; calls of at most gpu_split_rows rows: gpu_slice_n
+  // outputs x 16 K slices per block.
+  GP<int> gpu_tile_n{"gpu_tile_n", 64};
+  GP<int> gpu_tile_m{"gpu_tile_m", 32};
+  GP<int> gpu_reg_n{"gpu_reg_n", 4};
+  GP<int> gpu_reg_m{"gpu_reg_m", 8};
+  GP<int> gpu_slice_n{"gpu_slice_n", 32};
+  GP<int> gpu_split_rows{"gpu_split_rows", 256};
 
   In<Buffer<float, 2>> x{"x"};        // (K, M)
   In<Buffer<float, 3>> w{"w"};        // (kPanel, K, panels): halformer/packed_layout.h
@@ -47,18 +53,42 @@ class Linear : public Generator<Linear<kResidual>> {
 
   void generate() {
     const int K = in_features, N = out_features;
-    Var n("n"), m("m"), k("kk");
+    Var n("n"), m("m"), k("kk"), s("s");
     RDom r(0, K, "k");
 
     // Rows beyond M are computed by the last partial tile and discarded: clamp reads.
     Expr M = x.dim(1).extent();
+    const int P = panel_count(N);
     Func xc("x_clamped"), wf("w_func");
     xc(k, m) = x(k, min(m, M - 1));
     wf(n, k) = w(n % kPanel, k, n / kPanel);
 
+    const bool gpu = this->get_target().has_gpu_feature() && !this->using_autoscheduler();
+    const int ks = (K + kGpuSlices - 1) / kGpuSlices;  // GPU few-row path: K per slice
+    RDom rs(0, ks, "ks"), ru(0, kGpuSlices, "u");
     Func acc("acc");
-    acc(n, m) = b(n);
-    acc(n, m) += xc(r, m) * wf(n, r);
+    Func big("acc_big"), part("acc_part"), small("acc_small");
+    if (!gpu) {
+      acc(n, m) = b(n);
+      acc(n, m) += xc(r, m) * wf(n, r);
+    } else {
+      // GPU: two schedules picked at run time by the row count (schedules/gpu.h). A
+      // thread tile may reach past N in the last panel: bias and panel reads are clamped
+      // (panels are zero-padded to 64 features already).
+      Func bc("b_clamped"), wc("w_clamped");
+      bc(n) = b(min(n, N - 1));
+      wc(n, k) = w(n % kPanel, k, min(n / kPanel, P - 1));
+      // Many rows: register tiles, each thread walking all of K.
+      big(n, m) = bc(n);
+      big(n, m) += xc(r, m) * wc(n, r);
+      // Few rows: K cut into kGpuSlices slices summed by parallel threads, then added.
+      Expr kk = s * ks + rs;
+      part(n, m, s) = 0.0f;
+      part(n, m, s) += select(kk < K, xc(min(kk, K - 1), m) * wc(n, min(kk, K - 1)), 0.0f);
+      small(n, m) = bc(n);
+      small(n, m) += part(n, m, ru);
+      acc(n, m) = select(M <= gpu_split_rows, small(n, m), big(n, m));
+    }
 
     Expr y = apply_activation(activation, acc(n, m));
     if (kResidual) y += (*residual)(n, m);
@@ -66,7 +96,6 @@ class Linear : public Generator<Linear<kResidual>> {
 
     // ---- shapes the runtime must honour
     x.dim(0).set_bounds(0, K);
-    const int P = panel_count(N);
     w.dim(0).set_bounds(0, kPanel).dim(1).set_bounds(0, K).set_stride(kPanel);
     w.dim(2).set_bounds(0, P).set_stride(kPanel * K);
     out.dim(0).set_bounds(0, N);
@@ -83,8 +112,9 @@ class Linear : public Generator<Linear<kResidual>> {
       out.set_estimates({{0, N}, {0, 128}});
       return;
     }
-    if (this->get_target().has_gpu_feature()) {
-      schedule_gpu_matmul(out, acc, xc, wf, n, m, r.x, N, K, GpuMatmulKnobs{gpu_tile_n, gpu_tile_m, gpu_k_chunk});
+    if (gpu) {
+      schedule_gpu_matmul(out, big, part, small, n, m, s, r.x, rs, M,
+                          GpuMatmulKnobs{gpu_tile_n, gpu_tile_m, gpu_reg_n, gpu_reg_m, gpu_slice_n, gpu_split_rows});
       return;
     }
     schedule_cpu_matmul(out, acc, n, m, r.x, N, M, MatmulKnobs{vec, tile_n, tile_m, parallel}, kPanel);

@@ -1,11 +1,17 @@
 // GPU schedules shared by the layer generators (CUDA, and OpenCL for testing on PoCL).
 //
-// Matmul: each block owns a tile_n x tile_m tile of outputs, one thread per output.
-// The K loop is walked in chunks of k_chunk; for each chunk the whole block stages the
-// matching rows of the activations and columns of the weights in shared memory, then
-// every thread accumulates its output from shared memory. Row counts are dynamic, so the
-// row dimension is GuardWithIf and the caller clamps row reads (see Linear).
-//
+// Matmul (generators/linear.cpp), two schedules picked at run time by the row count M
+// (Func::specialize):
+// * few rows (decode, short encoder inputs; M <= split_rows): one thread per output
+//   walking all of K would leave the GPU idle on a latency chain, so K is cut into
+//   kGpuSlices slices; a block owns slice_n outputs x 8 rows with one thread per
+//   (output, slice), the slice sums go to shared memory, and each output adds them.
+// * many rows: a block owns tile_n x tile_m outputs and each thread reg_n x reg_m of
+//   them in registers, walking all of K; weights come in as float4 loads of reg_n
+//   neighbouring features (coalesced: the packed panels keep them adjacent),
+//   activations as broadcasts. No shared memory: L1 serves the reuse.
+// The two sum K in different orders, so a sequence's result can differ in the last
+// bits between a call of <= split_rows rows and a larger batch (docs/gpu.md).
 // Row-wise kernels (norms, softmax, pooling): one block per row, threads across the
 // row; reductions are split across threads with rfactor rather than run by one thread.
 #pragma once
@@ -14,30 +20,56 @@
 
 namespace halformer {
 
+constexpr int kGpuSmallRows = 8;  // rows per block on the few-row path
+constexpr int kGpuSlices = 16;
+
 struct GpuMatmulKnobs {
-  int tile_n = 32;
-  int tile_m = 8;
-  int k_chunk = 16;
+  int tile_n = 64;
+  int tile_m = 32;
+  int reg_n = 4;
+  int reg_m = 8;
+  int slice_n = 32;
+  int split_rows = 256;
 };
 
-inline void schedule_gpu_matmul(Halide::Func out, Halide::Func acc, Halide::Func a_in, Halide::Func w_in,
-                                const Halide::Var& n, const Halide::Var& m, const Halide::RVar& rk, int N, int K,
+// big(n, m): bias + full-K update over rk; part(n, m, s): slice sums (pure + update
+// over rs); small(n, m): bias + sum of the slices. out inlines
+// select(M <= split_rows, small, big).
+inline void schedule_gpu_matmul(Halide::Func out, Halide::Func big, Halide::Func part, Halide::Func small,
+                                const Halide::Var& n, const Halide::Var& m, const Halide::Var& s,
+                                const Halide::RVar& rk, const Halide::RVar& rs, const Halide::Expr& M,
                                 GpuMatmulKnobs k) {
   using namespace Halide;
-  const int tn = std::max(1, std::min(k.tile_n, N));
-  const int kc = std::max(1, std::min(k.k_chunk, K));
-  Var nb("nb"), mb("mb"), nt("nt"), mt("mt");
-  out.gpu_tile(n, m, nb, mb, nt, mt, tn, k.tile_m, TailStrategy::GuardWithIf);
-  acc.compute_at(out, nb).gpu_threads(n, m);
-  RVar ko("ko"), ki("ki");
-  acc.update()
-      .split(rk, ko, ki, kc, TailStrategy::GuardWithIf)
-      .reorder(ki, n, m, ko)
-      .gpu_threads(n, m);
-  // Cooperative loads of this chunk of both operands into shared memory.
-  Func a_shared = a_in.in(acc), w_shared = w_in.in(acc);
-  a_shared.compute_at(acc, ko).store_in(MemoryType::GPUShared).gpu_threads(a_shared.args()[0], a_shared.args()[1]);
-  w_shared.compute_at(acc, ko).store_in(MemoryType::GPUShared).gpu_threads(w_shared.args()[0], w_shared.args()[1]);
+  Var nb("nb"), mb("mb"), nt("nt"), mt("mt"), nr("nr"), mr("mr");
+  const int reg_n = std::max(1, k.reg_n), reg_m = std::max(1, k.reg_m);
+  const int tile_n = std::max(reg_n, k.tile_n / reg_n * reg_n), tile_m = std::max(reg_m, k.tile_m / reg_m * reg_m);
+  // Few rows (called first: a specialization copies the schedule made so far).
+  out.specialize(M <= k.split_rows)
+      .split(n, nb, nt, std::max(1, k.slice_n), TailStrategy::GuardWithIf)
+      .split(m, mb, mt, kGpuSmallRows, TailStrategy::GuardWithIf)
+      .reorder(nt, mt, nb, mb)
+      .gpu_blocks(nb, mb)
+      .gpu_threads(nt, mt);
+  // (No bound_extent on these: bounds inference sees them in both branches, and the
+  // other branch's larger tiles would trip it at build time.)
+  part.compute_at(out, nb).store_in(MemoryType::GPUShared).reorder(m, n, s).gpu_threads(n, s);
+  part.update().reorder(m, rs, n, s).gpu_threads(n, s);
+  small.compute_at(out, nb).gpu_threads(n, m);
+  small.update().gpu_threads(n, m);
+  // Many rows.
+  out.split(n, nb, nt, tile_n, TailStrategy::GuardWithIf)
+      .split(m, mb, mt, tile_m, TailStrategy::GuardWithIf)
+      .split(nt, nt, nr, reg_n)
+      .split(mt, mt, mr, reg_m)
+      .reorder(nr, mr, nt, mt, nb, mb)
+      .gpu_blocks(nb, mb)
+      .gpu_threads(nt, mt)
+      .unroll(nr)
+      .unroll(mr);
+  // Whole register tiles (reads past N or M are clamped by the algorithm): constant
+  // loop extents, no predicated vector loads.
+  big.compute_at(out, nt).bound_extent(n, reg_n).bound_extent(m, reg_m).vectorize(n).unroll(m);
+  big.update().reorder(n, m, rk).vectorize(n).unroll(m);
 }
 
 // One block per row `m` of out(c, m), `threads` threads striding across c.
