@@ -4,8 +4,12 @@
 # whenever the spec changes), adds one Halide AOT library per planned pipeline, and
 # links the runtime into <NAME> (inference executable) and lib<NAME>.a (static library
 # carrying the runtime and every kernel). Works inside the halformer build tree or,
-# with HALFORMER_BUILD_DIR pointing at one, from any other CMake project.
+# with HALFORMER_BUILD_DIR pointing at one, from any other CMake project. CUDA kernels
+# are checked with ptxas (no spills; <OUTPUT_DIR>/ptxas.json) where ptxas is found.
 include_guard(GLOBAL)
+# tools/ptxas_check.py, for the CUDA kernels' ptxas check (found from here at call time).
+get_filename_component(HALFORMER_PTXAS_CHECK "${CMAKE_CURRENT_LIST_DIR}/../tools/ptxas_check.py" ABSOLUTE)
+set(HALFORMER_PTXAS_CHECK "${HALFORMER_PTXAS_CHECK}" CACHE INTERNAL "")
 
 if (NOT TARGET Halide::Generator)
   find_package(Halide 21 REQUIRED)
@@ -47,20 +51,84 @@ function(halformer_add_model NAME)
   endif ()
   add_halide_runtime(${NAME}_halide_runtime TARGETS host)
   set(kernels "")
+  set(cuda_kernels "")
+  set(cuda_stmts "")
   foreach (device IN LISTS HALFORMER_PLAN_VARIANTS)
     foreach (k IN LISTS HALFORMER_PLAN_KERNELS)
       set(lib ${k})
+      set(extra "")
       if (NOT device STREQUAL "cpu")
         set(lib ${k}_${device})
+      endif ()
+      if (device STREQUAL "cuda")
+        # The lowered statement too (same generator run): the ptxas check below reads
+        # each kernel's launch (threads per block, dynamic shared memory) from it.
+        set(extra STMT stmt)
       endif ()
       add_halide_library(${lib} FROM halformer::halformer_generators
                          GENERATOR ${HALFORMER_PLAN_${k}_GENERATOR}
                          PARAMS ${HALFORMER_PLAN_${k}_PARAMS}
                          TARGETS ${HALFORMER_PLAN_TARGET_${device}}
-                         USE_RUNTIME ${NAME}_halide_runtime)
+                         USE_RUNTIME ${NAME}_halide_runtime ${extra})
       list(APPEND kernels ${lib})
+      if (device STREQUAL "cuda")
+        list(APPEND cuda_kernels ${lib})
+        list(APPEND cuda_stmts ${stmt})
+      endif ()
     endforeach ()
   endforeach ()
+
+  # 2b. ptxas: every CUDA kernel must assemble for sm_<cuda_capability> without spills
+  #     (tools/ptxas_check.py; registers, shared memory, occupancy in OUTPUT_DIR/ptxas.json).
+  #     HALFORMER_PTXAS: set by `halformer build` (empty: not found, it said so), else
+  #     searched here: PATH, $CUDA_HOME/bin, $CUDA_PATH/bin, /usr/local/cuda/bin.
+  if (cuda_kernels)
+    if (DEFINED HALFORMER_PTXAS)
+      set(ptxas "${HALFORMER_PTXAS}")
+    else ()
+      find_program(HALFORMER_PTXAS_EXECUTABLE ptxas)
+      find_program(HALFORMER_PTXAS_EXECUTABLE ptxas NO_DEFAULT_PATH
+                   PATHS "$ENV{CUDA_HOME}/bin" "$ENV{CUDA_PATH}/bin" /usr/local/cuda/bin)
+      set(ptxas "${HALFORMER_PTXAS_EXECUTABLE}")
+      if (NOT ptxas)
+        message(STATUS "halformer: ptxas not found (PATH, CUDA_HOME, CUDA_PATH, /usr/local/cuda/bin): "
+                       "${NAME}'s CUDA kernels are not checked for spills")
+      endif ()
+    endif ()
+    # Python 3 (standard library only): halformer's own venv (tools/bootstrap.sh), else any.
+    get_filename_component(venv "${HALFORMER_PTXAS_CHECK}/../../.venv/bin" ABSOLUTE)
+    find_program(HALFORMER_PYTHON3 NAMES python3 python PATHS "${venv}" NO_DEFAULT_PATH)
+    if (NOT HALFORMER_PYTHON3)
+      find_package(Python3 COMPONENTS Interpreter QUIET)
+      set(HALFORMER_PYTHON3 "${Python3_EXECUTABLE}")
+    endif ()
+    if (ptxas AND NOT HALFORMER_PYTHON3)
+      message(STATUS "halformer: no python3: ${NAME}'s CUDA kernels are not checked with ptxas")
+    elseif (ptxas)
+      # The dynamic extents (sequence, keys) at the model's max_len, for the launch.
+      set(max_len 0)
+      foreach (k IN LISTS HALFORMER_PLAN_KERNELS)
+        if ("${HALFORMER_PLAN_${k}_PARAMS}" MATCHES "max_len=([0-9]+)" AND CMAKE_MATCH_1 GREATER max_len)
+          set(max_len ${CMAKE_MATCH_1})
+        endif ()
+      endforeach ()
+      if (max_len EQUAL 0)
+        set(max_len 512)
+      endif ()
+      set(files "")
+      foreach (k IN LISTS cuda_kernels)
+        list(APPEND files $<TARGET_FILE:${k}>)
+      endforeach ()
+      set(ptxas_json "${ARG_OUTPUT_DIR}/ptxas.json")
+      add_custom_command(OUTPUT "${ptxas_json}"
+                         COMMAND "${HALFORMER_PYTHON3}" "${HALFORMER_PTXAS_CHECK}" --quiet --skip-ok
+                                 --ptxas "${ptxas}" --sm ${HALFORMER_PLAN_CUDA_SM} --extent ${max_len}
+                                 --stmt-dir "${CMAKE_CURRENT_BINARY_DIR}" --json "${ptxas_json}" ${files}
+                         DEPENDS ${cuda_kernels} ${cuda_stmts} "${HALFORMER_PTXAS_CHECK}"
+                         COMMENT "ptxas: ${NAME}'s CUDA kernels for sm_${HALFORMER_PLAN_CUDA_SM}" VERBATIM)
+      add_custom_target(${NAME}_ptxas ALL DEPENDS "${ptxas_json}")
+    endif ()
+  endif ()
 
   # 3. Glue + runtime -> library and executable.
   if (TARGET halformer_runtime)

@@ -124,8 +124,16 @@ class Attention : public Generator<Attention> {
           .reorder(d, ii, io, h, b)
           .gpu_blocks(io, h, b)
           .gpu_threads(d, ii);
+      // Keys of the current chunk of gpu_key_lanes staged in shared memory, read from kv
+      // with threads along the head features (coalesced) and stored key-major with one
+      // float of padding per row, so that the score loop's lanes (one key each) and the
+      // staging stores both hit distinct banks. Read straight from kv, each lane walked
+      // its own key row 3 * d_model floats from its neighbour's: 1.9 ms per layer at
+      // batch 32, length 128 on an H100, half of the encoder.
       kc.compute_inline();
-      kt.compute_inline();
+      Var jo2("jo2"), ji2("ji2");
+      kt.compute_at(score, jo).store_in(MemoryType::GPUShared).bound_storage(j, gpu_key_lanes + 1)
+          .reorder(d, j).split(j, jo2, ji2, gpu_tile_q, TailStrategy::GuardWithIf).gpu_threads(d, ji2);
       masked.compute_inline();
       for (Func f : {score, p}) {
         f.compute_at(out, io).store_in(MemoryType::GPUShared)

@@ -35,11 +35,12 @@ class Linear : public Generator<Linear<kResidual>> {
   // gpu_reg_m of them per thread; calls of at most gpu_split_rows rows: gpu_slice_n
   // outputs x 16 K slices per block.
   GP<int> gpu_tile_n{"gpu_tile_n", 64};
-  GP<int> gpu_tile_m{"gpu_tile_m", 32};
+  GP<int> gpu_tile_m{"gpu_tile_m", 16};
   GP<int> gpu_reg_n{"gpu_reg_n", 4};
-  GP<int> gpu_reg_m{"gpu_reg_m", 8};
+  GP<int> gpu_reg_m{"gpu_reg_m", 4};
   GP<int> gpu_slice_n{"gpu_slice_n", 32};
   GP<int> gpu_split_rows{"gpu_split_rows", 256};
+  GP<int> gpu_unroll_k{"gpu_unroll_k", 4};
 
   In<Buffer<float, 2>> x{"x"};        // (K, M)
   In<Buffer<float, 3>> w{"w"};        // (kPanel, K, panels): halformer/packed_layout.h
@@ -114,7 +115,7 @@ class Linear : public Generator<Linear<kResidual>> {
     }
     if (gpu) {
       schedule_gpu_matmul(out, big, part, small, n, m, s, r.x, rs, M,
-                          GpuMatmulKnobs{gpu_tile_n, gpu_tile_m, gpu_reg_n, gpu_reg_m, gpu_slice_n, gpu_split_rows});
+                          GpuMatmulKnobs{gpu_tile_n, gpu_tile_m, gpu_reg_n, gpu_reg_m, gpu_slice_n, gpu_split_rows, gpu_unroll_k});
       return;
     }
     schedule_cpu_matmul(out, acc, n, m, r.x, N, M, MatmulKnobs{vec, tile_n, tile_m, parallel}, kPanel);

@@ -25,11 +25,12 @@ constexpr int kGpuSlices = 16;
 
 struct GpuMatmulKnobs {
   int tile_n = 64;
-  int tile_m = 32;
+  int tile_m = 16;
   int reg_n = 4;
-  int reg_m = 8;
+  int reg_m = 4;
   int slice_n = 32;
   int split_rows = 256;
+  int unroll_k = 4;  // many-row path: K steps unrolled (more loads in flight)
 };
 
 // big(n, m): bias + full-K update over rk; part(n, m, s): slice sums (pure + update
@@ -70,6 +71,10 @@ inline void schedule_gpu_matmul(Halide::Func out, Halide::Func big, Halide::Func
   // loop extents, no predicated vector loads.
   big.compute_at(out, nt).bound_extent(n, reg_n).bound_extent(m, reg_m).vectorize(n).unroll(m);
   big.update().reorder(n, m, rk).vectorize(n).unroll(m);
+  if (k.unroll_k > 1) {
+    RVar rko("rko"), rki("rki");
+    big.update().split(rk, rko, rki, k.unroll_k, TailStrategy::GuardWithIf).reorder(n, m, rki, rko).unroll(rki);
+  }
 }
 
 // One block per row `m` of out(c, m), `threads` threads striding across c.

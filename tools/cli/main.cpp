@@ -7,11 +7,13 @@
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <vector>
 
 #include "plan.h"
 #include "spec.h"
@@ -53,6 +55,27 @@ std::error_code& ec_ignore() {
 int run(const std::string& cmd) {
   int rc = std::system(cmd.c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : 1;
+}
+
+// ptxas, for the CUDA kernels' check (tools/ptxas_check.py, run by the build):
+// PATH, then $CUDA_HOME/bin, $CUDA_PATH/bin, /usr/local/cuda/bin. "" when none.
+std::string find_ptxas() {
+  std::vector<fs::path> dirs;
+  std::string path = env_or("PATH", "");
+  for (size_t b = 0, e; b <= path.size(); b = e + 1) {
+    e = path.find(':', b);
+    if (e == std::string::npos) e = path.size();
+    if (e > b) dirs.emplace_back(path.substr(b, e - b));
+  }
+  for (const char* var : {"CUDA_HOME", "CUDA_PATH"})
+    if (const char* v = std::getenv(var); v && *v) dirs.push_back(fs::path(v) / "bin");
+  dirs.emplace_back("/usr/local/cuda/bin");
+  for (const auto& d : dirs) {
+    fs::path p = d / "ptxas";
+    std::error_code ec;
+    if (fs::is_regular_file(p, ec) && access(p.c_str(), X_OK) == 0) return fs::absolute(p, ec).string();
+  }
+  return "";
 }
 
 void write_if_changed(const fs::path& p, const std::string& content) {
@@ -107,8 +130,17 @@ int build(const Spec& spec, const std::string& spec_path, const std::string& out
   if (!db_env.empty()) cm << "set(ENV{HALFORMER_TUNING_DB} \"" << db_env << "\")\n";
   cm << "# tuning database: " << (db.path.empty() ? "none" : db.path)
      << (db.path.empty() ? "" : fs::exists(db.path, ec) ? " (present)" : " (absent)") << "\n"
-     << "include(\"" << source_dir << "/cmake/Halformer.cmake\")\n"
-     << "halformer_add_model(" << spec.name << " SPEC \"" << fs::absolute(spec_path).string()
+     << "include(\"" << source_dir << "/cmake/Halformer.cmake\")\n";
+  // CUDA kernels: checked with ptxas by the build (no spills, occupancy in DIR/ptxas.json).
+  // Looked up on every build, so that installing CUDA later turns the check on.
+  if (std::find(spec.targets.begin(), spec.targets.end(), Target::Cuda) != spec.targets.end()) {
+    const std::string ptxas = find_ptxas();
+    if (ptxas.empty())
+      std::cout << "[halformer] ptxas not found (PATH, CUDA_HOME, CUDA_PATH, /usr/local/cuda/bin): the CUDA "
+                   "kernels are not checked for spills or occupancy\n" << std::flush;
+    cm << "set(HALFORMER_PTXAS \"" << ptxas << "\")  # \"\": no ptxas found\n";
+  }
+  cm << "halformer_add_model(" << spec.name << " SPEC \"" << fs::absolute(spec_path).string()
      << "\" OUTPUT_DIR \"" << out.string() << "\")\n";
   write_if_changed(proj / "CMakeLists.txt", cm.str());
   const std::string cmake = HALFORMER_CMAKE;
