@@ -52,9 +52,12 @@ const std::map<std::string, std::vector<Knob>>& cpu_table() {
 
 const std::map<std::string, std::vector<Knob>>& gpu_table() {
   static const std::map<std::string, std::vector<Knob>> t = [] {
-    std::vector<Knob> matmul{{"gpu_tile_n", ints({8, 16, 32, 64}), "32"},
-                             {"gpu_tile_m", ints({1, 2, 4, 8, 16}), "8"},
-                             {"gpu_k_chunk", ints({4, 8, 16, 32}), "16"}};
+    // schedules/gpu.h: many-row tiles, register tile rows, K unrolling; few-row slices.
+    std::vector<Knob> matmul{{"gpu_tile_n", ints({32, 64, 128}), "64"},
+                             {"gpu_tile_m", ints({8, 16, 32}), "16"},
+                             {"gpu_reg_m", ints({2, 4, 8}), "4"},
+                             {"gpu_unroll_k", ints({1, 4, 8}), "4"},
+                             {"gpu_slice_n", ints({16, 32, 64}), "32"}};
     return std::map<std::string, std::vector<Knob>>{
         {"linear", matmul},
         {"linear_residual", matmul},
