@@ -60,11 +60,13 @@ class Linear : public Generator<Linear<kResidual>> {
     // Rows beyond M are computed by the last partial tile and discarded: clamp reads.
     Expr M = x.dim(1).extent();
     const int P = panel_count(N);
+    const bool gpu = this->get_target().has_gpu_feature() && !this->using_autoscheduler();
     Func xc("x_clamped"), wf("w_func");
     xc(k, m) = x(k, min(m, M - 1));
-    wf(n, k) = w(n % kPanel, k, n / kPanel);
+    // A GPU thread tile may reach past N in the last panel: its panel index is clamped
+    // (panels are zero-padded to 64 features already), as is its bias read below.
+    wf(n, k) = w(n % kPanel, k, gpu ? min(n / kPanel, P - 1) : n / kPanel);
 
-    const bool gpu = this->get_target().has_gpu_feature() && !this->using_autoscheduler();
     const int ks = (K + kGpuSlices - 1) / kGpuSlices;  // GPU few-row path: K per slice
     RDom rs(0, ks, "ks"), ru(0, kGpuSlices, "u");
     Func acc("acc");
@@ -73,19 +75,16 @@ class Linear : public Generator<Linear<kResidual>> {
       acc(n, m) = b(n);
       acc(n, m) += xc(r, m) * wf(n, r);
     } else {
-      // GPU: two schedules picked at run time by the row count (schedules/gpu.h). A
-      // thread tile may reach past N in the last panel: bias and panel reads are clamped
-      // (panels are zero-padded to 64 features already).
-      Func bc("b_clamped"), wc("w_clamped");
+      // GPU: two schedules picked at run time by the row count (schedules/gpu.h).
+      Func bc("b_clamped");
       bc(n) = b(min(n, N - 1));
-      wc(n, k) = w(n % kPanel, k, min(n / kPanel, P - 1));
       // Many rows: register tiles, each thread walking all of K.
       big(n, m) = bc(n);
-      big(n, m) += xc(r, m) * wc(n, r);
+      big(n, m) += xc(r, m) * wf(n, r);
       // Few rows: K cut into kGpuSlices slices summed by parallel threads, then added.
       Expr kk = s * ks + rs;
       part(n, m, s) = 0.0f;
-      part(n, m, s) += select(kk < K, xc(min(kk, K - 1), m) * wc(n, min(kk, K - 1)), 0.0f);
+      part(n, m, s) += select(kk < K, xc(min(kk, K - 1), m) * wf(n, min(kk, K - 1)), 0.0f);
       small(n, m) = bc(n);
       small(n, m) += part(n, m, ru);
       acc(n, m) = select(M <= gpu_split_rows, small(n, m), big(n, m));

@@ -3,8 +3,8 @@
 // not a multiple of the row tile (8) or vector width (16), feature sizes that are not
 // multiples of the vector width (60, 36, 17, 37), and head size 20 (not a power of two).
 // Tolerance: max |got - ref| <= KERNEL_TOLERANCE * max(1, max |ref|): 2e-5 on the CPU
-// (fp32 vs double accumulation), 1e-4 for the OpenCL build of the GPU schedules (PoCL's
-// exp/erf/tanh differ from the host's). Built twice: test_layers (CPU, label unit) and
+// (fp32 vs double accumulation), 1e-4 for the GPU builds (PoCL's and CUDA's
+// exp/erf/tanh differ from the host's). Built three times: test_layers (CPU, label unit),
 // test_layers_opencl (the generators' GPU schedules on PoCL, label gpu), and
 // test_layers_cuda (the same schedules on an NVIDIA GPU, labels gpu + cuda; skipped
 // where there is no CUDA driver or device).
@@ -70,7 +70,7 @@ void expect_close(const Vec& got, const Vec& want, const char* what, double rel 
 
 const int kRows[] = {1, 3, 8, 13, 35};
 // Linear also takes its many-row GPU schedule above 256 rows (schedules/gpu.h): 300 is
-// not a multiple of its 32-row block tile.
+// not a multiple of its 16-row block tile.
 const int kLinearRows[] = {1, 3, 8, 13, 35, 300};
 
 template <typename Fn>

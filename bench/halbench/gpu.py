@@ -24,12 +24,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import subprocess
 import sys
-import time
 
 from .common import TOOLS_DIR
 
@@ -88,7 +86,6 @@ def decode_step_bytes(state) -> int:
     for name, t in state.items():
         if name.startswith("transformer.decoder.") or name.startswith("generator."):
             total += t.numel() * t.element_size()
-    d = state["generator.weight"].shape[1]
     for name, t in state.items():  # cross-attention K/V rows of in_proj: not per step
         if ".multihead_attn.in_proj_" in name and name.startswith("transformer.decoder."):
             total -= (t.numel() // 3) * 2 * t.element_size()
@@ -112,11 +109,12 @@ def main() -> None:
     os.makedirs(a.out, exist_ok=True)
     sys.path.insert(0, TOOLS_DIR)
     import torch
-    from export_torch import prepare_tensors
-    from halformer_torch import Seq2Seq, load_spec, randomize_
-    from safetensors.torch import load_file, save_file
+    from halformer_torch import load_spec
+    from safetensors.torch import load_file
 
-    from .kv_model import KVSeq2Seq
+    from .kv_model import KVSeq2Seq, greedy_kv
+    from .make_weights import make_weights
+    from .peer_torch import decode_samples
 
     res = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
            "cuda": torch.version.cuda, "driver": None}
@@ -129,12 +127,7 @@ def main() -> None:
     vocab = int(spec["sizes"]["src_vocab"])
     bos = int(spec["tokens"]["bos"])
     weights = os.path.join(a.out, "weights.safetensors")
-    t0 = time.time()
-    torch.manual_seed(0)
-    ref = randomize_(Seq2Seq(spec), 0).eval()
-    tensors, _ = prepare_tensors(ref.state_dict())
-    save_file(tensors, weights)
-    log(f"weights {os.path.getsize(weights) / 1e6:.0f} MB in {time.time() - t0:.1f} s")
+    ref = make_weights(a.spec, weights, seed=0)
     state = load_file(weights)
     ref = ref.cuda()
     kv = KVSeq2Seq(spec, state).eval().cuda()
@@ -183,26 +176,9 @@ def main() -> None:
         step_h = statistics.median(sum(r["step_ms"]) / len(r["step_ms"]) for r in h["decode"])
         steps_run = h["decode"][0]["steps"]
         with torch.inference_mode():
-            def decode():
-                memory = kv.encode(src_cuda)
-                cross = kv.cross_kv(memory)
-                mask = kv.key_mask(src_cuda)
-                past = [torch.zeros(b, kv.h, 0, kv.hd, device="cuda") for _ in range(2 * kv.n_dec)]
-                tok = torch.full((b, 1), bos, dtype=torch.long, device="cuda")
-                toks = []
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                for t in range(new_tokens):
-                    scores, past = kv.step(tok, torch.tensor([t], device="cuda"), mask, past, cross)
-                    tok = torch.argmax(scores, dim=-1)[:, None]
-                    toks.append(tok)
-                torch.cuda.synchronize()
-                return (time.perf_counter() - t0) * 1e3 / new_tokens, torch.cat(toks, dim=1).cpu()
-
-            decode()
-            runs = [decode() for _ in range(3 if a.quick else 5)]
-        step_t = statistics.median(r[0] for r in runs)
-        want_tokens = runs[0][1]
+            want_tokens, _ = greedy_kv(kv, src_cuda, new_tokens, bos)
+            step_t = statistics.median(decode_samples(kv, src_cuda, new_tokens, bos, 1, 3 if a.quick else 5))
+        want_tokens = torch.tensor(want_tokens)
         got_tokens = got["greedy"]
         same = bool((got_tokens[:, :steps_run] == want_tokens[:, :steps_run].to(got_tokens.dtype)).all())
         res["checks"][f"greedy_b{b}"] = {"identical": same, "steps": steps_run}

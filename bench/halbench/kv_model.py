@@ -185,7 +185,8 @@ class KVSeq2Seq(torch.nn.Module):
         return logits, present
 
     def empty_past(self, batch: int) -> List[torch.Tensor]:
-        return [torch.zeros(batch, self.h, 0, self.hd) for _ in range(2 * self.n_dec)]
+        device = self.w("generator.weight").device  # the model's (CPU, or CUDA in halbench.gpu)
+        return [torch.zeros(batch, self.h, 0, self.hd, device=device) for _ in range(2 * self.n_dec)]
 
 
 def load_state(weights_path: str) -> Dict[str, torch.Tensor]:
@@ -211,11 +212,11 @@ def greedy_kv(model: KVSeq2Seq, src: torch.Tensor, new_tokens: int, bos: int, wi
     cross = model.cross_kv(memory)
     mask = model.key_mask(src)
     past = model.empty_past(b)
-    tok = torch.full((b, 1), bos, dtype=torch.long)
+    tok = torch.full((b, 1), bos, dtype=torch.long, device=src.device)
     toks: List[List[int]] = [[] for _ in range(b)]
     margins: List[List[float]] = [[] for _ in range(b)]
     for t in range(new_tokens):
-        scores, past = model.step(tok, torch.tensor([t]), mask, past, cross)
+        scores, past = model.step(tok, torch.tensor([t], device=src.device), mask, past, cross)
         nxt = torch.argmax(scores, dim=-1)
         if with_margins:
             for r, m in enumerate(margins_of(scores)):

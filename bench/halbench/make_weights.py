@@ -16,13 +16,8 @@ import time
 from .common import TOOLS_DIR, log, quiet_warnings
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("spec")
-    ap.add_argument("out")
-    ap.add_argument("--seed", type=int, default=0)
-    a = ap.parse_args()
-    quiet_warnings()
+def make_weights(spec_path: str, out: str, seed: int = 0):
+    """Writes the weights to `out` (atomically) and returns the torch model they came from."""
     sys.path.insert(0, TOOLS_DIR)
     import torch
     from export_torch import prepare_tensors
@@ -30,13 +25,24 @@ def main() -> None:
     from safetensors.torch import save_file
 
     t0 = time.time()
-    torch.manual_seed(a.seed)
-    model = randomize_(Seq2Seq(load_spec(a.spec)), a.seed).eval()
+    torch.manual_seed(seed)
+    model = randomize_(Seq2Seq(load_spec(spec_path)), seed).eval()
     tensors, _ = prepare_tensors(model.state_dict())
-    tmp = a.out + ".tmp"
+    tmp = out + ".tmp"
     save_file(tensors, tmp)
-    os.replace(tmp, a.out)
-    log(f"random weights (seed {a.seed}) -> {a.out} ({os.path.getsize(a.out) / 1e6:.0f} MB, {time.time() - t0:.1f} s)")
+    os.replace(tmp, out)
+    log(f"random weights (seed {seed}) -> {out} ({os.path.getsize(out) / 1e6:.0f} MB, {time.time() - t0:.1f} s)")
+    return model
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("spec")
+    ap.add_argument("out")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    quiet_warnings()
+    make_weights(a.spec, a.out, a.seed)
 
 
 if __name__ == "__main__":
