@@ -720,9 +720,8 @@ def read_plan(path):
     kernels = sets.get("HALFORMER_PLAN_KERNELS", "").split()
     if "cuda" not in sets.get("HALFORMER_PLAN_VARIANTS", "").split():
         raise SystemExit("ptxas_check: %s: the spec has no `cuda` in targets" % path)
-    max_len = [int(x) for x in re.findall(r"\bmax_len=(\d+)", text)]
-    sm = sets.get("HALFORMER_PLAN_CUDA_SM")
-    return kernels, (int(sm) if sm else None), (max(max_len) if max_len else None)
+    sm, max_len = sets.get("HALFORMER_PLAN_CUDA_SM"), int(sets.get("HALFORMER_PLAN_MAX_LEN") or 0)
+    return kernels, (int(sm) if sm else None), (max_len or None)
 
 
 def find_plans(model):

@@ -257,6 +257,8 @@ void write_plan(const Spec& spec, const Plan& plan, const std::string& dir) {
     cm << "set(HALFORMER_PLAN_TARGET_" << device << " " << target << ")\n";
   // The GPU the spec names (sm_<N>), which may be newer than the PTX's own target.
   cm << "set(HALFORMER_PLAN_CUDA_SM " << spec.cuda_capability << ")\n";
+  // The longest sequence: the extent the build's ptxas check launches kernels at.
+  cm << "set(HALFORMER_PLAN_MAX_LEN " << spec.max_len << ")\n";
   cm << "set(HALFORMER_PLAN_KERNELS";
   for (const auto& k : plan.kernels) cm << " " << k.function;
   cm << ")\n";
