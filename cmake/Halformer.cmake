@@ -135,13 +135,37 @@ function(halformer_add_model NAME)
   endif ()
   add_library(${NAME}_model STATIC "${plan_dir}/${HALFORMER_PLAN_NAME}_model.cpp")
   target_link_libraries(${NAME}_model PUBLIC ${runtime} ${kernels} ${NAME}_halide_runtime)
-  add_executable(${NAME}_bin $<TARGET_OBJECTS:${cli_main}>)
+  target_include_directories(${NAME}_model PUBLIC "${plan_dir}")  # <name>.h: the descriptor
+  add_executable(${NAME}_bin "${plan_dir}/${HALFORMER_PLAN_NAME}_main.cpp" $<TARGET_OBJECTS:${cli_main}>)
   target_link_libraries(${NAME}_bin PRIVATE ${NAME}_model ${cli_main})
   set_target_properties(${NAME}_bin PROPERTIES OUTPUT_NAME ${NAME})
+
+  # lib<NAME>.so: the descriptor and the kernels only, for loading at run time (Python).
+  # Its Halide runtime calls bind to the one in halformer's shared runtime (libhalformer_rt.so,
+  # which the loading program already has), so every model opened in a process shares one
+  # thread pool and error handler; the kernel archives are linked by file to leave out
+  # the per-model Halide runtime they would otherwise bring.
+  if (TARGET halformer_rt)
+    set(rt_shared halformer_rt)
+  else ()
+    set(rt_shared halformer::halformer_rt)
+  endif ()
+  set(kernel_files "")
+  foreach (k IN LISTS kernels)
+    list(APPEND kernel_files $<TARGET_FILE:${k}>)
+  endforeach ()
+  add_library(${NAME}_shared MODULE "${plan_dir}/${HALFORMER_PLAN_NAME}_entry.cpp"
+              "${plan_dir}/${HALFORMER_PLAN_NAME}_model.cpp")
+  add_dependencies(${NAME}_shared ${kernels})
+  target_link_libraries(${NAME}_shared PRIVATE ${kernel_files} ${rt_shared})
+  target_include_directories(${NAME}_shared PRIVATE "${CMAKE_CURRENT_BINARY_DIR}"  # kernel headers
+                             $<TARGET_PROPERTY:${rt_shared},INTERFACE_INCLUDE_DIRECTORIES>)
+  set_target_properties(${NAME}_shared PROPERTIES OUTPUT_NAME ${NAME} PREFIX lib CXX_VISIBILITY_PRESET hidden)
+  target_link_options(${NAME}_shared PRIVATE "LINKER:--no-undefined")
   # Linked in the build tree, then installed by copy + rename: an interrupted build
   # leaves the previous binary in OUTPUT_DIR whole and usable.
   set(exe "${ARG_OUTPUT_DIR}/${NAME}")
-  foreach (out IN ITEMS "${exe}" "${ARG_OUTPUT_DIR}/lib${NAME}.a")
+  foreach (out IN ITEMS "${exe}" "${ARG_OUTPUT_DIR}/lib${NAME}.a" "${ARG_OUTPUT_DIR}/lib${NAME}.so" "${ARG_OUTPUT_DIR}/${HALFORMER_PLAN_NAME}.h")
     get_filename_component(out_real "${out}" REALPATH)
     get_filename_component(spec_real "${spec}" REALPATH)
     if (out_real STREQUAL spec_real)
@@ -152,7 +176,16 @@ function(halformer_add_model NAME)
                      COMMAND ${CMAKE_COMMAND} -E copy $<TARGET_FILE:${NAME}_bin> "${exe}.tmp"
                      COMMAND ${CMAKE_COMMAND} -E rename "${exe}.tmp" "${exe}"
                      DEPENDS ${NAME}_bin COMMENT "Installing ${exe}" VERBATIM)
-  add_custom_target(${NAME}_install ALL DEPENDS "${exe}")
+  set(so "${ARG_OUTPUT_DIR}/lib${NAME}.so")
+  add_custom_command(OUTPUT "${so}"
+                     COMMAND ${CMAKE_COMMAND} -E copy $<TARGET_FILE:${NAME}_shared> "${so}.tmp"
+                     COMMAND ${CMAKE_COMMAND} -E rename "${so}.tmp" "${so}"
+                     DEPENDS ${NAME}_shared COMMENT "Installing ${so}" VERBATIM)
+  set(header "${ARG_OUTPUT_DIR}/${HALFORMER_PLAN_NAME}.h")
+  add_custom_command(OUTPUT "${header}"
+                     COMMAND ${CMAKE_COMMAND} -E copy_if_different "${plan_dir}/${HALFORMER_PLAN_NAME}.h" "${header}"
+                     DEPENDS "${plan_dir}/${HALFORMER_PLAN_NAME}.h" VERBATIM)
+  add_custom_target(${NAME}_install ALL DEPENDS "${exe}" "${so}" "${header}")
 
   # lib<NAME>.a: the runtime, the glue and every kernel in one archive (ar MRI script).
   set(archives $<TARGET_FILE:${NAME}_model> $<TARGET_FILE:${runtime}>)

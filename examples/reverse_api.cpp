@@ -1,11 +1,12 @@
 // The C++ API of a generated model library. Build (after `halformer build
 // models/reverse-tiny.yaml -o out/reverse-tiny`):
-//   c++ -std=c++17 examples/reverse_api.cpp -I runtime/include out/reverse-tiny/libreverse-tiny.a \
-//       -lpthread -ldl -o reverse_api && ./reverse_api models/reverse-tiny.safetensors
+//   c++ -std=c++17 examples/reverse_api.cpp -I runtime/include -I out/reverse-tiny \
+//       out/reverse-tiny/libreverse-tiny.a -lpthread -ldl -o reverse_api
+//   ./reverse_api models/reverse-tiny.safetensors
 #include <cstdio>
 #include <exception>
 
-#include "halformer/model.h"
+#include "reverse-tiny.h"  // the model's descriptor, halformer_model_reverse_tiny()
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -13,7 +14,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    auto model = halformer::Model::load(argv[1]);
+    auto model = halformer::Model::load(*halformer_model_reverse_tiny(), argv[1]);
     auto result = model.greedy({{3, 7, 1, 9}, {5, 4, 3, 2, 1, 13}}, 20);
     for (const auto& seq : result.tokens) {
       for (int t : seq) std::printf("%d ", t);

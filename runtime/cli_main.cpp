@@ -21,6 +21,7 @@
 #include <sstream>
 #include <nlohmann/json.hpp>
 
+#include "halformer/cli.h"
 #include "halformer/error.h"
 #include "halformer/model.h"
 #include "halformer/safetensors.h"
@@ -179,8 +180,8 @@ halformer::Tensor batched(const std::function<halformer::Tensor(const std::vecto
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  const auto& cfg = halformer_model_config();
+int halformer::run_cli(const ModelDescriptor& model_descriptor, int argc, char** argv) {
+  const auto& cfg = *model_descriptor.config;
   const bool decodes = cfg.arch != Arch::Encoder;
   CLI::App app{std::string(cfg.name) + ": halformer inference binary (spec " + cfg.spec_file + ").\n" +
                (cfg.arch == Arch::Encoder ? "Reads token ids, prints the head's vector for each sequence."
@@ -214,6 +215,25 @@ int main(int argc, char** argv) {
     app.add_flag("--no-cache", no_cache, "greedy: recompute the whole prefix every step (no KV cache)");
     app.add_flag("--logits", logits, "with --json: include the head output at the last step");
   }
+  // Generation options (halformer/generation.h), greedy unless --sampling-topk is not 1.
+  halformer::GenerationOptions gen;
+  bool stream = false;
+  if (decodes) {
+    app.add_option("--sampling-topk", gen.sampling_topk, "sample from the k most probable tokens (1: greedy, 0: all)")
+        ->capture_default_str();
+    app.add_option("--sampling-topp", gen.sampling_topp, "sample from the smallest set of tokens reaching this probability")
+        ->capture_default_str();
+    app.add_option("--temperature", gen.sampling_temperature, "sampling temperature (0: greedy)")->capture_default_str();
+    app.add_option("--seed", gen.seed, "sampling seed (the same seed gives the same tokens)")->capture_default_str();
+    app.add_option("--repetition-penalty", gen.repetition_penalty, "penalise tokens already in the sequence (1: off)")
+        ->capture_default_str();
+    app.add_option("--no-repeat-ngram-size", gen.no_repeat_ngram_size, "never repeat an n-gram of this size (0: off)")
+        ->capture_default_str();
+    app.add_option("--min-length", gen.min_length, "new tokens before eos may be chosen")->capture_default_str();
+    app.add_flag("--scores", gen.return_scores, "with --json: each new token's log-probability");
+    app.add_flag("--stream", stream, "print tokens as they are generated (one sequence: on one line; "
+                                     "several: one \"<sequence> <token>\" line per token)");
+  }
   if (cfg.arch == Arch::EncoderDecoder) {
     app.add_option("--tgt", tgt_args, "teacher-forced decoder input per source (starts with bos); "
                                       "adds its head output to --dump");
@@ -223,7 +243,7 @@ int main(int argc, char** argv) {
   app.add_option("--dump", dump, "write every output tensor as safetensors (encoder_output, logits, greedy, ...)");
   app.add_option("--threads,-t", threads, "worker threads (default: all cores)");
   std::string device = "cpu";
-  app.add_option("--device", device, std::string("device to run on; built: ") + halformer_model_devices())
+  app.add_option("--device", device, std::string("device to run on; built: ") + model_descriptor.devices)
       ->capture_default_str();
   app.add_option("--repeat", repeat, "run this many times and report median timings")->check(CLI::Range(1, 100000));
   app.add_flag("--time", timing, "print timings (medians) to stderr");
@@ -265,7 +285,17 @@ int main(int argc, char** argv) {
       if (!dump.empty() && !input->empty() && std::filesystem::equivalent(dump, *input, ec))
         throw Error("--dump " + dump + ": is the same file as the input " + *input + "; refusing to overwrite it");
     }
-    auto model = halformer::Model::load(weights, threads, device);
+    const bool sampling_options = gen.sampling_topk != 1 || gen.repetition_penalty != 1.0f ||
+                                  gen.no_repeat_ngram_size != 0 || gen.min_length != 0 || gen.return_scores || stream;
+    if (beam > 1 && sampling_options)
+      throw Error("--beam " + std::to_string(beam) + ": beam search takes --length-penalty and --max-new-tokens; "
+                  "the sampling, penalty, --min-length, --scores and --stream options apply to greedy/sampling (--beam 1)");
+    if (decodes) {
+      gen.max_new_tokens = max_new;
+      gen.use_cache = !no_cache;
+      halformer::validate(gen, cfg.tgt_vocab);
+    }
+    auto model = halformer::Model::load(model_descriptor, weights, {threads, device});
     nlohmann::json j;
     j["model"] = cfg.name;
     std::vector<halformer::NamedTensor> out;
@@ -338,8 +368,22 @@ int main(int argc, char** argv) {
     } else {
       halformer::DecodeResult r;
       std::vector<double> enc_ms, step_ms;
+      if (stream) {
+        const bool one = src.size() == 1;
+        gen.on_token = [one](int row, int32_t token) {
+          if (one) std::printf("%d ", token);
+          else std::printf("%d %d\n", row, token);
+          std::fflush(stdout);
+          return true;
+        };
+      }
+      if (max_new < 1 || max_new > cfg.max_len)
+        throw Error("max_new_tokens " + std::to_string(max_new) + " is outside [1, max_len = " +
+                    std::to_string(cfg.max_len) + "]");
       for (int i = 0; i < repeat; ++i) {
-        r = model.greedy(src, max_new, !no_cache);
+        r = model.generate(src, gen);
+        if (stream && src.size() == 1) std::printf("\n");
+        gen.on_token = nullptr;  // --repeat: stream the first run only
         enc_ms.push_back(r.encoder_ms);
         step_ms.push_back(median(r.step_ms));
       }
@@ -356,8 +400,9 @@ int main(int argc, char** argv) {
           nlohmann::json s = {{"source", src[b]}, {"tokens", r.tokens[b]}};
           if (logits)
             s["logits"] = std::vector<float>(r.last_logits.data.begin() + b * V, r.last_logits.data.begin() + (b + 1) * V);
+          if (gen.return_scores) s["token_logprobs"] = r.token_logprobs[b];
           j["sequences"].push_back(s);
-        } else {
+        } else if (!stream) {
           print_ids(r.tokens[b]);
         }
       }

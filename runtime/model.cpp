@@ -65,35 +65,6 @@ constexpr float kMasked = -1e30f;  // additive mask for padded keys (see attenti
 // bytes on PoCL, up to 512 on GPUs); on a GPU device such rows are padded to this.
 constexpr int64_t kDeviceAlignFloats = 128;
 
-const ModelConfig& C() { return halformer_model_config(); }
-// The kernel table of the device the current Model call runs on (set by DeviceScope).
-thread_local const KernelTable* g_kernels = nullptr;
-const KernelTable& K() { return *g_kernels; }
-
-thread_local WeightBuffers* g_weights = nullptr;  // the current Model's (set by DeviceScope)
-// GPU: the device interface activations live on (null on the CPU) and the counters.
-thread_local const halide_device_interface_t* g_iface = nullptr;
-thread_local TransferStats* g_stats = nullptr;
-
-struct DeviceScope {
-  const KernelTable* saved_k;
-  WeightBuffers* saved_w;
-  const halide_device_interface_t* saved_i;
-  TransferStats* saved_s;
-  DeviceScope(const std::string& device, WeightBuffers* weights, DeviceState* state)
-      : saved_k(g_kernels), saved_w(g_weights), saved_i(g_iface), saved_s(g_stats) {
-    g_kernels = halformer_model_kernels_for(device.c_str());
-    g_weights = weights;
-    g_iface = device != "cpu" ? state->iface : nullptr;
-    g_stats = &state->stats;
-  }
-  ~DeviceScope() {
-    g_kernels = saved_k;
-    g_weights = saved_w;
-    g_iface = saved_i;
-    g_stats = saved_s;
-  }
-};
 
 double now_ms() {
   using namespace std::chrono;
@@ -122,23 +93,25 @@ Profile* profile() {
 // GPU launches return before the kernel ends: when profiling on a device, wait for it
 // (through a one-element device buffer, as Halide syncs per buffer) so that each row
 // of the table is that kernel's own time, not the launch's.
-void sync_device_for_profile() {
-  if (!g_iface) return;
+void sync_device_for_profile(const halide_device_interface_t* iface) {
+  if (!iface) return;
   // Never freed: a destructor at process exit could outlive the device context.
   static thread_local Halide::Runtime::Buffer<float>* probe = nullptr;
-  if (!probe || probe->raw_buffer()->device_interface != g_iface) {
+  if (!probe || probe->raw_buffer()->device_interface != iface) {
     probe = new Halide::Runtime::Buffer<float>(1);
-    if (probe->device_malloc(g_iface) != 0) return;
+    if (probe->device_malloc(iface) != 0) return;
   }
   probe->device_sync();
 }
 struct KernelTimer {
   const char* name;
+  const halide_device_interface_t* iface;
   double t0;
-  explicit KernelTimer(const char* n) : name(n), t0(profile() ? (sync_device_for_profile(), now_ms()) : 0) {}
+  KernelTimer(const char* n, const halide_device_interface_t* i)
+      : name(n), iface(i), t0(profile() ? (sync_device_for_profile(i), now_ms()) : 0) {}
   ~KernelTimer() {
     if (Profile* p = profile()) {
-      sync_device_for_profile();
+      sync_device_for_profile(iface);
       auto& e = p->total[name];
       e.first += now_ms() - t0;
       e.second += 1;
@@ -165,29 +138,6 @@ void run(int status, const char* what) {
   g_halide_error.clear();
 }
 
-// A weight tensor's buffer (see WeightBuffers::get). On a GPU device its first use uploads it (once per model).
-halide_buffer_t* weight(const std::vector<float>& v, int inner, int rows, int panels = 0) {
-  halide_buffer_t* b = g_weights->get(v, inner, rows, panels);
-  if (g_iface && b->host_dirty()) {
-    KernelTimer timer("upload");
-    run(halide_copy_to_device(nullptr, b, g_iface), "weight upload");
-    g_stats->weight_uploads += 1;
-    g_stats->weight_upload_bytes += int64_t(b->size_in_bytes());
-  }
-  return b;
-}
-
-// A host input (token ids) sent to the device; a no-op on the CPU.
-void upload(const IBuf& b) {
-  if (!g_iface) return;
-  KernelTimer timer("upload");
-  IBuf& m = const_cast<IBuf&>(b);
-  m.set_host_dirty();
-  run(m.copy_to_device(g_iface), "upload");
-  g_stats->uploads += 1;
-  g_stats->upload_bytes += int64_t(m.size_in_bytes());
-}
-
 struct View;
 
 // An activation [B][T][C] (or, for the KV cache, [B][T][C] rows of which a prefix of
@@ -197,17 +147,19 @@ struct View;
 struct Act {
   int C = 0, T = 0, B = 0;
   Buf mem;
+  const halide_device_interface_t* iface = nullptr;  // the device it lives on (null: host)
   Act() = default;
-  Act(int c, int t, int b) : C(c), T(t), B(b) {
+  Act(int c, int t, int b, const halide_device_interface_t* device)
+      : C(c), T(t), B(b), iface(device) {
     const int64_t n = size();
     if (n == 0) return;
-    if (!g_iface) {
+    if (!iface) {
       mem = Buf(int(n));
       std::memset(mem.data(), 0, size_t(n) * sizeof(float));
       return;
     }
     mem = Buf(static_cast<float*>(nullptr), int(n));
-    run(mem.device_malloc(g_iface), "device allocation");
+    run(mem.device_malloc(iface), "device allocation");
   }
   Act(Act&&) = default;
   Act& operator=(Act&&) = default;
@@ -216,7 +168,7 @@ struct Act {
   int64_t size() const { return int64_t(C) * T * B; }
   // Host memory: the CPU only.
   float* host() const {
-    if (g_iface) throw Error("internal: host access to a device-resident activation");
+    if (iface) throw Error("internal: host access to a device-resident activation");
     return const_cast<Buf&>(mem).data();
   }
   View flat() const;
@@ -236,7 +188,7 @@ struct View {
 // kernel_arg: the view is passed to a kernel, where OpenCL makes a sub-buffer of it
 // (offset must be aligned); views only copied between need no alignment.
 View make_view(const Act& a, int64_t offset, int dims, const halide_dimension_t* d, bool kernel_arg = true) {
-  if (!g_iface) return View{Buf(), Buf(a.host() + offset, dims, d)};
+  if (!a.iface) return View{Buf(), Buf(a.host() + offset, dims, d)};
   int64_t span = 1;
   for (int i = 0; i < dims; ++i) span += int64_t(d[i].extent - 1) * d[i].stride;
   if (offset < 0 || offset + span > a.size())
@@ -279,338 +231,761 @@ View view4(const Act& a, int64_t offset, int hd, int nh, int t, int b, int64_t t
 View Act::flat() const { return view2(*this, 0, C, T * B, C); }
 View Act::heads(int hd) const { return view4(*this, 0, hd, C / hd, T, B, C, int64_t(C) * T); }
 
-// dst[dp, dp + n) = src[sp, sp + n): a host copy on the CPU, device to device on a GPU.
-void copy_elems(const Act& src, int64_t sp, Act& dst, int64_t dp, int64_t n) {
-  if (!g_iface) {
-    std::copy_n(src.host() + sp, n, dst.host() + dp);
-    return;
-  }
-  KernelTimer timer("device_copy");
-  halide_dimension_t d[1] = {{0, int32_t(n), 1}};
-  View s = make_view(src, sp, 1, d, false), t = make_view(dst, dp, 1, d, false);
-  run(halide_buffer_copy(nullptr, s.raw(), g_iface, t.raw()), "device_copy");
-  g_stats->device_copies += 1;
-}
+}  // namespace
 
-// An input activation written by host code (`fill` gets C*T*B floats to write): on
-// the CPU straight into the activation, on a GPU device into host memory, then uploaded.
-template <typename F>
-Act make_input(int c, int t, int b, F fill) {
-  Act a(c, t, b);
-  if (!g_iface) {
-    fill(a.host());
+// One call into a Model: its config, kernels, weight buffers and device, passed to
+// every step explicitly (a Model is a value: nothing about it lives in globals).
+struct Session {
+  const ModelConfig& cfg;
+  const KernelTable& kt;
+  WeightBuffers& wbufs;
+  const halide_device_interface_t* iface;  // null on the CPU
+  TransferStats& stats;
+
+  // A weight tensor's buffer (see WeightBuffers::get). On a GPU device its first use uploads it (once per model).
+  halide_buffer_t* weight(const std::vector<float>& v, int inner, int rows, int panels = 0) {
+    halide_buffer_t* b = wbufs.get(v, inner, rows, panels);
+    if (iface && b->host_dirty()) {
+      KernelTimer timer("upload", iface);
+      run(halide_copy_to_device(nullptr, b, iface), "weight upload");
+      stats.weight_uploads += 1;
+      stats.weight_upload_bytes += int64_t(b->size_in_bytes());
+    }
+    return b;
+  }
+
+  // A host input (token ids) sent to the device; a no-op on the CPU.
+  void upload(const IBuf& b) {
+    if (!iface) return;
+    KernelTimer timer("upload", iface);
+    IBuf& m = const_cast<IBuf&>(b);
+    m.set_host_dirty();
+    run(m.copy_to_device(iface), "upload");
+    stats.uploads += 1;
+    stats.upload_bytes += int64_t(m.size_in_bytes());
+  }
+
+  // dst[dp, dp + n) = src[sp, sp + n): a host copy on the CPU, device to device on a GPU.
+  void copy_elems(const Act& src, int64_t sp, Act& dst, int64_t dp, int64_t n) {
+    if (!iface) {
+      std::copy_n(src.host() + sp, n, dst.host() + dp);
+      return;
+    }
+    KernelTimer timer("device_copy", iface);
+    halide_dimension_t d[1] = {{0, int32_t(n), 1}};
+    View s = make_view(src, sp, 1, d, false), t = make_view(dst, dp, 1, d, false);
+    run(halide_buffer_copy(nullptr, s.raw(), iface, t.raw()), "device_copy");
+    stats.device_copies += 1;
+  }
+
+  // An input activation written by host code (`fill` gets C*T*B floats to write): on
+  // the CPU straight into the activation, on a GPU device into host memory, then uploaded.
+  template <typename F>
+  Act make_input(int c, int t, int b, F fill) {
+    Act a(c, t, b, iface);
+    if (!iface) {
+      fill(a.host());
+      return a;
+    }
+    std::vector<float> h(size_t(a.size()));
+    fill(h.data());
+    KernelTimer timer("upload", iface);
+    Buf hb(h.data(), int(h.size()));
+    hb.set_host_dirty();
+    halide_dimension_t d[1] = {{0, int32_t(a.size()), 1}};
+    View v = make_view(a, 0, 1, d);
+    run(halide_buffer_copy(nullptr, hb.raw_buffer(), iface, v.raw()), "upload");
+    stats.uploads += 1;
+    stats.upload_bytes += a.size() * int64_t(sizeof(float));
     return a;
   }
-  std::vector<float> h(size_t(a.size()));
-  fill(h.data());
-  KernelTimer timer("upload");
-  Buf hb(h.data(), int(h.size()));
-  hb.set_host_dirty();
-  halide_dimension_t d[1] = {{0, int32_t(a.size()), 1}};
-  View v = make_view(a, 0, 1, d);
-  run(halide_buffer_copy(nullptr, hb.raw_buffer(), g_iface, v.raw()), "upload");
-  g_stats->uploads += 1;
-  g_stats->upload_bytes += a.size() * int64_t(sizeof(float));
-  return a;
-}
 
-// Elements [off, off + n) of an activation on the host: a copy on the CPU, a download
-// (counted) on a GPU device.
-std::vector<float> to_host(const Act& a, int64_t off, int64_t n) {
-  if (!g_iface) return std::vector<float>(a.host() + off, a.host() + off + n);
-  KernelTimer timer("download");
-  std::vector<float> h(static_cast<size_t>(n));
-  Buf hb(h.data(), int(n));
-  halide_dimension_t d[1] = {{0, int32_t(n), 1}};
-  View v = make_view(a, off, 1, d, false);
-  run(halide_buffer_copy(nullptr, v.raw(), nullptr, hb.raw_buffer()), "download");
-  g_stats->downloads += 1;
-  g_stats->download_bytes += n * int64_t(sizeof(float));
-  return h;
-}
-std::vector<float> to_host(const Act& a) { return to_host(a, 0, a.size()); }
-
-// A kernel's small integer output (argmax ids) read by host code.
-void download(IBuf& b, const char* what) {
-  if (!g_iface) return;
-  KernelTimer timer("download");
-  if (b.copy_to_host() != 0)
-    throw Error(std::string("kernel '") + what + "': copying the result from the device failed");
-  g_stats->downloads += 1;
-  g_stats->download_bytes += int64_t(b.size_in_bytes());
-}
-
-// ---- one call per layer kind
-void linear(LinearFn fn, const char* name, View x, const LinearWeights& w, View out) {
-  halide_buffer_t *wb = weight(w.w, w.in, w.out, panel_count(w.out)), *bb = weight(w.b, w.out, 1);
-  KernelTimer timer(name);
-  run(fn(x.raw(), wb, bb, out.raw()), name);
-}
-void linear_residual(LinearResidualFn fn, const char* name, View x, const LinearWeights& w, View residual,
-                     View out) {
-  halide_buffer_t *wb = weight(w.w, w.in, w.out, panel_count(w.out)), *bb = weight(w.b, w.out, 1);
-  KernelTimer timer(name);
-  run(fn(x.raw(), wb, bb, residual.raw(), out.raw()), name);
-}
-void layer_norm(const Act& x, const NormWeights& n, Act& out) {
-  const int d = int(n.gamma.size());
-  halide_buffer_t *gb = weight(n.gamma, d, 1), *bb = weight(n.beta, d, 1);
-  KernelTimer timer("layer_norm");
-  View xb = x.flat(), ob = out.flat();
-  run(K().layer_norm(xb.raw(), gb, bb, ob.raw()), "layer_norm");
-}
-void attention(AttentionFn fn, const char* name, View q, View kv, View mask, View out) {
-  KernelTimer timer(name);
-  run(fn(q.raw(), kv.raw(), mask.raw(), out.raw()), name);
-}
-
-// Validates ids and lengths, then right-pads with pad_id into a (T, B) buffer.
-IBuf pad_batch(const std::vector<Sequence>& seqs, int vocab, const std::string& what) {
-  if (seqs.empty()) throw Error(what + ": empty batch (need at least one sequence)");
-  size_t T = 0;
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    const auto& s = seqs[i];
-    std::string where = what + " sequence " + std::to_string(i + 1);
-    if (s.empty()) throw Error(where + " is empty");
-    if (int64_t(s.size()) > C().max_len)
-      throw Error(where + " has " + std::to_string(s.size()) + " tokens; the model's max_len is " +
-                  std::to_string(C().max_len));
-    for (size_t j = 0; j < s.size(); ++j)
-      if (s[j] < 0 || s[j] >= vocab)
-        throw Error(where + ", token " + std::to_string(j + 1) + ": id " + std::to_string(s[j]) +
-                    " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
-    T = std::max(T, s.size());
+  // Elements [off, off + n) of an activation on the host: a copy on the CPU, a download
+  // (counted) on a GPU device.
+  std::vector<float> to_host(const Act& a, int64_t off, int64_t n) {
+    if (!iface) return std::vector<float>(a.host() + off, a.host() + off + n);
+    KernelTimer timer("download", iface);
+    std::vector<float> h(static_cast<size_t>(n));
+    Buf hb(h.data(), int(n));
+    halide_dimension_t d[1] = {{0, int32_t(n), 1}};
+    View v = make_view(a, off, 1, d, false);
+    run(halide_buffer_copy(nullptr, v.raw(), nullptr, hb.raw_buffer()), "download");
+    stats.downloads += 1;
+    stats.download_bytes += n * int64_t(sizeof(float));
+    return h;
   }
-  IBuf tokens(int(T), int(seqs.size()));
-  tokens.fill(C().pad_id);
-  for (size_t b = 0; b < seqs.size(); ++b)
-    for (size_t t = 0; t < seqs[b].size(); ++t) tokens(int(t), int(b)) = seqs[b][t];
-  return tokens;
-}
+  std::vector<float> to_host(const Act& a) { return to_host(a, 0, a.size()); }
 
-// Additive key mask (T, B): 0 for a real token, kMasked for the padding pad_batch added
-// (when the spec masks). Padding is known by length, not by id: a pad id the caller put
-// inside a sequence (e.g. a literal "[PAD]" in text) is an ordinary token, as with a
-// tokenizer's attention mask; for right-padded batches that is the same as `== pad`.
-Act key_mask(const std::vector<Sequence>& seqs, int T) {
-  return make_input(T, int(seqs.size()), 1, [&](float* m) {
-    if (C().padding_mask)
-      for (size_t b = 0; b < seqs.size(); ++b)
-        for (int t = int(seqs[b].size()); t < T; ++t) m[b * T + t] = kMasked;
-  });
-}
-
-// Embedding (+ positions, + token types), then the embedding LayerNorm if any.
-Act embed(EmbeddingFn fn, const IBuf& tokens, const std::vector<float>& table, int vocab,
-          const Weights& w, int pos_offset, bool token_types) {
-  const int d = C().d_model;
-  Act x(d, tokens.dim(0).extent(), tokens.dim(1).extent());
-  // Tables a kernel does not read (no learned positions / types) get the token table as
-  // a stand-in.
-  halide_buffer_t* tb = weight(table, d, vocab);
-  halide_buffer_t* pb = w.positions.empty() ? tb : weight(w.positions, d, C().max_len);
-  const bool types_read = token_types && !w.token_types.empty();
-  halide_buffer_t* yb = types_read ? weight(w.token_types, d, C().type_vocab) : tb;
-  IBuf types(x.T, x.B);
-  types.fill(0);  // token type 0 for every token (single-segment inputs)
-  halide_dimension_t dims[3] = {{0, d, 1}, {0, x.T, d}, {0, x.B, d * x.T}};
-  View o3 = make_view(x, 0, 3, dims);
-  upload(tokens);
-  // The kernel reads type ids only with token types; otherwise (on a GPU, where an
-  // upload would be wasted) the token ids stand in.
-  if (token_types || !g_iface) upload(types);
-  IBuf& tok = const_cast<IBuf&>(tokens);
-  {
-    KernelTimer timer("embedding");
-    run(fn(tok.raw_buffer(), (token_types || !g_iface ? types : tok).raw_buffer(), tb, pb, yb, pos_offset,
-           o3.raw()),
-        "embedding");
+  // A kernel's small integer output (argmax ids) read by host code.
+  void download(IBuf& b, const char* what) {
+    if (!iface) return;
+    KernelTimer timer("download", iface);
+    if (b.copy_to_host() != 0)
+      throw Error(std::string("kernel '") + what + "': copying the result from the device failed");
+    stats.downloads += 1;
+    stats.download_bytes += int64_t(b.size_in_bytes());
   }
-  if (C().embedding_norm) {
-    Act y(x.C, x.T, x.B);
-    layer_norm(x, w.embedding_norm, y);
-    return y;
-  }
-  return x;
-}
 
-// x <- norm(x + f(x)) (post-norm) or x <- x + f(norm(x)) (pre-norm); `sublayer` writes
-// f(input) + residual into its output buffer.
-template <typename F>
-void residual_block(Act& x, const NormWeights& n, F sublayer) {
-  Act y(x.C, x.T, x.B);
-  if (C().pre_norm) {
-    Act h(x.C, x.T, x.B);
-    layer_norm(x, n, h);
-    sublayer(h, x, y);
+  // ---- one call per layer kind
+  void linear(LinearFn fn, const char* name, View x, const LinearWeights& w, View out) {
+    halide_buffer_t *wb = weight(w.w, w.in, w.out, panel_count(w.out)), *bb = weight(w.b, w.out, 1);
+    KernelTimer timer(name, iface);
+    run(fn(x.raw(), wb, bb, out.raw()), name);
+  }
+  void linear_residual(LinearResidualFn fn, const char* name, View x, const LinearWeights& w, View residual,
+                       View out) {
+    halide_buffer_t *wb = weight(w.w, w.in, w.out, panel_count(w.out)), *bb = weight(w.b, w.out, 1);
+    KernelTimer timer(name, iface);
+    run(fn(x.raw(), wb, bb, residual.raw(), out.raw()), name);
+  }
+  void layer_norm(const Act& x, const NormWeights& n, Act& out) {
+    const int d = int(n.gamma.size());
+    halide_buffer_t *gb = weight(n.gamma, d, 1), *bb = weight(n.beta, d, 1);
+    KernelTimer timer("layer_norm", iface);
+    View xb = x.flat(), ob = out.flat();
+    run(kt.layer_norm(xb.raw(), gb, bb, ob.raw()), "layer_norm");
+  }
+  void attention(AttentionFn fn, const char* name, View q, View kv, View mask, View out) {
+    KernelTimer timer(name, iface);
+    run(fn(q.raw(), kv.raw(), mask.raw(), out.raw()), name);
+  }
+
+  // Validates ids and lengths, then right-pads with pad_id into a (T, B) buffer.
+  IBuf pad_batch(const std::vector<Sequence>& seqs, int vocab, const std::string& what) {
+    if (seqs.empty()) throw Error(what + ": empty batch (need at least one sequence)");
+    size_t T = 0;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const auto& s = seqs[i];
+      std::string where = what + " sequence " + std::to_string(i + 1);
+      if (s.empty()) throw Error(where + " is empty");
+      if (int64_t(s.size()) > cfg.max_len)
+        throw Error(where + " has " + std::to_string(s.size()) + " tokens; the model's max_len is " +
+                    std::to_string(cfg.max_len));
+      for (size_t j = 0; j < s.size(); ++j)
+        if (s[j] < 0 || s[j] >= vocab)
+          throw Error(where + ", token " + std::to_string(j + 1) + ": id " + std::to_string(s[j]) +
+                      " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+      T = std::max(T, s.size());
+    }
+    IBuf tokens(int(T), int(seqs.size()));
+    tokens.fill(cfg.pad_id);
+    for (size_t b = 0; b < seqs.size(); ++b)
+      for (size_t t = 0; t < seqs[b].size(); ++t) tokens(int(t), int(b)) = seqs[b][t];
+    return tokens;
+  }
+
+  // Additive key mask (T, B): 0 for a real token, kMasked for the padding pad_batch added
+  // (when the spec masks). Padding is known by length, not by id: a pad id the caller put
+  // inside a sequence (e.g. a literal "[PAD]" in text) is an ordinary token, as with a
+  // tokenizer's attention mask; for right-padded batches that is the same as `== pad`.
+  Act key_mask(const std::vector<Sequence>& seqs, int T) {
+    return make_input(T, int(seqs.size()), 1, [&](float* m) {
+      if (cfg.padding_mask)
+        for (size_t b = 0; b < seqs.size(); ++b)
+          for (int t = int(seqs[b].size()); t < T; ++t) m[b * T + t] = kMasked;
+    });
+  }
+
+  // Embedding (+ positions, + token types), then the embedding LayerNorm if any.
+  Act embed(EmbeddingFn fn, const IBuf& tokens, const std::vector<float>& table, int vocab,
+            const Weights& w, int pos_offset, bool token_types) {
+    const int d = cfg.d_model;
+    Act x(d, tokens.dim(0).extent(), tokens.dim(1).extent(), iface);
+    // Tables a kernel does not read (no learned positions / types) get the token table as
+    // a stand-in.
+    halide_buffer_t* tb = weight(table, d, vocab);
+    halide_buffer_t* pb = w.positions.empty() ? tb : weight(w.positions, d, cfg.max_len);
+    const bool types_read = token_types && !w.token_types.empty();
+    halide_buffer_t* yb = types_read ? weight(w.token_types, d, cfg.type_vocab) : tb;
+    IBuf types(x.T, x.B);
+    types.fill(0);  // token type 0 for every token (single-segment inputs)
+    halide_dimension_t dims[3] = {{0, d, 1}, {0, x.T, d}, {0, x.B, d * x.T}};
+    View o3 = make_view(x, 0, 3, dims);
+    upload(tokens);
+    // The kernel reads type ids only with token types; otherwise (on a GPU, where an
+    // upload would be wasted) the token ids stand in.
+    if (token_types || !iface) upload(types);
+    IBuf& tok = const_cast<IBuf&>(tokens);
+    {
+      KernelTimer timer("embedding", iface);
+      run(fn(tok.raw_buffer(), (token_types || !iface ? types : tok).raw_buffer(), tb, pb, yb, pos_offset,
+             o3.raw()),
+          "embedding");
+    }
+    if (cfg.embedding_norm) {
+      Act y(x.C, x.T, x.B, iface);
+      layer_norm(x, w.embedding_norm, y);
+      return y;
+    }
+    return x;
+  }
+
+  // x <- norm(x + f(x)) (post-norm) or x <- x + f(norm(x)) (pre-norm); `sublayer` writes
+  // f(input) + residual into its output buffer.
+  template <typename F>
+  void residual_block(Act& x, const NormWeights& n, F sublayer) {
+    Act y(x.C, x.T, x.B, iface);
+    if (cfg.pre_norm) {
+      Act h(x.C, x.T, x.B, iface);
+      layer_norm(x, n, h);
+      sublayer(h, x, y);
+      x = std::move(y);
+    } else {
+      sublayer(x, x, y);
+      layer_norm(y, n, x);
+    }
+  }
+
+  void feed_forward(Act& x, const LayerWeights& L) {
+    residual_block(x, L.ff_norm, [&](const Act& h, const Act& res, Act& y) {
+      Act mid(L.ff1.out, h.T, h.B, iface);
+      linear(kt.ff1, "ff1", h.flat(), L.ff1, mid.flat());
+      linear_residual(kt.ff2, "ff2", mid.flat(), L.ff2, res.flat(), y.flat());
+    });
+  }
+
+  // Self-attention over the whole sequence (no cache): encoder layers, teacher forcing.
+  void self_attention_block(Act& x, const LayerWeights& L, AttentionFn fn, const char* name, const Act& mask) {
+    const int d = cfg.d_model, hd = d / cfg.heads;
+    residual_block(x, L.self_norm, [&](const Act& h, const Act& res, Act& y) {
+      Act qkv(3 * d, h.T, h.B, iface), a(d, h.T, h.B, iface);
+      linear(kt.qkv, "qkv", h.flat(), L.qkv, qkv.flat());
+      attention(fn, name, qkv.heads(hd), qkv.heads(hd), mask.flat(), a.heads(hd));
+      linear_residual(kt.attention_out, "attention_out", a.flat(), L.attn_out, res.flat(), y.flat());
+    });
+  }
+
+  void final_norm(Act& x, const NormWeights& n) {
+    if (!cfg.final_norm) return;
+    Act y(x.C, x.T, x.B, iface);
+    layer_norm(x, n, y);
     x = std::move(y);
-  } else {
-    sublayer(x, x, y);
-    layer_norm(y, n, x);
   }
-}
 
-void feed_forward(Act& x, const LayerWeights& L) {
-  residual_block(x, L.ff_norm, [&](const Act& h, const Act& res, Act& y) {
-    Act mid(L.ff1.out, h.T, h.B);
-    linear(K().ff1, "ff1", h.flat(), L.ff1, mid.flat());
-    linear_residual(K().ff2, "ff2", mid.flat(), L.ff2, res.flat(), y.flat());
-  });
-}
-
-// Self-attention over the whole sequence (no cache): encoder layers, teacher forcing.
-void self_attention_block(Act& x, const LayerWeights& L, AttentionFn fn, const char* name, const Act& mask) {
-  const int d = C().d_model, hd = d / C().heads;
-  residual_block(x, L.self_norm, [&](const Act& h, const Act& res, Act& y) {
-    Act qkv(3 * d, h.T, h.B), a(d, h.T, h.B);
-    linear(K().qkv, "qkv", h.flat(), L.qkv, qkv.flat());
-    attention(fn, name, qkv.heads(hd), qkv.heads(hd), mask.flat(), a.heads(hd));
-    linear_residual(K().attention_out, "attention_out", a.flat(), L.attn_out, res.flat(), y.flat());
-  });
-}
-
-void final_norm(Act& x, const NormWeights& n) {
-  if (!C().final_norm) return;
-  Act y(x.C, x.T, x.B);
-  layer_norm(x, n, y);
-  x = std::move(y);
-}
-
-Act run_encoder(const Weights& w, const IBuf& src, const Act& src_mask) {
-  Act x = embed(K().embed_src, src, w.src_embedding, C().src_vocab, w, 0, C().type_vocab > 0);
-  for (const auto& L : w.encoder) {
-    self_attention_block(x, L, K().encoder_self_attention, "encoder_self_attention", src_mask);
-    feed_forward(x, L);
+  Act run_encoder(const Weights& w, const IBuf& src, const Act& src_mask) {
+    Act x = embed(kt.embed_src, src, w.src_embedding, cfg.src_vocab, w, 0, cfg.type_vocab > 0);
+    for (const auto& L : w.encoder) {
+      self_attention_block(x, L, kt.encoder_self_attention, "encoder_self_attention", src_mask);
+      feed_forward(x, L);
+    }
+    final_norm(x, w.encoder_norm);
+    return x;
   }
-  final_norm(x, w.encoder_norm);
-  return x;
-}
 
-// Cross-attention keys/values of one decoder layer: computed once per source.
-Act cross_kv(const LayerWeights& L, const Act& memory) {
-  Act kv(2 * C().d_model, memory.T, memory.B);
-  linear(K().cross_kv, "cross_kv", memory.flat(), L.cross_kv, kv.flat());
-  return kv;
-}
-
-void cross_block(Act& x, const LayerWeights& L, const Act& kv, const Act& src_mask) {
-  const int d = C().d_model, hd = d / C().heads;
-  residual_block(x, L.cross_norm, [&](const Act& h, const Act& res, Act& y) {
-    Act q(d, h.T, h.B), a(d, h.T, h.B);
-    linear(K().cross_q, "cross_q", h.flat(), L.cross_q, q.flat());
-    attention(K().cross_attention, "cross_attention", q.heads(hd), kv.heads(hd), src_mask.flat(), a.heads(hd));
-    linear_residual(K().attention_out, "cross_out", a.flat(), L.cross_out, res.flat(), y.flat());
-  });
-}
-
-// Generator + softmax / log_softmax: `logits` gets the raw generator output, `out` the head's.
-void head(const Act& x, const Weights& w, Act& logits, Act& out) {
-  linear(K().generator, "generator", x.flat(), w.generator, logits.flat());
-  KernelTimer timer("head");
-  if (K().head) {
-    View lb = logits.flat(), ob = out.flat();
-    run(K().head(lb.raw(), ob.raw()), "head");
-  } else {
-    copy_elems(logits, 0, out, 0, logits.size());
+  // Cross-attention keys/values of one decoder layer: computed once per source.
+  Act cross_kv(const LayerWeights& L, const Act& memory) {
+    Act kv(2 * cfg.d_model, memory.T, memory.B, iface);
+    linear(kt.cross_kv, "cross_kv", memory.flat(), L.cross_kv, kv.flat());
+    return kv;
   }
-}
 
-// Row-wise argmax of `rows` into `next`, which is then read on the host.
-void argmax(const Act& rows, IBuf& next) {
-  {
-    KernelTimer timer("argmax");
-    View rb = rows.flat();
-    run(K().argmax(rb.raw(), next.raw_buffer()), "argmax");
+  void cross_block(Act& x, const LayerWeights& L, const Act& kv, const Act& src_mask) {
+    const int d = cfg.d_model, hd = d / cfg.heads;
+    residual_block(x, L.cross_norm, [&](const Act& h, const Act& res, Act& y) {
+      Act q(d, h.T, h.B, iface), a(d, h.T, h.B, iface);
+      linear(kt.cross_q, "cross_q", h.flat(), L.cross_q, q.flat());
+      attention(kt.cross_attention, "cross_attention", q.heads(hd), kv.heads(hd), src_mask.flat(), a.heads(hd));
+      linear_residual(kt.attention_out, "cross_out", a.flat(), L.cross_out, res.flat(), y.flat());
+    });
   }
-  download(next, "argmax");
-}
 
-Tensor to_tensor(const Act& a) { return Tensor{{a.B, a.T, a.C}, to_host(a)}; }
+  // Generator + softmax / log_softmax: `logits` gets the raw generator output, `out` the head's.
+  void head(const Act& x, const Weights& w, Act& logits, Act& out) {
+    linear(kt.generator, "generator", x.flat(), w.generator, logits.flat());
+    KernelTimer timer("head", iface);
+    if (kt.head) {
+      View lb = logits.flat(), ob = out.flat();
+      run(kt.head(lb.raw(), ob.raw()), "head");
+    } else {
+      copy_elems(logits, 0, out, 0, logits.size());
+    }
+  }
 
-// Decoder state for incremental decoding over B rows: per layer, the QKV rows of every
-// position so far ([B][Tmax][3d], the self-attention KV cache; on a GPU device each
-// row padded to `row` = a multiple of kDeviceAlignFloats so that the rows of a step
-// start aligned) and, for an encoder-decoder, the cross-attention keys/values of the
-// memory.
-struct DecoderState {
-  int B = 0, Tmax = 0, len = 0, row = 0;
-  std::vector<Act> cache, cross;
-  Act src_mask;   // (S, B) additive, encoder-decoder only
-  Act self_mask;  // (Tmax, B) zeros: generated positions are all real tokens
+  // Row-wise argmax of `rows` into `next`, which is then read on the host.
+  void argmax(const Act& rows, IBuf& next) {
+    {
+      KernelTimer timer("argmax", iface);
+      View rb = rows.flat();
+      run(kt.argmax(rb.raw(), next.raw_buffer()), "argmax");
+    }
+    download(next, "argmax");
+  }
 
-  DecoderState(const Weights& w, int B_, int Tmax_)
-      : B(B_), Tmax(Tmax_), self_mask(make_input(Tmax_, B_, 1, [](float*) {})) {
-    const int w3 = 3 * C().d_model;
-    row = g_iface ? int((w3 + kDeviceAlignFloats - 1) / kDeviceAlignFloats * kDeviceAlignFloats) : w3;
-    for (size_t l = 0; l < w.decoder.size(); ++l) cache.emplace_back(row, Tmax, B);
+  Tensor to_tensor(const Act& a) { return Tensor{{a.B, a.T, a.C}, to_host(a)}; }
+
+  // Decoder state for incremental decoding over B rows: per layer, the QKV rows of every
+  // position so far ([B][Tmax][3d], the self-attention KV cache; on a GPU device each
+  // row padded to `row` = a multiple of kDeviceAlignFloats so that the rows of a step
+  // start aligned) and, for an encoder-decoder, the cross-attention keys/values of the
+  // memory.
+  struct DecoderState {
+    int B = 0, Tmax = 0, len = 0, row = 0;
+    std::vector<Act> cache, cross;
+    Act src_mask;   // (S, B) additive, encoder-decoder only
+    Act self_mask;  // (Tmax, B) zeros: generated positions are all real tokens
+  };
+
+  DecoderState decoder_state(const Weights& w, int B, int Tmax) {
+    DecoderState st;
+    st.B = B, st.Tmax = Tmax;
+    st.self_mask = make_input(Tmax, B, 1, [](float*) {});
+    const int w3 = 3 * cfg.d_model;
+    st.row = iface ? int((w3 + kDeviceAlignFloats - 1) / kDeviceAlignFloats * kDeviceAlignFloats) : w3;
+    for (size_t l = 0; l < w.decoder.size(); ++l) st.cache.emplace_back(st.row, Tmax, B, iface);
+    return st;
   }
 
   // Runs the decoder on `tokens` (T new positions; T > 1 only with B == 1) and returns
   // the last decoder hidden rows (d, T, B).
-  Act step(const Weights& w, const IBuf& tokens) {
-    const int d = C().d_model, hd = d / C().heads, H = C().heads, T = tokens.dim(0).extent();
-    if (len + T > Tmax) throw Error("decoder cache overflow (internal)");
-    Act x = embed(K().embed_tgt, tokens, w.tgt_embedding, C().tgt_vocab, w, len, false);
-    const int64_t bstride = int64_t(row) * Tmax, at = int64_t(len) * row;
+  Act decode_step(DecoderState& st, const Weights& w, const IBuf& tokens) {
+    const int d = cfg.d_model, hd = d / cfg.heads, H = cfg.heads, T = tokens.dim(0).extent();
+    const int B = st.B, row = st.row, len = st.len;
+    if (len + T > st.Tmax) throw Error("decoder cache overflow (internal)");
+    Act x = embed(kt.embed_tgt, tokens, w.tgt_embedding, cfg.tgt_vocab, w, len, false);
+    const int64_t bstride = int64_t(row) * st.Tmax, at = int64_t(len) * row;
     for (size_t l = 0; l < w.decoder.size(); ++l) {
       const auto& L = w.decoder[l];
-      const Act& c = cache[l];
+      const Act& c = st.cache[l];
       residual_block(x, L.self_norm, [&](const Act& h, const Act& res, Act& y) {
-        Act a(d, T, B);
+        Act a(d, T, B, iface);
         // New QKV rows go straight into the cache: T rows of one sequence, or one row each of B.
         View out = T > 1 ? view2(c, at, 3 * d, T, row) : view2(c, at, 3 * d, B, bstride);
-        linear(K().qkv, "qkv", h.flat(), L.qkv, out);
-        attention(K().decoder_self_attention, "decoder_self_attention", view4(c, at, hd, 3 * H, T, B, row, bstride),
-                  view4(c, 0, hd, 3 * H, len + T, B, row, bstride), view2(self_mask, 0, len + T, B, Tmax),
+        linear(kt.qkv, "qkv", h.flat(), L.qkv, out);
+        attention(kt.decoder_self_attention, "decoder_self_attention", view4(c, at, hd, 3 * H, T, B, row, bstride),
+                  view4(c, 0, hd, 3 * H, len + T, B, row, bstride), view2(st.self_mask, 0, len + T, B, st.Tmax),
                   a.heads(hd));
-        linear_residual(K().attention_out, "attention_out", a.flat(), L.attn_out, res.flat(), y.flat());
+        linear_residual(kt.attention_out, "attention_out", a.flat(), L.attn_out, res.flat(), y.flat());
       });
-      if (!cross.empty()) cross_block(x, L, cross[l], src_mask);
+      if (!st.cross.empty()) cross_block(x, L, st.cross[l], st.src_mask);
       feed_forward(x, L);
     }
     final_norm(x, w.decoder_norm);
-    len += T;
+    st.len += T;
     return x;
   }
 
   // Beam search: row b continues from row parent[b].
-  void reorder(const std::vector<int>& parent) {
-    const int64_t bstride = int64_t(row) * Tmax, used = int64_t(len) * row;
-    for (auto& c : cache) {
-      if (!g_iface) {
+  void reorder(DecoderState& st, const std::vector<int>& parent) {
+    const int64_t bstride = int64_t(st.row) * st.Tmax, used = int64_t(st.len) * st.row;
+    for (auto& c : st.cache) {
+      if (!iface) {
         std::vector<float> old(c.host(), c.host() + c.size());
-        for (int b = 0; b < B; ++b)
+        for (int b = 0; b < st.B; ++b)
           std::copy_n(old.data() + parent[b] * bstride, size_t(used), c.host() + b * bstride);
         continue;
       }
       // Device: gather the rows into a fresh cache, device to device.
-      Act fresh(c.C, c.T, c.B);
-      for (int b = 0; b < B; ++b) copy_elems(c, parent[b] * bstride, fresh, b * bstride, used);
+      Act fresh(c.C, c.T, c.B, iface);
+      for (int b = 0; b < st.B; ++b) copy_elems(c, parent[b] * bstride, fresh, b * bstride, used);
       c = std::move(fresh);
     }
   }
+
+  // Rows of the last position of x (d, T, B) -> (d, 1, B).
+  Act last_rows(const Act& x, const std::vector<int>& last) {
+    Act y(x.C, 1, x.B, iface);
+    for (int b = 0; b < x.B; ++b) copy_elems(x, (int64_t(b) * x.T + last[b]) * x.C, y, int64_t(b) * x.C, x.C);
+    return y;
+  }
+
+  // The decoder over whole target sequences (teacher forcing / recomputation): head
+  // output (V, T, B). `cross` holds each layer's cross-attention K/V (empty for
+  // decoder-only models).
+  // With `last_logits` / `last_out`, each sequence's last position's generator output
+  // and head output rows are copied there ((V, 1, B) each).
+  Act decoder_forward(const Weights& w, const std::vector<Sequence>& tgt, const std::vector<Act>& cross,
+                      const Act& smask, const char* what, Act* last_logits = nullptr, Act* last_out = nullptr) {
+    IBuf t = pad_batch(tgt, cfg.tgt_vocab, what);
+    Act tmask = key_mask(tgt, t.dim(0).extent());
+    Act x = embed(kt.embed_tgt, t, w.tgt_embedding, cfg.tgt_vocab, w, 0, false);
+    for (size_t l = 0; l < w.decoder.size(); ++l) {
+      const auto& L = w.decoder[l];
+      self_attention_block(x, L, kt.decoder_self_attention, "decoder_self_attention", tmask);
+      if (!cross.empty()) cross_block(x, L, cross[l], smask);
+      feed_forward(x, L);
+    }
+    final_norm(x, w.decoder_norm);
+    Act logits(cfg.tgt_vocab, x.T, x.B, iface), out(cfg.tgt_vocab, x.T, x.B, iface);
+    head(x, w, logits, out);
+    if (last_out) {
+      const int V = cfg.tgt_vocab, T = x.T;
+      for (int b = 0; b < x.B; ++b) {
+        const int64_t at = (int64_t(b) * T + int64_t(tgt[b].size()) - 1) * V;
+        copy_elems(logits, at, *last_logits, int64_t(b) * V, V);
+        copy_elems(out, at, *last_out, int64_t(b) * V, V);
+      }
+    }
+    return out;
+  }
+
+  // Rows repeated: memory (C, S, B) -> (C, S, B * k), each batch entry k times.
+  Act repeat_rows(const Act& a, int k) {
+    Act r(a.C, a.T, a.B * k, iface);
+    const int64_t n = int64_t(a.C) * a.T;
+    for (int b = 0; b < a.B; ++b)
+      for (int j = 0; j < k; ++j) copy_elems(a, b * n, r, (int64_t(b) * k + j) * n, n);
+    return r;
+  }
+
+
+  Tensor encode(const Weights& w, const std::vector<Sequence>& src) {
+    if (cfg.arch == Arch::Decoder) throw Error("encode: a decoder-only model has no encoder");
+    IBuf s = pad_batch(src, cfg.src_vocab, "source");
+    return to_tensor(run_encoder(w, s, key_mask(src, s.dim(0).extent())));
+  }
+
+  Tensor pooled(const Weights& w, const std::vector<Sequence>& src) {
+    if (!kt.pool) throw Error("pooled: the model's head is not 'classifier' or 'embedding'");
+    IBuf s = pad_batch(src, cfg.src_vocab, "source");
+    Act x = run_encoder(w, s, key_mask(src, s.dim(0).extent()));
+    Act valid = make_input(x.T, x.B, 1, [&](float* v) {  // (T, B): 1 for a real token
+      for (int b = 0; b < x.B; ++b)
+        for (int t = 0; t < x.T; ++t) v[size_t(b) * x.T + t] = t < int(src[b].size()) ? 1.0f : 0.0f;
+    });
+    Act p(cfg.d_model, 1, x.B, iface);
+    halide_dimension_t dims[3] = {{0, x.C, 1}, {0, x.T, x.C}, {0, x.B, x.C * x.T}};
+    {
+      View x3 = make_view(x, 0, 3, dims), pb = view2(p, 0, p.C, x.B, p.C), vb = valid.flat();
+      KernelTimer timer("pool", iface);
+      run(kt.pool(x3.raw(), vb.raw(), pb.raw()), "pool");
+    }
+    if (cfg.head != HeadOutput::Classifier) return Tensor{{x.B, p.C}, to_host(p)};
+    if (cfg.pooler) {
+      Act q(p.C, 1, p.B, iface);
+      linear(kt.pooler, "pooler", p.flat(), w.pooler, q.flat());
+      p = std::move(q);
+    }
+    Act out(cfg.num_classes, 1, x.B, iface);
+    linear(kt.classifier, "classifier", p.flat(), w.classifier, out.flat());
+    return Tensor{{x.B, out.C}, to_host(out)};
+  }
+
+  Tensor score(const Weights& w, const std::vector<Sequence>& src, const std::vector<Sequence>& tgt) {
+    if (cfg.arch == Arch::Encoder) throw Error("score: an encoder-only model has no decoder");
+    if (cfg.arch == Arch::Decoder) return to_tensor(decoder_forward(w, src, {}, Act(), "prompt"));
+    if (src.size() != tgt.size())
+      throw Error("score: " + std::to_string(src.size()) + " source sequences but " + std::to_string(tgt.size()) +
+                  " target sequences");
+    IBuf s = pad_batch(src, cfg.src_vocab, "source");
+    Act smask = key_mask(src, s.dim(0).extent());
+    Act memory = run_encoder(w, s, smask);
+    std::vector<Act> cross;
+    for (const auto& L : w.decoder) cross.push_back(cross_kv(L, memory));
+    return to_tensor(decoder_forward(w, tgt, cross, smask, "target"));
+  }
+
+  // The next token of each row still decoding. Plain greedy decoding runs the argmax
+  // kernel on the head output (on a GPU only the ids come down); any other option
+  // brings the step's raw logits to the host for the rows' TokenChoosers.
+  struct Chooser {
+    const GenerationOptions& o;
+    const bool on_host;  // processors, sampling or scores
+    std::vector<TokenChooser> rows;
+    Chooser(const GenerationOptions& opts, int V, int eos, int B)
+        : o(opts),
+          on_host(opts.sampling_topk != 1 && opts.sampling_temperature != 0 ? true
+                  : opts.repetition_penalty != 1.0f || opts.no_repeat_ngram_size > 0 || opts.min_length > 0 ||
+                        opts.return_scores) {
+      for (int b = 0; b < B; ++b) rows.emplace_back(opts, V, eos, b);
+    }
+  };
+  // `row0`: the chooser row of logits row 0 (decoder-only models decode one prompt at a time).
+  void choose(Chooser& ch, const Act& logits, const Act& out, IBuf& next, const std::vector<Sequence>& history,
+              const std::vector<bool>& done, int generated, int row0, DecodeResult& r) {
+    if (!ch.on_host) {
+      argmax(out, next);
+      return;
+    }
+    std::vector<float> h = to_host(logits);
+    const int V = logits.C;
+    for (int b = 0; b < logits.B; ++b) {
+      if (done[b]) continue;
+      float lp = 0;
+      next(b) = ch.rows[row0 + b].choose(h.data() + size_t(b) * V, history[b], generated, &lp);
+      if (ch.o.return_scores) r.token_logprobs[row0 + b].push_back(lp);
+    }
+  }
+  // Delivers a chosen token; false when the row stops here (eos, or the callback said so).
+  static bool deliver(const GenerationOptions& o, int row, int32_t token, int eos) {
+    const bool go_on = !o.on_token || o.on_token(row, token);
+    return go_on && token != eos;
+  }
+
+  DecodeResult generate(const Weights& w, const std::vector<Sequence>& src, const GenerationOptions& o) {
+    if (cfg.arch == Arch::Encoder) throw Error("generate: an encoder-only model does not decode");
+    validate(o, cfg.tgt_vocab);
+    if (o.beam_size > 1) throw Error("generate: beam_size " + std::to_string(o.beam_size) + " > 1 is beam search");
+    const int max_new_tokens = o.max_new_tokens > 0 ? o.max_new_tokens : cfg.max_new_tokens;
+    if (max_new_tokens < 1 || max_new_tokens > cfg.max_len)
+      throw Error("max_new_tokens " + std::to_string(max_new_tokens) + " is outside [1, max_len = " +
+                  std::to_string(cfg.max_len) + "]");
+    const int V = cfg.tgt_vocab, eos = cfg.eos_id;
+    DecodeResult r;
+    Chooser ch(o, V, eos, int(src.size()));
+    if (o.return_scores) r.token_logprobs.assign(src.size(), {});
+
+    if (cfg.arch == Arch::Decoder) {
+      // Decoder-only: each prompt is continued on its own (prompts differ in length, so a
+      // shared position per step would need left padding; one at a time keeps it exact).
+      pad_batch(src, V, "prompt");  // validate the whole batch first
+      r.last_logits = Tensor{{int64_t(src.size()), V}, std::vector<float>(src.size() * V)};
+      r.tokens.resize(src.size());
+      for (size_t b = 0; b < src.size(); ++b) {
+        const int P = int(src[b].size());
+        if (P + max_new_tokens > cfg.max_len + 1)
+          throw Error("prompt " + std::to_string(b + 1) + ": " + std::to_string(P) + " tokens + " +
+                      std::to_string(max_new_tokens) + " new tokens exceed max_len " + std::to_string(cfg.max_len));
+        std::vector<Sequence> seq{src[b]};  // the history: prompt + generated
+        // GPU: each step's head output row stays on the device until the end.
+        Act last = iface ? Act(V, 1, 1, iface) : Act();
+        DecoderState st = decoder_state(w, 1, P + max_new_tokens);
+        Act logits(V, 1, 1, iface), out(V, 1, 1, iface);
+        Halide::Runtime::Buffer<int32_t> next(1);
+        for (int step = 0; step < max_new_tokens; ++step) {
+          double ts = now_ms();
+          if (o.use_cache) {
+            // First step: the whole prompt fills the cache; then one new token per step.
+            IBuf tok(step == 0 ? P : 1, 1);
+            for (int i = 0; i < tok.dim(0).extent(); ++i) tok(i, 0) = seq[0][seq[0].size() - tok.dim(0).extent() + i];
+            Act x = decode_step(st, w, tok);
+            head(last_rows(x, {x.T - 1}), w, logits, out);
+          } else {
+            decoder_forward(w, seq, {}, Act(), "prompt", &logits, &out);  // the whole prefix again
+          }
+          choose(ch, logits, out, next, seq, {false}, step, int(b), r);
+          double ms = now_ms() - ts;
+          if (step == 0) r.encoder_ms += ms; else r.step_ms.push_back(ms);
+          r.tokens[b].push_back(next(0));
+          seq[0].push_back(next(0));
+          if (iface) copy_elems(out, 0, last, 0, V);
+          else std::copy_n(out.host(), V, r.last_logits.data.begin() + b * V);
+          if (!deliver(o, int(b), next(0), eos)) break;
+        }
+        if (iface) {
+          std::vector<float> h = to_host(last);
+          std::copy(h.begin(), h.end(), r.last_logits.data.begin() + b * V);
+        }
+      }
+      return r;
+    }
+
+    double t0 = now_ms();
+    IBuf s = pad_batch(src, cfg.src_vocab, "source");
+    const int B = s.dim(1).extent();
+    DecoderState st = decoder_state(w, B, max_new_tokens);
+    st.src_mask = key_mask(src, s.dim(0).extent());
+    Act memory = run_encoder(w, s, st.src_mask);
+    for (const auto& L : w.decoder) st.cross.push_back(cross_kv(L, memory));
+    r.encoder_ms = now_ms() - t0;
+
+    IBuf tok(1, B);
+    tok.fill(cfg.bos_id);
+    std::vector<Sequence> prefix(B, Sequence{int32_t(cfg.bos_id)});  // the history: bos + generated
+    Act logits(V, 1, B, iface), out(V, 1, B, iface);
+    Act last = iface ? Act(V, 1, B, iface) : Act();  // GPU: last_logits rows stay on the device until the end
+    Halide::Runtime::Buffer<int32_t> next(B);
+    std::vector<bool> done(B, false);
+    r.tokens.assign(B, {});
+    r.last_logits = Tensor{{B, V}, std::vector<float>(size_t(B) * V)};
+    for (int step = 0; step < max_new_tokens; ++step) {
+      double ts = now_ms();
+      if (o.use_cache) {
+        Act x = decode_step(st, w, tok);
+        head(x, w, logits, out);
+      } else {
+        // Full recomputation of the decoder over the prefix (the encoder output and the
+        // cross-attention K/V are per source and reused).
+        decoder_forward(w, prefix, st.cross, st.src_mask, "target", &logits, &out);
+      }
+      choose(ch, logits, out, next, prefix, done, step, 0, r);
+      if (iface)  // rows still decoding, one device copy per run of them
+        for (int b0 = 0, b1; b0 < B; b0 = b1) {
+          for (b1 = b0; b1 < B && !done[b1]; ++b1) {}
+          if (b1 > b0) copy_elems(out, int64_t(b0) * V, last, int64_t(b0) * V, int64_t(b1 - b0) * V);
+          else ++b1;
+        }
+      bool all_done = true;
+      for (int b = 0; b < B; ++b) {
+        if (!done[b]) {
+          r.tokens[b].push_back(next(b));
+          if (!iface) std::copy_n(out.host() + size_t(b) * V, V, r.last_logits.data.begin() + size_t(b) * V);
+          done[b] = !deliver(o, b, next(b), eos);
+        }
+        all_done = all_done && done[b];
+        tok(0, b) = next(b);
+        prefix[b].push_back(next(b));
+      }
+      r.step_ms.push_back(now_ms() - ts);
+      if (all_done) break;
+    }
+    if (iface) r.last_logits.data = to_host(last);
+    return r;
+  }
+
+  BeamResult beam_search(const Weights& w, const std::vector<Sequence>& src, int K_beam, double alpha,
+                         int max_new_tokens) {
+    if (cfg.arch != Arch::EncoderDecoder) throw Error("beam search needs an encoder-decoder model");
+    if (K_beam < 1) throw Error("beam size " + std::to_string(K_beam) + " must be >= 1");
+    if (max_new_tokens < 1 || max_new_tokens > cfg.max_len)
+      throw Error("max_new_tokens " + std::to_string(max_new_tokens) + " is outside [1, max_len = " +
+                  std::to_string(cfg.max_len) + "]");
+    const int V = cfg.tgt_vocab, eos = cfg.eos_id;
+    BeamResult r;
+    double t0 = now_ms();
+    IBuf s = pad_batch(src, cfg.src_vocab, "source");
+    const int B = s.dim(1).extent(), R = B * K_beam;  // R decoder rows: K per source
+    Act smask = key_mask(src, s.dim(0).extent());
+    Act memory = run_encoder(w, s, smask);
+    DecoderState st = decoder_state(w, R, max_new_tokens);
+    std::vector<Sequence> src_rep;  // each source once per beam row
+    for (const auto& seq : src) src_rep.insert(src_rep.end(), K_beam, seq);
+    st.src_mask = key_mask(src_rep, s.dim(0).extent());
+    Act rep = repeat_rows(memory, K_beam);
+    for (const auto& L : w.decoder) st.cross.push_back(cross_kv(L, rep));
+    r.encoder_ms = now_ms() - t0;
+
+    struct Hyp { Sequence tokens; double score; };
+    std::vector<std::vector<Hyp>> live(B, std::vector<Hyp>{{{}, 0.0}}), finished(B);
+    std::vector<bool> done(B, false);
+    IBuf tok(1, R);
+    tok.fill(cfg.bos_id);
+    Act logits(V, 1, R, iface), out(V, 1, R, iface);
+    std::vector<double> lp(V);
+    for (int step = 0; step < max_new_tokens; ++step) {
+      double ts = now_ms();
+      Act x = decode_step(st, w, tok);
+      head(x, w, logits, out);
+      // The host ranks candidates from the raw logits: on a GPU they come down once a step.
+      std::vector<float> logits_h = iface ? to_host(logits) : std::vector<float>();
+      const float* lg = iface ? logits_h.data() : logits.host();
+      std::vector<int> parent(R);
+      for (int b = 0; b < B; ++b) {
+        for (int k = 0; k < K_beam; ++k) parent[b * K_beam + k] = b * K_beam;  // rows of finished sources
+        if (done[b]) continue;
+        // Candidates (score, hyp, token), best first; ties -> lower hyp, then lower token.
+        struct Cand { double score; int hyp, token; };
+        std::vector<Cand> cands;
+        for (int i = 0; i < int(live[b].size()); ++i) {
+          const float* row = lg + size_t(b * K_beam + i) * V;
+          double mx = -std::numeric_limits<double>::infinity(), total = 0;
+          for (int v = 0; v < V; ++v) mx = std::max(mx, double(row[v]));
+          for (int v = 0; v < V; ++v) total += std::exp(double(row[v]) - mx);
+          const double lse = mx + std::log(total);
+          for (int v = 0; v < V; ++v) cands.push_back({live[b][i].score + (double(row[v]) - lse), i, v});
+        }
+        const size_t keep = std::min(cands.size(), size_t(2 * K_beam));
+        std::partial_sort(cands.begin(), cands.begin() + keep, cands.end(), [](const Cand& a, const Cand& c) {
+          if (a.score != c.score) return a.score > c.score;
+          return a.hyp != c.hyp ? a.hyp < c.hyp : a.token < c.token;
+        });
+        std::vector<Hyp> next;
+        std::vector<int> next_parent;
+        for (size_t rank = 0; rank < keep && int(next.size()) < K_beam; ++rank) {
+          const Cand& c = cands[rank];
+          Sequence t = live[b][c.hyp].tokens;
+          t.push_back(c.token);
+          if (c.token == eos) {
+            if (int(rank) < K_beam) finished[b].push_back({t, c.score});
+          } else {
+            next.push_back({t, c.score});
+            next_parent.push_back(b * K_beam + c.hyp);
+          }
+        }
+        if (int(finished[b].size()) >= K_beam || next.empty()) done[b] = true;
+        for (size_t k = 0; k < next.size(); ++k) {
+          parent[b * K_beam + k] = next_parent[k];
+          tok(0, b * K_beam + int(k)) = next[k].tokens.back();
+        }
+        for (size_t k = next.size(); k < size_t(K_beam); ++k) tok(0, b * K_beam + int(k)) = cfg.pad_id;
+        live[b] = std::move(next);
+      }
+      reorder(st, parent);
+      r.step_ms.push_back(now_ms() - ts);
+      if (std::all_of(done.begin(), done.end(), [](bool d) { return d; })) break;
+    }
+    r.hypotheses.resize(B);
+    r.scores.resize(B);
+    for (int b = 0; b < B; ++b) {
+      if (int(finished[b].size()) < K_beam)
+        for (auto& h : live[b]) finished[b].push_back(h);
+      std::vector<std::pair<double, Sequence>> ranked;
+      for (auto& h : finished[b])
+        ranked.push_back({h.score / std::pow(double(h.tokens.size()), alpha), h.tokens});
+      std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& c) {
+        if (a.first != c.first) return a.first > c.first;
+        return a.second < c.second;
+      });
+      for (int k = 0; k < K_beam && k < int(ranked.size()); ++k) {
+        r.hypotheses[b].push_back(ranked[k].second);
+        r.scores[b].push_back(ranked[k].first);
+      }
+    }
+    return r;
+  }
 };
 
-// Rows of the last position of x (d, T, B) -> (d, 1, B).
-Act last_rows(const Act& x, const std::vector<int>& last) {
-  Act y(x.C, 1, x.B);
-  for (int b = 0; b < x.B; ++b) copy_elems(x, (int64_t(b) * x.T + last[b]) * x.C, y, int64_t(b) * x.C, x.C);
-  return y;
+// ---- threads per model: every model's calls share Halide's thread pool (sized for
+// the largest request); a call of a model loaded with `threads` = k splits each
+// parallel loop into at most k contiguous chunks, so it never runs on more than k
+// threads at once. The limit belongs to the call (set for its duration on the calling
+// thread), not to the process.
+namespace {
+thread_local int t_call_threads = 0;  // 0: no limit
+
+struct Chunks {
+  halide_task_t f;
+  uint8_t* closure;
+  int min, size, chunks;
+};
+int run_chunk(void* user_context, int i, uint8_t* closure) {
+  const Chunks& c = *reinterpret_cast<Chunks*>(closure);
+  const int lo = c.min + int(int64_t(c.size) * i / c.chunks), hi = c.min + int(int64_t(c.size) * (i + 1) / c.chunks);
+  for (int j = lo; j < hi; ++j)
+    if (int status = c.f(user_context, j, c.closure)) return status;
+  return 0;
+}
+int limited_par_for(void* user_context, halide_task_t f, int min, int size, uint8_t* closure) {
+  const int k = t_call_threads;
+  if (k <= 0 || k >= size) return halide_default_do_par_for(user_context, f, min, size, closure);
+  Chunks c{f, closure, min, size, k};
+  if (k == 1) return run_chunk(user_context, 0, reinterpret_cast<uint8_t*>(&c));
+  return halide_default_do_par_for(user_context, run_chunk, 0, k, reinterpret_cast<uint8_t*>(&c));
 }
 
-// Rows repeated: memory (C, S, B) -> (C, S, B * k), each batch entry k times.
-Act repeat_rows(const Act& a, int k) {
-  Act r(a.C, a.T, a.B * k);
-  const int64_t n = int64_t(a.C) * a.T;
-  for (int b = 0; b < a.B; ++b)
-    for (int j = 0; j < k; ++j) copy_elems(a, b * n, r, (int64_t(b) * k + j) * n, n);
-  return r;
+std::mutex g_pool_lock;
+int g_pool_threads = 0;  // the largest `threads` any model asked for
+// Installs limited_par_for once and grows the shared pool to `threads` (never shrinks it).
+void reserve_threads(int threads) {
+  static const bool installed = (halide_set_custom_do_par_for(limited_par_for), true);
+  (void)installed;
+  if (threads <= 0) return;
+  std::lock_guard<std::mutex> guard(g_pool_lock);
+  if (threads > g_pool_threads) {
+    g_pool_threads = threads;
+    halide_set_num_threads(threads);
+  }
 }
-
 }  // namespace
 
-Model::Model(std::unique_ptr<Weights> w, std::string device)
-    : weights_(std::move(w)),
+// The calling thread's limit for the duration of one Model call.
+struct CallThreads {
+  int saved;
+  explicit CallThreads(int k) : saved(t_call_threads) { t_call_threads = k; }
+  ~CallThreads() { t_call_threads = saved; }
+};
+
+// A Session plus the thread limit, for one public call.
+struct Call {
+  CallThreads threads;
+  Session s;
+  Session* operator->() { return &s; }
+};
+
+Model::Model(const ModelDescriptor& desc, std::unique_ptr<Weights> w, std::string device, int threads)
+    : desc_(&desc),
+      kernels_(desc.kernels_for(device.c_str())),
+      threads_(threads),
+      weights_(std::move(w)),
       device_(std::move(device)),
       buffers_(std::make_unique<WeightBuffers>()),
       state_(std::make_unique<DeviceState>()) {}
@@ -618,23 +993,33 @@ Model::~Model() = default;
 Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
 
-Model Model::load(const std::string& weights_path, int threads, const std::string& device) {
-  if (!halformer_model_kernels_for(device.c_str()))
-    throw Error("device '" + device + "': this model was built for: " + halformer_model_devices() +
+Call Model::call() const {
+  return Call{CallThreads(threads_), Session{*desc_->config, *kernels_, *buffers_, state_->iface, state_->stats}};
+}
+
+Model Model::load(const ModelDescriptor& desc, const std::string& weights_path, const LoadOptions& options) {
+  if (desc.version != kDescriptorVersion)
+    throw Error("model descriptor version " + std::to_string(desc.version) + " but this runtime reads version " +
+                std::to_string(kDescriptorVersion) + ": rebuild the model with this halformer");
+  const ModelConfig& cfg = *desc.config;
+  const std::string& device = options.device;
+  if (!desc.kernels_for(device.c_str()))
+    throw Error("device '" + device + "': this model was built for: " + desc.devices +
                 " (add it to the spec's targets, e.g. targets: [host, cuda], and rebuild)");
-  if (threads > 0) halide_set_num_threads(threads);
-  Model m(std::make_unique<Weights>(load_weights(C(), weights_path)), device);
+  reserve_threads(options.threads);
+  Model m(desc, std::make_unique<Weights>(load_weights(cfg, weights_path)), device,
+          std::max(0, options.threads));
   if (device != "cpu") {
     // Fail now, clearly, if the device cannot run a kernel (no driver, no device). The
     // probe runs on host buffers that Halide copies over; its output then carries the
     // device interface that every activation of this model is allocated with.
-    DeviceScope scope(device, m.buffers_.get(), m.state_.get());
-    const int d = C().d_model;
+    const int d = cfg.d_model;
     Buf x(d, 1), y(d, 1), gamma(d), beta(d);
     x.fill(0.0f), gamma.fill(1.0f), beta.fill(0.0f);
     for (Buf* b : {&x, &gamma, &beta}) b->set_host_dirty();
     try {
-      run(K().layer_norm(x.raw_buffer(), gamma.raw_buffer(), beta.raw_buffer(), y.raw_buffer()), "layer_norm");
+      run(m.kernels_->layer_norm(x.raw_buffer(), gamma.raw_buffer(), beta.raw_buffer(), y.raw_buffer()),
+          "layer_norm");
     } catch (const Error& e) {
       throw Error("device '" + device + "' is not usable here (" + e.what() + "). Use --device cpu.");
     }
@@ -648,293 +1033,35 @@ Model Model::load(const std::string& weights_path, int threads, const std::strin
   return m;
 }
 
-const ModelConfig& Model::config() const { return C(); }
+const ModelConfig& Model::config() const { return *desc_->config; }
 
 TransferStats Model::transfers() const { return state_->stats; }
 
-Tensor Model::encode(const std::vector<Sequence>& src) const {
-  DeviceScope scope(device_, buffers_.get(), state_.get());
-  if (C().arch == Arch::Decoder) throw Error("encode: a decoder-only model has no encoder");
-  IBuf s = pad_batch(src, C().src_vocab, "source");
-  return to_tensor(run_encoder(*weights_, s, key_mask(src, s.dim(0).extent())));
-}
+Tensor Model::encode(const std::vector<Sequence>& src) const { return call()->encode(*weights_, src); }
 
-Tensor Model::pooled(const std::vector<Sequence>& src) const {
-  DeviceScope scope(device_, buffers_.get(), state_.get());
-  if (!K().pool) throw Error("pooled: the model's head is not 'classifier' or 'embedding'");
-  IBuf s = pad_batch(src, C().src_vocab, "source");
-  Act x = run_encoder(*weights_, s, key_mask(src, s.dim(0).extent()));
-  Act valid = make_input(x.T, x.B, 1, [&](float* v) {  // (T, B): 1 for a real token
-    for (int b = 0; b < x.B; ++b)
-      for (int t = 0; t < x.T; ++t) v[size_t(b) * x.T + t] = t < int(src[b].size()) ? 1.0f : 0.0f;
-  });
-  Act p(C().d_model, 1, x.B);
-  halide_dimension_t dims[3] = {{0, x.C, 1}, {0, x.T, x.C}, {0, x.B, x.C * x.T}};
-  {
-    View x3 = make_view(x, 0, 3, dims), pb = view2(p, 0, p.C, x.B, p.C), vb = valid.flat();
-    KernelTimer timer("pool");
-    run(K().pool(x3.raw(), vb.raw(), pb.raw()), "pool");
-  }
-  if (C().head != HeadOutput::Classifier) return Tensor{{x.B, p.C}, to_host(p)};
-  if (C().pooler) {
-    Act q(p.C, 1, p.B);
-    linear(K().pooler, "pooler", p.flat(), weights_->pooler, q.flat());
-    p = std::move(q);
-  }
-  Act out(C().num_classes, 1, x.B);
-  linear(K().classifier, "classifier", p.flat(), weights_->classifier, out.flat());
-  return Tensor{{x.B, out.C}, to_host(out)};
-}
-
-namespace {
-// The decoder over whole target sequences (teacher forcing / recomputation): head
-// output (V, T, B). `cross` holds each layer's cross-attention K/V (empty for
-// decoder-only models).
-Act decoder_forward(const Weights& w, const std::vector<Sequence>& tgt, const std::vector<Act>& cross,
-                    const Act& smask, const char* what) {
-  IBuf t = pad_batch(tgt, C().tgt_vocab, what);
-  Act tmask = key_mask(tgt, t.dim(0).extent());
-  Act x = embed(K().embed_tgt, t, w.tgt_embedding, C().tgt_vocab, w, 0, false);
-  for (size_t l = 0; l < w.decoder.size(); ++l) {
-    const auto& L = w.decoder[l];
-    self_attention_block(x, L, K().decoder_self_attention, "decoder_self_attention", tmask);
-    if (!cross.empty()) cross_block(x, L, cross[l], smask);
-    feed_forward(x, L);
-  }
-  final_norm(x, w.decoder_norm);
-  Act logits(C().tgt_vocab, x.T, x.B), out(C().tgt_vocab, x.T, x.B);
-  head(x, w, logits, out);
-  return out;
-}
-}  // namespace
+Tensor Model::pooled(const std::vector<Sequence>& src) const { return call()->pooled(*weights_, src); }
 
 Tensor Model::score(const std::vector<Sequence>& src, const std::vector<Sequence>& tgt) const {
-  DeviceScope scope(device_, buffers_.get(), state_.get());
-  const Weights& w = *weights_;
-  if (C().arch == Arch::Encoder) throw Error("score: an encoder-only model has no decoder");
-  if (C().arch == Arch::Decoder) return to_tensor(decoder_forward(w, src, {}, Act(), "prompt"));
-  if (src.size() != tgt.size())
-    throw Error("score: " + std::to_string(src.size()) + " source sequences but " + std::to_string(tgt.size()) +
-                " target sequences");
-  IBuf s = pad_batch(src, C().src_vocab, "source");
-  Act smask = key_mask(src, s.dim(0).extent());
-  Act memory = run_encoder(w, s, smask);
-  std::vector<Act> cross;
-  for (const auto& L : w.decoder) cross.push_back(cross_kv(L, memory));
-  return to_tensor(decoder_forward(w, tgt, cross, smask, "target"));
+  return call()->score(*weights_, src, tgt);
+}
+
+DecodeResult Model::generate(const std::vector<Sequence>& src, const GenerationOptions& options) const {
+  return call()->generate(*weights_, src, options);
 }
 
 DecodeResult Model::greedy(const std::vector<Sequence>& src, int max_new_tokens, bool use_cache) const {
-  DeviceScope scope(device_, buffers_.get(), state_.get());
-  if (C().arch == Arch::Encoder) throw Error("greedy: an encoder-only model does not decode");
-  if (max_new_tokens < 1 || max_new_tokens > C().max_len)
+  if (max_new_tokens < 1 || max_new_tokens > config().max_len)  // 0 is not "the spec's default" here
     throw Error("max_new_tokens " + std::to_string(max_new_tokens) + " is outside [1, max_len = " +
-                std::to_string(C().max_len) + "]");
-  const Weights& w = *weights_;
-  const int V = C().tgt_vocab;
-  DecodeResult r;
-
-  if (C().arch == Arch::Decoder) {
-    // Decoder-only: each prompt is continued on its own (prompts differ in length, so a
-    // shared position per step would need left padding; one at a time keeps it exact).
-    pad_batch(src, V, "prompt");  // validate the whole batch first
-    r.last_logits = Tensor{{int64_t(src.size()), V}, std::vector<float>(src.size() * V)};
-    for (size_t b = 0; b < src.size(); ++b) {
-      const int P = int(src[b].size());
-      if (P + max_new_tokens > C().max_len + 1)
-        throw Error("prompt " + std::to_string(b + 1) + ": " + std::to_string(P) + " tokens + " +
-                    std::to_string(max_new_tokens) + " new tokens exceed max_len " + std::to_string(C().max_len));
-      Sequence seq = src[b];
-      // GPU: each step's head output row stays on the device until the end.
-      Act last = g_iface ? Act(V, 1, 1) : Act();
-      DecoderState st(w, 1, P + max_new_tokens);
-      Act logits(V, 1, 1), out(V, 1, 1);
-      Halide::Runtime::Buffer<int32_t> next(1);
-      for (int step = 0; step < max_new_tokens; ++step) {
-        double ts = now_ms();
-        if (use_cache) {
-          // First step: the whole prompt fills the cache; then one new token per step.
-          IBuf tok(step == 0 ? P : 1, 1);
-          for (int i = 0; i < tok.dim(0).extent(); ++i) tok(i, 0) = seq[seq.size() - tok.dim(0).extent() + i];
-          Act x = st.step(w, tok);
-          head(last_rows(x, {x.T - 1}), w, logits, out);
-        } else {
-          Act all = decoder_forward(w, {seq}, {}, Act(), "prompt");  // the whole prefix again
-          copy_elems(all, all.size() - V, out, 0, V);
-        }
-        argmax(out, next);
-        double ms = now_ms() - ts;
-        if (step == 0) r.encoder_ms += ms; else r.step_ms.push_back(ms);
-        r.tokens.resize(src.size());
-        r.tokens[b].push_back(next(0));
-        seq.push_back(next(0));
-        if (g_iface) copy_elems(out, 0, last, 0, V);
-        else std::copy_n(out.host(), V, r.last_logits.data.begin() + b * V);
-        if (next(0) == C().eos_id) break;
-      }
-      if (g_iface) {
-        std::vector<float> h = to_host(last);
-        std::copy(h.begin(), h.end(), r.last_logits.data.begin() + b * V);
-      }
-    }
-    return r;
-  }
-
-  double t0 = now_ms();
-  IBuf s = pad_batch(src, C().src_vocab, "source");
-  const int B = s.dim(1).extent();
-  DecoderState st(w, B, max_new_tokens);
-  st.src_mask = key_mask(src, s.dim(0).extent());
-  Act memory = run_encoder(w, s, st.src_mask);
-  for (const auto& L : w.decoder) st.cross.push_back(cross_kv(L, memory));
-  r.encoder_ms = now_ms() - t0;
-
-  IBuf tok(1, B);
-  tok.fill(C().bos_id);
-  std::vector<Sequence> prefix(B, Sequence{int32_t(C().bos_id)});
-  Act logits(V, 1, B), out(V, 1, B);
-  Act last = g_iface ? Act(V, 1, B) : Act();  // GPU: last_logits rows stay on the device until the end
-  Halide::Runtime::Buffer<int32_t> next(B);
-  std::vector<bool> done(B, false);
-  r.tokens.assign(B, {});
-  r.last_logits = Tensor{{B, V}, std::vector<float>(size_t(B) * V)};
-  for (int step = 0; step < max_new_tokens; ++step) {
-    double ts = now_ms();
-    if (use_cache) {
-      Act x = st.step(w, tok);
-      head(x, w, logits, out);
-    } else {
-      // Full recomputation of the decoder over the prefix (the encoder output and the
-      // cross-attention K/V are per source and reused).
-      Act all = decoder_forward(w, prefix, st.cross, st.src_mask, "target");
-      const int T = all.T;
-      for (int b = 0; b < B; ++b) copy_elems(all, (int64_t(b) * T + T - 1) * V, out, int64_t(b) * V, V);
-    }
-    argmax(out, next);
-    if (g_iface)  // rows still decoding, one device copy per run of them
-      for (int b0 = 0, b1; b0 < B; b0 = b1) {
-        for (b1 = b0; b1 < B && !done[b1]; ++b1) {}
-        if (b1 > b0) copy_elems(out, int64_t(b0) * V, last, int64_t(b0) * V, int64_t(b1 - b0) * V);
-        else ++b1;
-      }
-    bool all_done = true;
-    for (int b = 0; b < B; ++b) {
-      if (!done[b]) {
-        r.tokens[b].push_back(next(b));
-        if (!g_iface) std::copy_n(out.host() + size_t(b) * V, V, r.last_logits.data.begin() + size_t(b) * V);
-        done[b] = next(b) == C().eos_id;
-      }
-      all_done = all_done && done[b];
-      tok(0, b) = next(b);
-      prefix[b].push_back(next(b));
-    }
-    r.step_ms.push_back(now_ms() - ts);
-    if (all_done) break;
-  }
-  if (g_iface) r.last_logits.data = to_host(last);
-  return r;
+                std::to_string(config().max_len) + "]");
+  GenerationOptions o;
+  o.max_new_tokens = max_new_tokens;
+  o.use_cache = use_cache;
+  return generate(src, o);
 }
 
-BeamResult Model::beam_search(const std::vector<Sequence>& src, int K_beam, double alpha, int max_new_tokens) const {
-  DeviceScope scope(device_, buffers_.get(), state_.get());
-  if (C().arch != Arch::EncoderDecoder) throw Error("beam search needs an encoder-decoder model");
-  if (K_beam < 1) throw Error("beam size " + std::to_string(K_beam) + " must be >= 1");
-  if (max_new_tokens < 1 || max_new_tokens > C().max_len)
-    throw Error("max_new_tokens " + std::to_string(max_new_tokens) + " is outside [1, max_len = " +
-                std::to_string(C().max_len) + "]");
-  const Weights& w = *weights_;
-  const int V = C().tgt_vocab, eos = C().eos_id;
-  BeamResult r;
-  double t0 = now_ms();
-  IBuf s = pad_batch(src, C().src_vocab, "source");
-  const int B = s.dim(1).extent(), R = B * K_beam;  // R decoder rows: K per source
-  Act smask = key_mask(src, s.dim(0).extent());
-  Act memory = run_encoder(w, s, smask);
-  DecoderState st(w, R, max_new_tokens);
-  std::vector<Sequence> src_rep;  // each source once per beam row
-  for (const auto& seq : src) src_rep.insert(src_rep.end(), K_beam, seq);
-  st.src_mask = key_mask(src_rep, s.dim(0).extent());
-  Act rep = repeat_rows(memory, K_beam);
-  for (const auto& L : w.decoder) st.cross.push_back(cross_kv(L, rep));
-  r.encoder_ms = now_ms() - t0;
-
-  struct Hyp { Sequence tokens; double score; };
-  std::vector<std::vector<Hyp>> live(B, std::vector<Hyp>{{{}, 0.0}}), finished(B);
-  std::vector<bool> done(B, false);
-  IBuf tok(1, R);
-  tok.fill(C().bos_id);
-  Act logits(V, 1, R), out(V, 1, R);
-  std::vector<double> lp(V);
-  for (int step = 0; step < max_new_tokens; ++step) {
-    double ts = now_ms();
-    Act x = st.step(w, tok);
-    head(x, w, logits, out);
-    // The host ranks candidates from the raw logits: on a GPU they come down once a step.
-    std::vector<float> logits_h = g_iface ? to_host(logits) : std::vector<float>();
-    const float* lg = g_iface ? logits_h.data() : logits.host();
-    std::vector<int> parent(R);
-    for (int b = 0; b < B; ++b) {
-      for (int k = 0; k < K_beam; ++k) parent[b * K_beam + k] = b * K_beam;  // rows of finished sources
-      if (done[b]) continue;
-      // Candidates (score, hyp, token), best first; ties -> lower hyp, then lower token.
-      struct Cand { double score; int hyp, token; };
-      std::vector<Cand> cands;
-      for (int i = 0; i < int(live[b].size()); ++i) {
-        const float* row = lg + size_t(b * K_beam + i) * V;
-        double mx = -std::numeric_limits<double>::infinity(), total = 0;
-        for (int v = 0; v < V; ++v) mx = std::max(mx, double(row[v]));
-        for (int v = 0; v < V; ++v) total += std::exp(double(row[v]) - mx);
-        const double lse = mx + std::log(total);
-        for (int v = 0; v < V; ++v) cands.push_back({live[b][i].score + (double(row[v]) - lse), i, v});
-      }
-      const size_t keep = std::min(cands.size(), size_t(2 * K_beam));
-      std::partial_sort(cands.begin(), cands.begin() + keep, cands.end(), [](const Cand& a, const Cand& c) {
-        if (a.score != c.score) return a.score > c.score;
-        return a.hyp != c.hyp ? a.hyp < c.hyp : a.token < c.token;
-      });
-      std::vector<Hyp> next;
-      std::vector<int> next_parent;
-      for (size_t rank = 0; rank < keep && int(next.size()) < K_beam; ++rank) {
-        const Cand& c = cands[rank];
-        Sequence t = live[b][c.hyp].tokens;
-        t.push_back(c.token);
-        if (c.token == eos) {
-          if (int(rank) < K_beam) finished[b].push_back({t, c.score});
-        } else {
-          next.push_back({t, c.score});
-          next_parent.push_back(b * K_beam + c.hyp);
-        }
-      }
-      if (int(finished[b].size()) >= K_beam || next.empty()) done[b] = true;
-      for (size_t k = 0; k < next.size(); ++k) {
-        parent[b * K_beam + k] = next_parent[k];
-        tok(0, b * K_beam + int(k)) = next[k].tokens.back();
-      }
-      for (size_t k = next.size(); k < size_t(K_beam); ++k) tok(0, b * K_beam + int(k)) = C().pad_id;
-      live[b] = std::move(next);
-    }
-    st.reorder(parent);
-    r.step_ms.push_back(now_ms() - ts);
-    if (std::all_of(done.begin(), done.end(), [](bool d) { return d; })) break;
-  }
-  r.hypotheses.resize(B);
-  r.scores.resize(B);
-  for (int b = 0; b < B; ++b) {
-    if (int(finished[b].size()) < K_beam)
-      for (auto& h : live[b]) finished[b].push_back(h);
-    std::vector<std::pair<double, Sequence>> ranked;
-    for (auto& h : finished[b])
-      ranked.push_back({h.score / std::pow(double(h.tokens.size()), alpha), h.tokens});
-    std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& c) {
-      if (a.first != c.first) return a.first > c.first;
-      return a.second < c.second;
-    });
-    for (int k = 0; k < K_beam && k < int(ranked.size()); ++k) {
-      r.hypotheses[b].push_back(ranked[k].second);
-      r.scores[b].push_back(ranked[k].first);
-    }
-  }
-  return r;
+BeamResult Model::beam_search(const std::vector<Sequence>& src, int beam_size, double length_penalty,
+                              int max_new_tokens) const {
+  return call()->beam_search(*weights_, src, beam_size, length_penalty, max_new_tokens);
 }
 
 }  // namespace halformer

@@ -41,6 +41,10 @@
 #include <vector>
 
 #include "halformer/model.h"
+// The model: compiled with -include DIR/<name>.h -DHALFORMER_MODEL=halformer_model_<name>.
+#ifndef HALFORMER_MODEL
+#error "compile with -include DIR/<name>.h -DHALFORMER_MODEL=halformer_model_<name> (bench/run does)"
+#endif
 #include "halformer/safetensors.h"
 
 namespace {
@@ -105,7 +109,7 @@ int main(int argc, char** argv) {
   try {
     auto src = read_sources(src_file);
     double t0 = now_ms();
-    auto model = halformer::Model::load(weights, threads, device);
+    auto model = halformer::Model::load(*HALFORMER_MODEL(), weights, {threads, device});
     double load_ms = now_ms() - t0;
 
     // Encoder: warm-up runs (the first one kept for --dump), then timed runs.

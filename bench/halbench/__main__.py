@@ -41,7 +41,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from . import report
-from .common import (BENCH_DIR, ROOT, load_spec_light, log, median, read_json, write_json)
+from .common import (BENCH_DIR, ROOT, load_spec_light, log, median, model_descriptor_args, read_json, write_json)
 
 PEERS = [("pytorch", "halbench.peer_torch"), ("onnxruntime", "halbench.peer_ort"),
          ("ctranslate2", "halbench.peer_ct2")]
@@ -227,8 +227,8 @@ def build_model(cfg, spec_path: str, name: str, work: str, model_dir: Optional[s
     src = os.path.join(BENCH_DIR, "cpp", "model_bench.cpp")
     if (not os.path.exists(driver) or os.path.getmtime(driver) < max(os.path.getmtime(lib), os.path.getmtime(src))):
         log("compiling the model driver (bench/cpp/model_bench.cpp)")
-        run([cfg["cxx"], "-O2", "-std=c++17", src, "-I", os.path.join(ROOT, "runtime", "include"), lib,
-             "-lpthread", "-ldl", "-o", driver])
+        run([cfg["cxx"], "-O2", "-std=c++17", src, "-I", os.path.join(ROOT, "runtime", "include"),
+             *model_descriptor_args(os.path.abspath(model_dir), name), lib, "-lpthread", "-ldl", "-o", driver])
     return driver
 
 

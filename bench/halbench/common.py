@@ -330,3 +330,13 @@ def is_current(stamp, stamp_path):
             return json.load(f) == stamp
     except (OSError, ValueError):
         return False
+
+
+def model_descriptor_args(model_dir: str, name: str) -> List[str]:
+    """Compiler flags that give bench/cpp/model_bench.cpp a built model's descriptor
+    (DIR/<name>.h declares halformer_model_<name with non-alphanumerics as '_'>())."""
+    import re
+    cname = re.sub(r"[^A-Za-z0-9]", "_", name)
+    if not cname or cname[0].isdigit():
+        cname = "m_" + cname
+    return ["-include", os.path.join(model_dir, f"{name}.h"), f"-DHALFORMER_MODEL=halformer_model_{cname}"]

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "halformer/model.h"
+#include "reverse-tiny.h"
 
 using halformer::Sequence;
 
@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
   const std::string weights = argv[1];
   const int T = argc > 2 ? std::atoi(argv[2]) : 4, N = argc > 3 ? std::atoi(argv[3]) : 100;
   try {
-    auto ref_model = halformer::Model::load(weights);
+    auto ref_model = halformer::Model::load(*halformer_model_reverse_tiny(), weights);
     const auto& c = ref_model.config();
     const int max_new = std::min(c.max_len, 12);
     const auto inputs = make_inputs(N, c.src_vocab, c.tgt_vocab, c.bos_id);
@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
     for (int t = 0; t < T; ++t)
       pool.emplace_back([&, t] {
         try {
-          auto model = halformer::Model::load(weights);  // own instance, loaded concurrently
+          auto model = halformer::Model::load(*halformer_model_reverse_tiny(), weights);  // own instance, loaded concurrently
           for (int k = 0; k < N; ++k) {
             int i = (k * (2 * t + 1) + 7 * t) % N;  // a different order per thread
             if (!same(ref[i], infer(model, inputs[i], max_new))) ++mismatches[t];

@@ -34,7 +34,8 @@ sed -e "s/^targets: \[host\]/targets: [host, cuda]\ncuda_capability: $sm/" model
 grep -q "^cuda_capability: $sm" "$spec" || { echo "bundle: could not add the cuda target to $spec" >&2; exit 1; }
 build/bin/halformer build "$spec" -o "$b/gpu/transformer-base"
 cp "$b/gpu/transformer-base/transformer-base" "$out/bin/"
-c++ -O2 -std=c++17 bench/cpp/model_bench.cpp -I runtime/include "$b/gpu/transformer-base/libtransformer-base.a" \
+c++ -O2 -std=c++17 bench/cpp/model_bench.cpp -I runtime/include -include "$b/gpu/transformer-base/transformer-base.h" \
+    -DHALFORMER_MODEL=halformer_model_transformer_base "$b/gpu/transformer-base/libtransformer-base.a" \
     -lpthread -ldl -o "$out/bin/halformer_model_bench"
 # Shared libraries the binaries need that a CUDA image may lack (Debian's utf8proc for
 # the tokenizer); run.sh puts $out/lib on LD_LIBRARY_PATH.

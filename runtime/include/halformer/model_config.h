@@ -79,11 +79,17 @@ struct KernelTable {
   LinearFn classifier;          // d -> num_classes
 };
 
-}  // namespace halformer
+// A built model as a value: what the generated <name>_model.cpp exports, under a name
+// derived from the model's (extern "C" halformer_model_<name>(), see model.h), so that
+// any number of models link into one program.
+constexpr int kDescriptorVersion = 1;  // bumped when ModelConfig / KernelTable change
+struct ModelDescriptor {
+  int version;              // kDescriptorVersion of the halformer that generated it
+  const ModelConfig* config;
+  const char* devices;      // space-separated list of the built devices
+  // The kernels built for `device` ("cpu", "cuda", "opencl"), or null when the spec's
+  // targets did not include it.
+  const KernelTable* (*kernels_for)(const char* device);
+};
 
-// Defined by the generated <name>_model.cpp that is linked into each model.
-const halformer::ModelConfig& halformer_model_config();
-// The kernels built for `device` ("cpu", "cuda", "opencl"), or null when the spec's
-// targets did not include it.
-const halformer::KernelTable* halformer_model_kernels_for(const char* device);
-const char* halformer_model_devices();  // space-separated list of the built devices
+}  // namespace halformer
