@@ -175,27 +175,21 @@ int32_t TokenChooser::draw(const float* x) {
 
 int32_t TokenChooser::choose(float* x, const Sequence& history, int generated, float* logprob) {
   process(x, history, generated);
-  // log_softmax of the processed logits (before the warpers) at the chosen id.
-  double lse = 0;
-  if (logprob) {
-    const double mx = x[argmax(x)];
-    double sum = 0;
-    if (mx > kNegInf)
-      for (int i = 0; i < vocab_; ++i) sum += std::exp(double(x[i]) - mx);
-    lse = mx + std::log(sum);
-  }
+  if (logprob) processed_.assign(x, x + vocab_);  // the warpers overwrite x
   int32_t id;
-  double chosen_logit;
-  if (!sampling_) {
-    id = argmax(x);
-    chosen_logit = x[id];
-  } else {
-    if (logprob) processed_.assign(x, x + vocab_);
+  if (sampling_) {
     warp(x);
     id = draw(x);
-    chosen_logit = logprob ? processed_[id] : 0.0;
+  } else {
+    id = argmax(x);
   }
-  if (logprob) *logprob = float(chosen_logit - lse);
+  if (logprob) {
+    // log_softmax of the processed logits (before the warpers) at the chosen id.
+    const double mx = processed_[argmax(processed_.data())];
+    double sum = 0;
+    for (float v : processed_) sum += std::exp(double(v) - mx);
+    *logprob = mx > kNegInf ? float(double(processed_[id]) - mx - std::log(sum)) : kNegInf;
+  }
   return id;
 }
 

@@ -9,6 +9,7 @@
 #include <HalideRuntime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -19,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "halformer/error.h"
 #include "halformer/packed_layout.h"
@@ -75,6 +77,7 @@ double now_ms() {
 // On a GPU device, host<->device copies show up as "upload" / "download" and
 // device-to-device copies as "device_copy".
 struct Profile {
+  std::mutex lock;
   std::map<std::string, std::pair<double, long>> total;  // name -> (ms, calls)
   ~Profile() {
     std::vector<std::pair<double, std::string>> rows;
@@ -112,6 +115,7 @@ struct KernelTimer {
   ~KernelTimer() {
     if (Profile* p = profile()) {
       sync_device_for_profile(iface);
+      std::lock_guard<std::mutex> guard(p->lock);  // calls may run on several threads
       auto& e = p->total[name];
       e.first += now_ms() - t0;
       e.second += 1;
@@ -944,24 +948,27 @@ int run_chunk(void* user_context, int i, uint8_t* closure) {
     if (int status = c.f(user_context, j, c.closure)) return status;
   return 0;
 }
+// Halide's pool size: every core, unless a model asked for more threads.
+std::atomic<int> g_pool_threads{int(std::max(1u, std::thread::hardware_concurrency()))};
+
 int limited_par_for(void* user_context, halide_task_t f, int min, int size, uint8_t* closure) {
   const int k = t_call_threads;
-  if (k <= 0 || k >= size) return halide_default_do_par_for(user_context, f, min, size, closure);
+  // No limit, or one the pool cannot exceed anyway: Halide's own (dynamic) scheduling.
+  if (k <= 0 || k >= size || k >= g_pool_threads.load(std::memory_order_relaxed))
+    return halide_default_do_par_for(user_context, f, min, size, closure);
   Chunks c{f, closure, min, size, k};
   if (k == 1) return run_chunk(user_context, 0, reinterpret_cast<uint8_t*>(&c));
   return halide_default_do_par_for(user_context, run_chunk, 0, k, reinterpret_cast<uint8_t*>(&c));
 }
 
-std::mutex g_pool_lock;
-int g_pool_threads = 0;  // the largest `threads` any model asked for
 // Installs limited_par_for once and grows the shared pool to `threads` (never shrinks it).
 void reserve_threads(int threads) {
   static const bool installed = (halide_set_custom_do_par_for(limited_par_for), true);
   (void)installed;
-  if (threads <= 0) return;
-  std::lock_guard<std::mutex> guard(g_pool_lock);
-  if (threads > g_pool_threads) {
-    g_pool_threads = threads;
+  static std::mutex lock;
+  std::lock_guard<std::mutex> guard(lock);
+  if (threads > g_pool_threads.load()) {
+    g_pool_threads.store(threads);
     halide_set_num_threads(threads);
   }
 }

@@ -91,8 +91,9 @@ class TokenChooser {
   float topp_, temperature_, penalty_;
   bool sampling_;
   uint64_t state_[2];
-  std::vector<int32_t> order_;  // scratch: ids sorted by logit (top-k / top-p)
-  std::vector<double> weight_;  // scratch: probabilities in that order
+  std::vector<int32_t> order_;  // scratch: the finite ids, most probable first (top-p)
+  std::vector<double> weight_;  // scratch: top-k values; weights of top-p and the draw
+  std::vector<float> processed_;  // scratch: the logits after steps 1-3 (logprob)
 };
 
 }  // namespace halformer
