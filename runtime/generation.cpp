@@ -1,9 +1,9 @@
 // The token choice of one decoding step (semantics: halformer/generation.h).
 //
 // Design decisions:
-// - It runs on the host, one row at a time, on the step's raw logits; plain greedy
-//   decoding without processors never gets here (the argmax kernel does it on the
-//   device), so this code favours being an obviously-correct transcription of
+// - It runs on the host, one row at a time, on the step's raw logits; the runtime sends
+//   plain greedy decoding without processors or scores to its argmax kernel instead, so
+//   this code favours being an obviously-correct transcription of
 //   transformers' processors over speed: one O(V) pass per processor, a sort only for
 //   top-p (of the tokens top-k left).
 // - Logits stay float through the processors and temperature, as transformers computes
@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -49,7 +50,7 @@ void validate(const GenerationOptions& o, int vocab) {
   auto fail = [](const std::string& name, const std::string& value, const char* range) {
     throw Error("generation option " + name + " " + value + " is outside " + range);
   };
-  if (vocab < 1) fail("vocab", str(vocab), "[1, inf)");
+  if (vocab < 1) throw Error("generation: the vocabulary size " + str(vocab) + " is outside [1, inf)");
   if (o.max_new_tokens < 0) fail("max_new_tokens", str(o.max_new_tokens), "[0, inf) (0: the spec's default)");
   if (o.beam_size < 1) fail("beam_size", str(o.beam_size), "[1, inf)");
   if (o.sampling_topk < 0) fail("sampling_topk", str(o.sampling_topk), "[0, inf) (0: all, 1: greedy)");

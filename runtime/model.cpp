@@ -683,14 +683,13 @@ struct Session {
   // brings the step's raw logits to the host for the rows' TokenChoosers.
   struct Chooser {
     const GenerationOptions& o;
-    const bool on_host;  // processors, sampling or scores
     std::vector<TokenChooser> rows;
-    Chooser(const GenerationOptions& opts, int V, int eos, int B)
-        : o(opts),
-          on_host(opts.sampling_topk != 1 && opts.sampling_temperature != 0 ? true
-                  : opts.repetition_penalty != 1.0f || opts.no_repeat_ngram_size > 0 || opts.min_length > 0 ||
-                        opts.return_scores) {
+    bool on_host = false;  // processors, sampling or scores: the choice is made on the host
+    Chooser(const GenerationOptions& opts, int V, int eos, int B) : o(opts) {
       for (int b = 0; b < B; ++b) rows.emplace_back(opts, V, eos, b);
+      const bool sampling = opts.sampling_topk != 1 && opts.sampling_temperature != 0;  // TokenChooser's rule
+      on_host = sampling || opts.repetition_penalty != 1.0f || opts.no_repeat_ngram_size > 0 ||
+                opts.min_length > 0 || opts.return_scores;
     }
   };
   // `row0`: the chooser row of logits row 0 (decoder-only models decode one prompt at a time).

@@ -57,7 +57,7 @@ struct GenerationOptions {
 };
 
 // Throws halformer::Error naming the option, its value and the allowed range when a
-// value is out of range (or beam search is combined with sampling). `vocab` >= 1.
+// value is out of range (or beam search is combined with sampling), or when vocab < 1.
 void validate(const GenerationOptions& options, int vocab);
 
 // One batch row's token choice; holds the row's random generator, so one object per row
