@@ -43,8 +43,8 @@ from typing import Any, Dict, List, Optional
 from . import report
 from .common import (BENCH_DIR, ROOT, load_spec_light, log, median, model_descriptor_args, read_json, write_json)
 
-PEERS = [("pytorch", "halbench.peer_torch"), ("onnxruntime", "halbench.peer_ort"),
-         ("ctranslate2", "halbench.peer_ct2")]
+PEERS = [("halformer-python", "halbench.peer_halformer_python"), ("pytorch", "halbench.peer_torch"),
+         ("onnxruntime", "halbench.peer_ort"), ("ctranslate2", "halbench.peer_ct2")]
 
 
 def parse_args(argv=None):
@@ -70,8 +70,8 @@ def parse_args(argv=None):
     ap.add_argument("--rounds", type=int, help="run halformer and every peer this many times in turn, "
                     "splitting the repetitions between rounds, so that a burst of load from other processes "
                     "hits all systems alike (default 2; --quick 1)")
-    ap.add_argument("--peers", default="pytorch,onnxruntime,ctranslate2",
-                    help="comma-separated subset of pytorch,onnxruntime,ctranslate2 ('' for none)")
+    ap.add_argument("--peers", default="halformer-python,pytorch,onnxruntime,ctranslate2",
+                    help="comma-separated subset of halformer-python,pytorch,onnxruntime,ctranslate2 ('' for none)")
     ap.add_argument("--no-matmul", action="store_true", help="skip the matmul-in-isolation scenarios")
     ap.add_argument("--no-profile", action="store_true",
                     help="skip the HALFORMER_PROFILE=1 run that saves halformer's per-kernel table")
@@ -456,7 +456,10 @@ def main(argv=None) -> int:
             "scenarios": ["encoder", "decode"], "new_tokens": new_tokens, "src_len": src_len,
             "warmup": warmup, "repeat_encoder": st["repeat_encoder"], "repeat_decode": st["repeat_decode"],
             "pad": spec["pad"], "bos": spec["bos"], "eos": spec["eos"], "sizes": sz,
-            "inputs": {str(b): {"src": inputs[str(b)], "reference": hal["dumps"][str(b)]} for b in batches}}
+            "inputs": {str(b): {"src": inputs[str(b)], "reference": hal["dumps"][str(b)]} for b in batches},
+            # halformer-python: the same built model, through build/python's package.
+            "model_dir": os.path.abspath(args.model_dir) if args.model_dir else os.path.join(work, "model"),
+            "python_path": os.path.join(os.path.dirname(os.path.dirname(cfg["halformer"])), "python")}
     wanted = [p for p in args.peers.split(",") if p.strip()]
     peers: Dict[str, Dict[str, Any]] = {}
     for rnd in range(rounds):

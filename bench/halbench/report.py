@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 
 from .common import (decode_cache_bytes, decode_step_flops, decode_weight_bytes, encoder_flops, fmt_num, median)
 
-SYSTEM_ORDER = ["halformer", "pytorch", "onnxruntime", "ctranslate2", "torch", "numpy"]
+SYSTEM_ORDER = ["halformer", "halformer-python", "pytorch", "onnxruntime", "ctranslate2", "torch", "numpy"]
 
 
 def _row(system, kind, batch, scenario, samples, flops, peak, bw_bytes=None, tokens=None, **extra):
@@ -230,7 +230,7 @@ def chart(res: Dict[str, Any], path: str) -> Optional[str]:
     panels = [p for p in panels if any(r["kind"] == p[0] for r in rows)]
     if not panels:
         return None
-    colors = {"halformer": "#d62728", "pytorch": "#1f77b4", "torch": "#1f77b4", "onnxruntime": "#7f7f7f",
+    colors = {"halformer": "#d62728", "halformer-python": "#ff9896", "pytorch": "#1f77b4", "torch": "#1f77b4", "onnxruntime": "#7f7f7f",
               "ctranslate2": "#2ca02c", "numpy": "#9467bd"}
     fig, axes = plt.subplots(len(panels), 1, figsize=(11, 3.6 * len(panels)), squeeze=False)
     for ax, (kind, title, key) in zip(axes[:, 0], panels):
