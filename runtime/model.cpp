@@ -33,7 +33,8 @@ namespace halformer {
 struct WeightBuffers {
   std::mutex lock;
   std::map<std::pair<const float*, int>, std::unique_ptr<Halide::Runtime::Buffer<float>>> bufs;
-  // The tensor v as (inner, rows) -- 1-D when rows == 1 -- or, with panels > 0, as the
+  // The tensor v as (inner, rows) -- a 1-D vector when rows == 0 (biases, norms; a table
+  // of one row stays 2-D) -- or, with panels > 0, as the
   // packed linear weight (kPanel, inner, panels).
   halide_buffer_t* get(const std::vector<float>& v, int inner, int rows, int panels = 0) {
     std::lock_guard<std::mutex> guard(lock);
@@ -43,7 +44,7 @@ struct WeightBuffers {
       if (panels > 0)
         dims[0] = {0, kPanel, 1}, dims[1] = {0, inner, kPanel}, dims[2] = {0, panels, kPanel * inner};
       b = std::make_unique<Halide::Runtime::Buffer<float>>(const_cast<float*>(v.data()),
-                                                           panels > 0 ? 3 : rows > 1 ? 2 : 1, dims);
+                                                           panels > 0 ? 3 : rows > 0 ? 2 : 1, dims);
       b->set_host_dirty();
     }
     return b->raw_buffer();
@@ -332,19 +333,19 @@ struct Session {
 
   // ---- one call per layer kind
   void linear(LinearFn fn, const char* name, View x, const LinearWeights& w, View out) {
-    halide_buffer_t *wb = weight(w.w, w.in, w.out, panel_count(w.out)), *bb = weight(w.b, w.out, 1);
+    halide_buffer_t *wb = weight(w.w, w.in, w.out, panel_count(w.out)), *bb = weight(w.b, w.out, 0);
     KernelTimer timer(name, iface);
     run(fn(x.raw(), wb, bb, out.raw()), name);
   }
   void linear_residual(LinearResidualFn fn, const char* name, View x, const LinearWeights& w, View residual,
                        View out) {
-    halide_buffer_t *wb = weight(w.w, w.in, w.out, panel_count(w.out)), *bb = weight(w.b, w.out, 1);
+    halide_buffer_t *wb = weight(w.w, w.in, w.out, panel_count(w.out)), *bb = weight(w.b, w.out, 0);
     KernelTimer timer(name, iface);
     run(fn(x.raw(), wb, bb, residual.raw(), out.raw()), name);
   }
   void layer_norm(const Act& x, const NormWeights& n, Act& out) {
     const int d = int(n.gamma.size());
-    halide_buffer_t *gb = weight(n.gamma, d, 1), *bb = weight(n.beta, d, 1);
+    halide_buffer_t *gb = weight(n.gamma, d, 0), *bb = weight(n.beta, d, 0);
     KernelTimer timer("layer_norm", iface);
     View xb = x.flat(), ob = out.flat();
     run(kt.layer_norm(xb.raw(), gb, bb, ob.raw()), "layer_norm");

@@ -6,8 +6,10 @@
 //   {encoder,decoder}.N.{ff1,ff2}.*   {encoder,decoder}.N.{self_norm,cross_norm,ff_norm}.*
 //   encoder_norm.*  decoder_norm.*  generator.*  pooler.*  classifier.*
 // A preset maps a canonical name to the name in the file, optionally as one third of a
-// packed tensor (torch.nn.MultiheadAttention's in_proj_weight holds Q, K, V as rows).
-// All presets then share one loader that checks and packs.
+// packed tensor (torch.nn.MultiheadAttention's in_proj_weight holds Q, K, V as rows;
+// GPT-2's c_attn as columns), transposed (GPT-2's Conv1D stores [in, out]), or as zeros
+// (a bias the file's module does not have). Learned positions skip the spec's
+// position_offset rows (RoBERTa). All presets then share one loader that checks and packs.
 #include "halformer/weights.h"
 
 #include <cmath>
@@ -26,7 +28,12 @@ namespace {
 
 struct Source {
   std::string name;  // in the file
-  int part = -1;     // 0, 1, 2: that third of a packed [3*rows, ...] tensor; -1: the whole tensor
+  int part = -1;     // 0, 1, 2: that third of a packed tensor's outputs; -1: the whole tensor
+  // The file stores the weight as [in, out] (GPT-2's Conv1D), not torch.nn.Linear's
+  // [out, in]: read transposed (a packed tensor is then [in, 3 * out]).
+  bool transposed = false;
+  int64_t row_offset = 0;  // rows of the file's tensor before the first one read (learned positions)
+  bool zeros = false;      // not in the file: zeros (a bias the family's module does not have)
 };
 
 std::string str(int i) { return std::to_string(i); }
@@ -109,49 +116,130 @@ Source annotated_preset(const ModelConfig&, const Canonical& n) {
   return {p + "sublayer." + str(sub) + ".norm." + param};
 }
 
-// ---- preset: Hugging Face BERT (BertModel, or "bert."-prefixed BertForSequenceClassification)
-Source bert_preset(const std::string& prefix, const Canonical& n) {
-  if (n.layer < 0) {
-    if (n.module == "classifier") return {"classifier." + n.param};
-    static const std::map<std::string, std::string> top = {
-        {"src_embedding", "embeddings.word_embeddings"},
-        {"pos_embedding", "embeddings.position_embeddings"},
-        {"type_embedding", "embeddings.token_type_embeddings"},
-        {"embedding_norm", "embeddings.LayerNorm"},
-        {"pooler", "pooler.dense"}};
-    auto it = top.find(n.module);
-    if (it == top.end()) throw Error("preset huggingface-bert has no tensor for '" + n.module + "'");
-    return {prefix + it->second + "." + n.param};
+// ---- presets: Hugging Face families (transformers' state_dict names, as saved by
+// save_pretrained). One table per family; hf_preset() below is the one mapping for all.
+struct HfName {
+  const char* name;  // module name in the file
+  int part = -1;     // that third of a fused Q|K|V tensor (GPT-2's c_attn)
+  bool bias = true;  // false: the module has no bias; the canonical bias reads as zeros
+};
+struct HfFamily {
+  const char* preset;
+  // Scopes of the base model in the file, tried in order; the first under which `probe`
+  // exists is used ("bert." in BertForSequenceClassification, "" in BertModel).
+  std::vector<std::string> prefixes;
+  const char* probe;
+  std::map<std::string, HfName> model;  // model-level canonical modules, under the prefix
+  // Task-head modules (outside the prefix), used by heads that read them: classifier
+  // (pooler, classifier) and the decoder's output projection (generator).
+  std::map<std::string, HfName> head;
+  const char* layers;                   // "encoder.layer." + N + "." under the prefix
+  std::map<std::string, HfName> layer;  // per-layer canonical modules
+  bool conv1d = false;                  // layer weights stored [in, out] (GPT-2's Conv1D): transposed at load
+  // Buffers the file may carry that no spec reads, under the prefix; "{N}" stands for
+  // each layer's index. (A base model's pooler is accepted where the head does not use it.)
+  std::vector<std::string> unused;
+};
+
+const std::map<std::string, HfName> kBertLayer = {
+    {"self_attn.q", {"attention.self.query"}}, {"self_attn.k", {"attention.self.key"}},
+    {"self_attn.v", {"attention.self.value"}}, {"self_attn.o", {"attention.output.dense"}},
+    {"self_norm", {"attention.output.LayerNorm"}}, {"ff1", {"intermediate.dense"}},
+    {"ff2", {"output.dense"}},                 {"ff_norm", {"output.LayerNorm"}}};
+const std::map<std::string, HfName> kBertModel = {
+    {"src_embedding", {"embeddings.word_embeddings"}},   {"pos_embedding", {"embeddings.position_embeddings"}},
+    {"type_embedding", {"embeddings.token_type_embeddings"}}, {"embedding_norm", {"embeddings.LayerNorm"}},
+    {"pooler", {"pooler.dense"}}};
+
+const HfFamily& hf_family(Preset p) {
+  // BertModel / BertForSequenceClassification (pooler + classifier).
+  static const HfFamily bert{"huggingface-bert", {"bert.", ""}, "embeddings.word_embeddings.weight",
+                             kBertModel, {{"classifier", {"classifier"}}}, "encoder.layer.", kBertLayer, false,
+                             {"embeddings.position_ids", "embeddings.token_type_ids"}};
+  // RobertaModel / RobertaForSequenceClassification: BERT's names; the classification head's
+  // dense + tanh on <s> is the pooler, its out_proj the classifier.
+  static const HfFamily roberta{"huggingface-roberta", {"roberta.", ""}, "embeddings.word_embeddings.weight",
+                                kBertModel, {{"pooler", {"classifier.dense"}}, {"classifier", {"classifier.out_proj"}}},
+                                "encoder.layer.", kBertLayer, false,
+                                {"embeddings.position_ids", "embeddings.token_type_ids"}};
+  // DistilBertModel: separate q/k/v linears, no token types, no pooler.
+  static const HfFamily distilbert{
+      "huggingface-distilbert", {"distilbert.", ""}, "embeddings.word_embeddings.weight",
+      {{"src_embedding", {"embeddings.word_embeddings"}}, {"pos_embedding", {"embeddings.position_embeddings"}},
+       {"embedding_norm", {"embeddings.LayerNorm"}}},
+      {}, "transformer.layer.",
+      {{"self_attn.q", {"attention.q_lin"}}, {"self_attn.k", {"attention.k_lin"}},
+       {"self_attn.v", {"attention.v_lin"}}, {"self_attn.o", {"attention.out_lin"}},
+       {"self_norm", {"sa_layer_norm"}}, {"ff1", {"ffn.lin1"}}, {"ff2", {"ffn.lin2"}},
+       {"ff_norm", {"output_layer_norm"}}},
+      false, {"embeddings.position_ids"}};
+  // GPT2LMHeadModel: Conv1D weights [in, out]; c_attn is Q|K|V fused along its outputs;
+  // lm_head has no bias (and is wte itself when tied: the spec's share_tgt_output).
+  static const HfFamily gpt2{
+      "huggingface-gpt2", {"transformer.", ""}, "wte.weight",
+      {{"tgt_embedding", {"wte"}}, {"pos_embedding", {"wpe"}}, {"decoder_norm", {"ln_f"}}},
+      {{"generator", {"lm_head", -1, false}}}, "h.",
+      {{"self_attn.q", {"attn.c_attn", 0}}, {"self_attn.k", {"attn.c_attn", 1}}, {"self_attn.v", {"attn.c_attn", 2}},
+       {"self_attn.o", {"attn.c_proj"}}, {"self_norm", {"ln_1"}}, {"ff1", {"mlp.c_fc"}}, {"ff2", {"mlp.c_proj"}},
+       {"ff_norm", {"ln_2"}}},
+      true, {"h.{N}.attn.bias", "h.{N}.attn.masked_bias"}};
+  switch (p) {
+    case Preset::HuggingfaceBert: return bert;
+    case Preset::HuggingfaceRoberta: return roberta;
+    case Preset::HuggingfaceDistilbert: return distilbert;
+    case Preset::HuggingfaceGpt2: return gpt2;
+    default: throw Error("internal: not a Hugging Face preset");
   }
-  std::string p = prefix + "encoder.layer." + str(n.layer) + ".";
-  static const std::map<std::string, std::string> names = {
-      {"self_attn.q", "attention.self.query"}, {"self_attn.k", "attention.self.key"},
-      {"self_attn.v", "attention.self.value"}, {"self_attn.o", "attention.output.dense"},
-      {"self_norm", "attention.output.LayerNorm"}, {"ff1", "intermediate.dense"},
-      {"ff2", "output.dense"},                 {"ff_norm", "output.LayerNorm"}};
-  return {p + names.at(n.module) + "." + n.param};
+}
+bool is_hf(Preset p) {
+  return p == Preset::HuggingfaceBert || p == Preset::HuggingfaceRoberta || p == Preset::HuggingfaceDistilbert ||
+         p == Preset::HuggingfaceGpt2;
+}
+
+Source hf_preset(const HfFamily& f, const std::string& prefix, const ModelConfig& c, const Canonical& n) {
+  auto source = [&](const std::string& scope, const HfName& m, bool layer) {
+    Source s;
+    if (n.param == "bias" && !m.bias) {
+      s.zeros = true;
+      return s;
+    }
+    s.name = scope + m.name + "." + n.param;
+    s.part = m.part;
+    s.transposed = layer && f.conv1d && n.param == "weight";
+    return s;
+  };
+  if (n.layer < 0) {
+    const bool head_reads = (c.head == HeadOutput::Classifier && (n.module == "pooler" || n.module == "classifier")) ||
+                            n.module == "generator";
+    if (auto it = f.head.find(n.module); head_reads && it != f.head.end()) return source("", it->second, false);
+    if (auto it = f.model.find(n.module); it != f.model.end()) return source(prefix, it->second, false);
+    throw Error(std::string("preset ") + f.preset + " has no tensor for '" + n.module + "'");
+  }
+  auto it = f.layer.find(n.module);
+  if (it == f.layer.end()) throw Error(std::string("preset ") + f.preset + " has no tensor for '" + n.module + "'");
+  return source(prefix + f.layers + str(n.layer) + ".", it->second, true);
 }
 
 class Loader {
  public:
   Loader(const ModelConfig& c, const std::string& path) : c_(c), file_(path) {
-    if (c.preset == Preset::HuggingfaceBert && file_.find("bert.embeddings.word_embeddings.weight"))
-      bert_prefix_ = "bert.";
+    if (is_hf(c.preset)) {  // the base model's scope: the first prefix the file has the probe under
+      const HfFamily& f = hf_family(c.preset);
+      hf_prefix_ = f.prefixes.back();
+      for (const auto& p : f.prefixes)
+        if (file_.find(p + f.probe)) {
+          hf_prefix_ = p;
+          break;
+        }
+    }
     if (c.preset == Preset::Explicit && c.weight_map)
       for (const char* const* kv = c.weight_map; *kv; kv += 2) map_[kv[0]] = kv[1];
   }
 
   Source resolve(const std::string& canonical) {
-    switch (c_.preset) {
-      case Preset::TorchTransformer: return torch_preset(c_, parse(canonical));
-      case Preset::AnnotatedTransformer: return annotated_preset(c_, parse(canonical));
-      case Preset::HuggingfaceBert: return bert_preset(bert_prefix_, parse(canonical));
-      case Preset::Explicit: {
-        auto it = map_.find(canonical);
-        return {it == map_.end() ? canonical : it->second};
-      }
-    }
-    return {canonical};
+    Source s = resolve_name(canonical);
+    if (canonical == "pos_embedding.weight") s.row_offset = c_.position_offset;
+    return s;
   }
 
   // Calls row(r, data, cols) for each row r of the tensor for `canonical` with `shape`
@@ -163,8 +251,19 @@ class Loader {
     Source src = resolve(canonical);
     size_t n = 1;
     for (int64_t d : shape) n *= static_cast<size_t>(d);
+    const int64_t rows = shape.empty() ? 1 : shape[0];
+    const size_t cols = n / size_t(std::max<int64_t>(rows, 1));
+    std::vector<float> buf(cols);  // the file's floats need not be 4-byte aligned
+    if (src.zeros) {
+      for (int64_t r = 0; r < rows; ++r) row(int(r), buf.data(), cols);
+      return true;
+    }
+    const int parts = src.part >= 0 ? 3 : 1;
     std::vector<int64_t> file_shape = shape;
-    if (src.part >= 0) file_shape[0] *= 3;
+    if (src.transposed && shape.size() == 2)
+      file_shape = {shape[1], shape[0] * parts};
+    else if (!file_shape.empty())
+      file_shape[0] = file_shape[0] * parts + src.row_offset;
     const bool first_use = used_.insert(src.name).second;  // a packed tensor is read 3 times
     const TensorInfo* t = file_.find(src.name);
     // With an explicit map, say which canonical tensor the file name was mapped from.
@@ -180,23 +279,36 @@ class Loader {
                             shape_str(t->shape));
       return false;
     }
-    const int64_t rows = shape.empty() ? 1 : shape[0];
-    const size_t cols = n / size_t(std::max<int64_t>(rows, 1));
-    const uint8_t* data = t->data + (src.part >= 0 ? size_t(src.part) * n : 0) * sizeof(float);
-    std::vector<float> buf(cols);  // the file's floats need not be 4-byte aligned
     bool finite = true;
-    const size_t row_bytes = cols * sizeof(float), chunk = size_t(4) << 20;
-    size_t released = 0;  // bytes of the tensor whose pages were dropped
-    for (int64_t r = 0; r < rows; ++r) {
-      std::memcpy(buf.data(), data + size_t(r) * row_bytes, row_bytes);
+    auto emit = [&](int64_t r) {
       for (float x : buf) finite = finite && std::isfinite(x);
       row(int(r), buf.data(), cols);
-      // Drop pages as the rows are consumed, so that even the largest tensor (an
-      // embedding table) is never resident twice.
-      const size_t done = size_t(r + 1) * row_bytes;
-      if (done - released >= chunk) file_.release(data + released, done - released), released = done;
+    };
+    if (src.transposed && shape.size() == 2) {
+      // [in, parts * out] in the file: output r of this part is column part * out + r.
+      std::vector<float> all(size_t(t->numel()));
+      std::memcpy(all.data(), t->data, all.size() * sizeof(float));
+      file_.release(t->data, all.size() * sizeof(float));
+      const size_t width = size_t(file_shape[1]), first = size_t(std::max(src.part, 0)) * size_t(rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (size_t i = 0; i < cols; ++i) buf[i] = all[i * width + first + size_t(r)];
+        emit(r);
+      }
+    } else {
+      const size_t skip = (src.part >= 0 ? size_t(src.part) * n : 0) + size_t(src.row_offset) * cols;
+      const uint8_t* data = t->data + skip * sizeof(float);
+      const size_t row_bytes = cols * sizeof(float), chunk = size_t(4) << 20;
+      size_t released = 0;  // bytes of the tensor whose pages were dropped
+      for (int64_t r = 0; r < rows; ++r) {
+        std::memcpy(buf.data(), data + size_t(r) * row_bytes, row_bytes);
+        emit(r);
+        // Drop pages as the rows are consumed, so that even the largest tensor (an
+        // embedding table) is never resident twice.
+        const size_t done = size_t(r + 1) * row_bytes;
+        if (done - released >= chunk) file_.release(data + released, done - released), released = done;
+      }
+      file_.release(data + released, n * sizeof(float) - released);
     }
-    file_.release(data + released, n * sizeof(float) - released);
     if (!finite) nonfinite_.push_back(label);
     return true;
   }
@@ -215,6 +327,16 @@ class Loader {
   // A file tensor that a tied spec reads under another name: accepted, not required.
   void alias(const std::string& canonical) { used_.insert(resolve(canonical).name); }
   void ignore(const std::string& file_name) { used_.insert(file_name); }
+  // Tensors of a Hugging Face family's files that no spec reads (buffers), accepted.
+  void ignore_family_buffers(int layers) {
+    if (!is_hf(c_.preset)) return;
+    for (const std::string& u : hf_family(c_.preset).unused) {
+      const size_t at = u.find("{N}");
+      if (at == std::string::npos) ignore(hf_prefix_ + u);
+      for (int i = 0; i < layers && at != std::string::npos; ++i)
+        ignore(hf_prefix_ + std::string(u).replace(at, 3, str(i)));
+    }
+  }
 
   // Linear with torch layout [out][in] -> the kernels' packed layout (halformer/packed_layout.h).
   LinearWeights linear(const std::string& prefix, int in, int out) {
@@ -274,9 +396,25 @@ class Loader {
     for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
     return r + "]";
   }
+  Source resolve_name(const std::string& canonical) {
+    switch (c_.preset) {
+      case Preset::TorchTransformer: return torch_preset(c_, parse(canonical));
+      case Preset::AnnotatedTransformer: return annotated_preset(c_, parse(canonical));
+      case Preset::HuggingfaceBert:
+      case Preset::HuggingfaceRoberta:
+      case Preset::HuggingfaceDistilbert:
+      case Preset::HuggingfaceGpt2: return hf_preset(hf_family(c_.preset), hf_prefix_, c_, parse(canonical));
+      case Preset::Explicit: {
+        auto it = map_.find(canonical);
+        return {it == map_.end() ? canonical : it->second};
+      }
+    }
+    return {canonical};
+  }
+
   const ModelConfig& c_;
   SafetensorsFile file_;
-  std::string bert_prefix_;
+  std::string hf_prefix_;
   std::map<std::string, std::string> map_;
   std::set<std::string> used_;
   std::vector<std::string> missing_, mismatched_, nonfinite_;
@@ -343,15 +481,14 @@ Weights load_weights(const ModelConfig& c, const std::string& path) {
   if (c.head == HeadOutput::Classifier) {
     if (c.pooler) w.pooler = ld.linear("pooler", d, d);
     w.classifier = ld.linear("classifier", d, c.num_classes);
-  } else if (c.preset == Preset::HuggingfaceBert) {
+  } else if (is_hf(c.preset) && hf_family(c.preset).model.count("pooler")) {
     ld.alias("pooler.weight");  // BertModel always carries a pooler; only classifiers use it
     ld.alias("pooler.bias");
   }
   // Buffers that some presets' state_dicts carry: accepted, not used.
   ld.ignore("src_embed.1.pe");
   ld.ignore("tgt_embed.1.pe");
-  ld.ignore("embeddings.position_ids");
-  ld.ignore("bert.embeddings.position_ids");
+  ld.ignore_family_buffers(std::max(c.encoder_layers, c.decoder_layers));
   ld.check();
   return w;
 }

@@ -336,7 +336,8 @@ TEST(Values, EnumsRoundTripThroughToString) {
   round_trip<DecodeStrategy>("decoding", "strategy", {DecodeStrategy::Greedy, DecodeStrategy::Beam}, &Spec::decoding);
   round_trip<WeightPreset>(
       "weights", "preset",
-      {WeightPreset::TorchTransformer, WeightPreset::AnnotatedTransformer, WeightPreset::HuggingfaceBert},
+      {WeightPreset::TorchTransformer, WeightPreset::AnnotatedTransformer, WeightPreset::HuggingfaceBert,
+       WeightPreset::HuggingfaceRoberta, WeightPreset::HuggingfaceDistilbert, WeightPreset::HuggingfaceGpt2},
       &Spec::preset);
   EXPECT_STREQ(to_string(Architecture::EncoderDecoder), "encoder_decoder");
   EXPECT_STREQ(to_string(Architecture::Encoder), "encoder");

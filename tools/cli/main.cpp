@@ -4,17 +4,22 @@
 //   halformer build SPEC -o DIR   generate + compile every layer, link DIR/<name>
 //                 [--db FILE | --no-db]   tuning database (default: the spec's tuning.db)
 //   halformer tune  SPEC ...      search schedules (runs halformer-tune; docs/tuning.md)
+//   halformer import HF_DIR -o SPEC [--name N] [--force]   a spec from a Hugging Face
+//                                 model directory (tools/import; docs/import.md)
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 #include <vector>
 
+#include "importer.h"
 #include "plan.h"
 #include "spec.h"
 #include "tuning_db.h"
@@ -169,6 +174,67 @@ int build(const Spec& spec, const std::string& spec_path, const std::string& out
   return 0;
 }
 
+// `halformer import`: writes the spec only when it is new (or --force), never over one of
+// the files it read, and only after the spec compiler accepted it.
+int import_model(const std::string& dir, const std::string& out, std::string name, bool force) {
+  if (name.empty()) name = import::name_from_path(out);
+  if (name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-") != std::string::npos) {
+    std::cerr << "halformer import: --name '" << name
+              << "' is not a valid name: use only letters, digits, '_' and '-'\n";
+    return 1;
+  }
+  import::Imported imp;
+  try {
+    imp = import::import_directory(dir, name);
+  } catch (const import::ImportError& e) {
+    std::cerr << "halformer import: cannot import " << dir << " (" << e.problems.size()
+              << (e.problems.size() == 1 ? " problem" : " problems") << "):\n";
+    for (const auto& p : e.problems) std::cerr << "  " << p << "\n";
+    return 1;
+  }
+  std::error_code ec;
+  for (const auto& input : imp.inputs)
+    if (fs::exists(out, ec) && fs::equivalent(out, input, ec)) {
+      std::cerr << "halformer import: output " << out << " is the input " << input << "; refusing to overwrite it\n";
+      return 1;
+    }
+  if (fs::is_directory(out, ec)) {
+    std::cerr << "halformer import: output " << out << " is a directory; give the spec file to write\n";
+    return 1;
+  }
+  if (fs::exists(out, ec) && !force) {
+    std::cerr << "halformer import: " << out << " exists; add --force to replace it\n";
+    return 1;
+  }
+  // The importer only writes what the spec compiler accepts; anything else is a bug here.
+  ParseResult parsed = parse_spec_string(imp.yaml, out);
+  std::vector<Diagnostic> problems = parsed.diagnostics;
+  if (parsed.ok())
+    for (auto& d : check_supported(*parsed.spec)) problems.push_back(d);
+  if (!problems.empty()) {
+    std::cerr << "halformer import: internal error: the imported spec does not check:\n";
+    for (const auto& d : problems) std::cerr << "  " << d.str() << "\n";
+    std::cerr << imp.yaml;
+    return 1;
+  }
+  const fs::path tmp = fs::path(out).concat(".tmp-import");
+  if (fs::path parent = fs::path(out).parent_path(); !parent.empty()) fs::create_directories(parent);
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f << imp.yaml;
+    if (!f.flush()) {
+      std::cerr << "halformer import: cannot write " << tmp.string() << ": " << std::strerror(errno) << "\n";
+      fs::remove(tmp, ec);
+      return 1;
+    }
+  }
+  fs::rename(tmp, out);
+  std::cout << "halformer import: wrote " << out << " (" << name << ", " << imp.family << ", preset " << imp.preset
+            << ")\n  halformer build " << out << " -o DIR\n  DIR/" << name << " --weights " << imp.weights
+            << " --src \"...\"\n";
+  return 0;
+}
+
 }  // namespace
 
 int run_cli(int argc, char** argv) {
@@ -200,7 +266,18 @@ int run_cli(int argc, char** argv) {
   tune->prefix_command();
   tune->set_help_flag();  // --help goes to halformer-tune, which knows the options
 
+  std::string import_dir, import_out, import_name;
+  bool import_force = false;
+  auto* imp = app.add_subcommand("import", "write a spec for a Hugging Face model directory (config.json + "
+                                           "model.safetensors): BERT, RoBERTa, DistilBERT, GPT-2 (docs/import.md)");
+  imp->add_option("HF_DIR", import_dir, "the model directory (a sentence-transformers directory too)")->required();
+  imp->add_option("-o,--out", import_out, "the spec file to write")->required();
+  imp->add_option("--name", import_name, "the spec's name (default: the output file's stem)");
+  imp->add_flag("--force", import_force, "replace an existing output file (never one of the inputs)");
+
   CLI11_PARSE(app, argc, argv);
+
+  if (*imp) return import_model(import_dir, import_out, import_name, import_force);
 
   if (*check) {
     int rc = 0;

@@ -228,6 +228,9 @@ const char* preset_enum(WeightPreset p) {
     case WeightPreset::TorchTransformer: return "TorchTransformer";
     case WeightPreset::AnnotatedTransformer: return "AnnotatedTransformer";
     case WeightPreset::HuggingfaceBert: return "HuggingfaceBert";
+    case WeightPreset::HuggingfaceRoberta: return "HuggingfaceRoberta";
+    case WeightPreset::HuggingfaceDistilbert: return "HuggingfaceDistilbert";
+    case WeightPreset::HuggingfaceGpt2: return "HuggingfaceGpt2";
     default: return "Explicit";
   }
 }
@@ -314,7 +317,8 @@ void write_plan(const Spec& spec, const Plan& plan, const std::string& dir) {
     << "      /*beam*/ " << b(s.decoding == DecodeStrategy::Beam) << ", /*beam_size*/ " << s.beam_size
     << ", /*length_penalty*/ " << Planner::format_float(s.length_penalty) << ",\n"
     << "      halformer::Preset::" << preset_enum(s.preset) << ", " << cpp_string(to_string(s.preset)) << ",\n"
-    << "      " << (s.preset == WeightPreset::Explicit ? "kWeightMap" : "nullptr") << "};\n\n";
+    << "      " << (s.preset == WeightPreset::Explicit ? "kWeightMap" : "nullptr") << ",\n"
+    << "      /*position_offset*/ " << s.position_offset << "};\n\n";
   static const char* kRoles[] = {"embed_src", "embed_tgt", "qkv", "encoder_self_attention",
                                  "decoder_self_attention", "cross_attention", "attention_out",
                                  "cross_q", "cross_kv", "ff1", "ff2", "layer_norm", "generator",

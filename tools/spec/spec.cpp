@@ -80,6 +80,9 @@ const Names<WeightPreset>& names(WeightPreset) {
   static const Names<WeightPreset> n{{WeightPreset::TorchTransformer, "torch.nn.Transformer"},
                                      {WeightPreset::AnnotatedTransformer, "annotated-transformer"},
                                      {WeightPreset::HuggingfaceBert, "huggingface-bert"},
+                                     {WeightPreset::HuggingfaceRoberta, "huggingface-roberta"},
+                                     {WeightPreset::HuggingfaceDistilbert, "huggingface-distilbert"},
+                                     {WeightPreset::HuggingfaceGpt2, "huggingface-gpt2"},
                                      {WeightPreset::Explicit, "explicit"}};
   return n;
 }
@@ -109,7 +112,7 @@ const std::map<std::string, std::vector<std::string>>& schema() {
        {"d_model", "heads", "d_ff", "encoder_layers", "decoder_layers", "src_vocab", "tgt_vocab", "max_len",
         "type_vocab"}},
       {"layer", {"norm_placement", "norm_kind", "norm_eps", "final_norm", "activation", "dropout"}},
-      {"embedding", {"positions", "scale", "share_src_tgt", "share_tgt_output", "norm"}},
+      {"embedding", {"positions", "scale", "share_src_tgt", "share_tgt_output", "norm", "position_offset"}},
       {"attention", {"causal", "padding_mask"}},
       {"head", {"kind", "pooling", "num_classes", "pooler", "normalize"}},
       {"tokens", {"pad", "bos", "eos"}},
@@ -423,6 +426,7 @@ void read_embedding(Section s, Spec& spec) {
   s.read("share_src_tgt", spec.share_src_tgt);
   s.read("share_tgt_output", spec.share_tgt_output);
   s.read("norm", spec.embedding_norm);
+  s.read("position_offset", spec.position_offset, 0, kMaxLen);
 }
 
 void read_head(Section s, Spec& spec) {
@@ -606,6 +610,11 @@ void check_consistency(Context& cx, Spec& s, bool have_sizes) {
       contradiction("embedding.share_tgt_output",
                     "architecture 'encoder' has no target embedding or output projection to share");
   }
+  if (cx.given("embedding.position_offset") && s.position_offset > 0 && !cx.any_failed("embedding.positions") &&
+      s.positions != Positions::Learned)
+    contradiction("embedding.position_offset",
+                  "position_offset " + std::to_string(s.position_offset) +
+                      " shifts rows of a learned position table; positions are '" + name_of(s.positions) + "'");
   if (cx.given("embedding.share_src_tgt") && s.share_src_tgt) {
     if (s.architecture != Architecture::EncoderDecoder)
       contradiction("embedding.share_src_tgt",
@@ -845,8 +854,13 @@ std::vector<Diagnostic> check_supported(const Spec& s) {
     unsupported("decoding.strategy", "beam search for architecture " + quoted(name_of(s.architecture)));
   if (s.preset == WeightPreset::AnnotatedTransformer && s.architecture != Architecture::EncoderDecoder)
     unsupported("weights.preset", "preset 'annotated-transformer' for architecture " + quoted(name_of(s.architecture)));
-  if (s.preset == WeightPreset::HuggingfaceBert && s.architecture != Architecture::Encoder)
-    unsupported("weights.preset", "preset 'huggingface-bert' for architecture " + quoted(name_of(s.architecture)));
+  for (WeightPreset p : {WeightPreset::HuggingfaceBert, WeightPreset::HuggingfaceRoberta,
+                         WeightPreset::HuggingfaceDistilbert, WeightPreset::HuggingfaceGpt2}) {
+    const Architecture family = p == WeightPreset::HuggingfaceGpt2 ? Architecture::Decoder : Architecture::Encoder;
+    if (s.preset == p && s.architecture != family)
+      unsupported("weights.preset",
+                  "preset " + quoted(name_of(p)) + " for architecture " + quoted(name_of(s.architecture)));
+  }
   if (s.precision == Precision::Bf16) unsupported("precision", "precision 'bf16'");
   if (std::find(s.targets.begin(), s.targets.end(), Target::Host) == s.targets.end())
     unsupported("targets", "a target list without 'host' (the CPU build is the reference and the fallback-free default)");

@@ -23,7 +23,15 @@ enum class HeadKind { LogSoftmax, Softmax, Logits, Classifier, Embedding, Hidden
 enum class Pooling { Cls, Mean };
 enum class Pooler { None, DenseTanh };           // BERT's pooler before a classifier
 enum class DecodeStrategy { Greedy, Beam };
-enum class WeightPreset { TorchTransformer, AnnotatedTransformer, HuggingfaceBert, Explicit };
+enum class WeightPreset {
+  TorchTransformer,
+  AnnotatedTransformer,
+  HuggingfaceBert,
+  HuggingfaceRoberta,
+  HuggingfaceDistilbert,
+  HuggingfaceGpt2,
+  Explicit
+};
 enum class Precision { Fp32, Bf16 };
 enum class Target { Host, Cuda, OpenCL };
 
@@ -64,6 +72,7 @@ struct Spec {
   bool share_src_tgt = false;   // one table for source and target tokens
   bool share_tgt_output = false;  // output projection reuses the target embedding
   bool embedding_norm = false;  // LayerNorm after the embedding sum (BERT)
+  int64_t position_offset = 0;  // learned positions: t reads table row offset + t (RoBERTa: pad + 1)
 
   // attention
   bool causal = true;        // causal mask in decoder self-attention

