@@ -14,12 +14,13 @@
 
 namespace halformer {
 
-enum class Act { None, Relu, Gelu, GeluTanh, Tanh };
+enum class Act { None, Relu, Gelu, GeluTanh, Tanh, Silu };
 inline const std::map<std::string, Act> kActNames = {{"none", Act::None},
                                                      {"relu", Act::Relu},
                                                      {"gelu", Act::Gelu},
                                                      {"gelu_tanh", Act::GeluTanh},
-                                                     {"tanh", Act::Tanh}};
+                                                     {"tanh", Act::Tanh},
+                                                     {"silu", Act::Silu}};
 
 // erf-based GELU (torch's default) and its tanh approximation (torch approximate="tanh").
 inline Halide::Expr apply_activation(Act act, Halide::Expr v) {
@@ -29,6 +30,7 @@ inline Halide::Expr apply_activation(Act act, Halide::Expr v) {
     case Act::Relu: return max(v, 0.0f);
     case Act::Gelu: return 0.5f * v * (1.0f + erf(v * 0.70710678118654752f));
     case Act::Tanh: return tanh(v);  // BERT's pooler
+    case Act::Silu: return v / (1.0f + exp(-v));  // x * sigmoid(x) (swish; Marian)
     case Act::GeluTanh: {
       Expr inner = 0.79788456080286536f * (v + 0.044715f * v * v * v);
       return 0.5f * v * (1.0f + tanh(inner));

@@ -2,6 +2,10 @@
 //                           [+ type_table(c, type_id(t, b))]   (token_types, BERT)
 //   positions sinusoidal: PE(p, 2i) = sin(p * w_i), PE(p, 2i+1) = cos(p * w_i),
 //                         w_i = exp(2i * -ln(10000) / d), evaluated in fp32 like PyTorch
+//   positions sinusoidal_split (Marian): PE(p, c) = sin(p / v_c) for c < h = ceil(C / 2),
+//                         cos(p / v_(c-h)) after, v_j = 10000^(2j / C), in fp64 then
+//                         rounded to fp32 like transformers' numpy table (fp32 on
+//                         OpenCL devices without doubles)
 //   positions learned:    a (C, max_len) table, the pos_table input
 //   positions none:       nothing added
 // Token ids are range-checked by the runtime before the call; the clamp here only keeps
@@ -11,7 +15,7 @@
 namespace halformer {
 using namespace Halide;
 
-enum class PosKind { Sinusoidal, Learned, None };
+enum class PosKind { Sinusoidal, Learned, None, SinusoidalSplit };
 
 class Embedding : public Generator<Embedding> {
  public:
@@ -22,7 +26,8 @@ class Embedding : public Generator<Embedding> {
   GeneratorParam<PosKind> positions{"positions", PosKind::Sinusoidal,
                                     {{"sinusoidal", PosKind::Sinusoidal},
                                      {"learned", PosKind::Learned},
-                                     {"none", PosKind::None}}};
+                                     {"none", PosKind::None},
+                                     {"sinusoidal_split", PosKind::SinusoidalSplit}}};
   GeneratorParam<int> type_vocab{"type_vocab", 0};  // > 0: add token type embeddings
   GeneratorParam<int> vec{"vec", 16};
 
@@ -46,6 +51,15 @@ class Embedding : public Generator<Embedding> {
     if (positions == PosKind::Sinusoidal) {
       Expr angle = cast<float>(p) * freq(c);
       e = e + select(c % 2 == 0, sin(angle), cos(angle));
+    } else if (positions == PosKind::SinusoidalSplit) {
+      const int h = (C + 1) / 2;
+      Expr j = select(c < h, c, c - h);
+      // fp64 where the target has it; OpenCL without cl_khr_fp64: fp32 (within the layer
+      // tests' tolerance, not bit-identical to transformers' table)
+      const bool f64 = !get_target().has_feature(Target::OpenCL) || get_target().has_feature(Target::CLDoubles);
+      const Type ft = f64 ? Float(64) : Float(32);
+      Expr angle = cast(ft, p) / pow(Internal::make_const(ft, 10000.0), cast(ft, 2 * j) / Internal::make_const(ft, C));
+      e = e + cast<float>(select(c < h, sin(angle), cos(angle)));
     } else if (positions == PosKind::Learned) {
       e = e + pos_table(c, clamp(p, 0, int(max_len) - 1));
     }

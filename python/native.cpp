@@ -90,6 +90,7 @@ const char* positions_name(halformer::PositionKind p) {
     case halformer::PositionKind::Sinusoidal: return "sinusoidal";
     case halformer::PositionKind::Learned: return "learned";
     case halformer::PositionKind::None: return "none";
+    case halformer::PositionKind::SinusoidalSplit: return "sinusoidal_split";
   }
   return "?";
 }

@@ -399,7 +399,11 @@ struct Session {
     // Tables a kernel does not read (no learned positions / types) get the token table as
     // a stand-in.
     halide_buffer_t* tb = weight(table, d, vocab);
-    halide_buffer_t* pb = w.positions.empty() ? tb : weight(w.positions, d, cfg.max_len);
+    // The decoder (vocab table tgt_embedding) reads its own positions and norm where the
+    // weights have them (BART, Marian).
+    const bool tgt = &table == &w.tgt_embedding;
+    const std::vector<float>& positions = tgt && !w.tgt_positions.empty() ? w.tgt_positions : w.positions;
+    halide_buffer_t* pb = positions.empty() ? tb : weight(positions, d, cfg.max_len);
     const bool types_read = token_types && !w.token_types.empty();
     halide_buffer_t* yb = types_read ? weight(w.token_types, d, cfg.type_vocab) : tb;
     IBuf types(x.T, x.B);
@@ -419,7 +423,7 @@ struct Session {
     }
     if (cfg.embedding_norm) {
       Act y(x.C, x.T, x.B, iface);
-      layer_norm(x, w.embedding_norm, y);
+      layer_norm(x, tgt && !w.tgt_embedding_norm.gamma.empty() ? w.tgt_embedding_norm : w.embedding_norm, y);
       return y;
     }
     return x;

@@ -34,6 +34,7 @@ struct Source {
   bool transposed = false;
   int64_t row_offset = 0;  // rows of the file's tensor before the first one read (learned positions)
   bool zeros = false;      // not in the file: zeros (a bias the family's module does not have)
+  bool one_row = false;    // a 1-D tensor stored as [1, n] (BART's final_logits_bias)
 };
 
 std::string str(int i) { return std::to_string(i); }
@@ -122,6 +123,9 @@ struct HfName {
   const char* name;  // module name in the file
   int part = -1;     // that third of a fused Q|K|V tensor (GPT-2's c_attn)
   bool bias = true;  // false: the module has no bias; the canonical bias reads as zeros
+  // The file's tensor for the canonical bias is `name` itself, stored [1, n] (BART's
+  // final_logits_bias as the generator's bias).
+  bool bias_tensor = false;
 };
 struct HfFamily {
   const char* preset;
@@ -133,12 +137,15 @@ struct HfFamily {
   // Task-head modules (outside the prefix), used by heads that read them: classifier
   // (pooler, classifier) and the decoder's output projection (generator).
   std::map<std::string, HfName> head;
-  const char* layers;                   // "encoder.layer." + N + "." under the prefix
+  const char* layers;                   // "encoder.layer." + N + "." under the prefix ("{S}": the stack)
   std::map<std::string, HfName> layer;  // per-layer canonical modules
   bool conv1d = false;                  // layer weights stored [in, out] (GPT-2's Conv1D): transposed at load
   // Buffers the file may carry that no spec reads, under the prefix; "{N}" stands for
   // each layer's index. (A base model's pooler is accepted where the head does not use it.)
   std::vector<std::string> unused;
+  // Each stack has its own position table and embedding norm (tgt_pos_embedding,
+  // tgt_embedding_norm: BART, Marian).
+  bool per_stack_embeddings = false;
 };
 
 const std::map<std::string, HfName> kBertLayer = {
@@ -183,22 +190,45 @@ const HfFamily& hf_family(Preset p) {
        {"self_attn.o", {"attn.c_proj"}}, {"self_norm", {"ln_1"}}, {"ff1", {"mlp.c_fc"}}, {"ff2", {"mlp.c_proj"}},
        {"ff_norm", {"ln_2"}}},
       true, {"h.{N}.attn.bias", "h.{N}.attn.masked_bias"}};
+  // BartForConditionalGeneration (and MarianMTModel, the same names): one shared
+  // embedding, each stack its own positions (offset 2) and layernorm_embedding; lm_head is
+  // `shared` (tied), final_logits_bias [1, vocab] its bias. Marian's sinusoidal positions
+  // and lack of layernorm_embedding are the spec's (nothing read).
+  static const HfFamily bart{
+      "huggingface-bart", {"model.", ""}, "shared.weight",
+      {{"src_embedding", {"shared"}}, {"tgt_embedding", {"shared"}},
+       {"pos_embedding", {"encoder.embed_positions"}}, {"tgt_pos_embedding", {"decoder.embed_positions"}},
+       {"embedding_norm", {"encoder.layernorm_embedding"}}, {"tgt_embedding_norm", {"decoder.layernorm_embedding"}}},
+      {{"generator", {"final_logits_bias", -1, true, true}}}, "{S}.layers.",
+      {{"self_attn.q", {"self_attn.q_proj"}}, {"self_attn.k", {"self_attn.k_proj"}},
+       {"self_attn.v", {"self_attn.v_proj"}}, {"self_attn.o", {"self_attn.out_proj"}},
+       {"cross_attn.q", {"encoder_attn.q_proj"}}, {"cross_attn.k", {"encoder_attn.k_proj"}},
+       {"cross_attn.v", {"encoder_attn.v_proj"}}, {"cross_attn.o", {"encoder_attn.out_proj"}},
+       {"self_norm", {"self_attn_layer_norm"}}, {"cross_norm", {"encoder_attn_layer_norm"}},
+       {"ff1", {"fc1"}}, {"ff2", {"fc2"}}, {"ff_norm", {"final_layer_norm"}}},
+      false, {"encoder.embed_positions.weight", "decoder.embed_positions.weight"}, true};
   switch (p) {
     case Preset::HuggingfaceBert: return bert;
     case Preset::HuggingfaceRoberta: return roberta;
     case Preset::HuggingfaceDistilbert: return distilbert;
     case Preset::HuggingfaceGpt2: return gpt2;
+    case Preset::HuggingfaceBart: return bart;
     default: throw Error("internal: not a Hugging Face preset");
   }
 }
 bool is_hf(Preset p) {
   return p == Preset::HuggingfaceBert || p == Preset::HuggingfaceRoberta || p == Preset::HuggingfaceDistilbert ||
-         p == Preset::HuggingfaceGpt2;
+         p == Preset::HuggingfaceGpt2 || p == Preset::HuggingfaceBart;
 }
 
 Source hf_preset(const HfFamily& f, const std::string& prefix, const ModelConfig& c, const Canonical& n) {
   auto source = [&](const std::string& scope, const HfName& m, bool layer) {
     Source s;
+    if (m.bias_tensor) {  // the canonical bias is the file's tensor `name`, [1, n]
+      s.name = scope + m.name;
+      s.one_row = true;
+      return s;
+    }
     if (n.param == "bias" && !m.bias) {
       s.zeros = true;
       return s;
@@ -217,7 +247,9 @@ Source hf_preset(const HfFamily& f, const std::string& prefix, const ModelConfig
   }
   auto it = f.layer.find(n.module);
   if (it == f.layer.end()) throw Error(std::string("preset ") + f.preset + " has no tensor for '" + n.module + "'");
-  return source(prefix + f.layers + str(n.layer) + ".", it->second, true);
+  std::string layers = f.layers;
+  if (const size_t at = layers.find("{S}"); at != std::string::npos) layers.replace(at, 3, n.stack);
+  return source(prefix + layers + str(n.layer) + ".", it->second, true);
 }
 
 class Loader {
@@ -238,7 +270,8 @@ class Loader {
 
   Source resolve(const std::string& canonical) {
     Source s = resolve_name(canonical);
-    if (canonical == "pos_embedding.weight") s.row_offset = c_.position_offset;
+    if (canonical == "pos_embedding.weight" || canonical == "tgt_pos_embedding.weight")
+      s.row_offset = c_.position_offset;
     return s;
   }
 
@@ -264,6 +297,7 @@ class Loader {
       file_shape = {shape[1], shape[0] * parts};
     else if (!file_shape.empty())
       file_shape[0] = file_shape[0] * parts + src.row_offset;
+    if (src.one_row) file_shape.insert(file_shape.begin(), 1);
     const bool first_use = used_.insert(src.name).second;  // a packed tensor is read 3 times
     const TensorInfo* t = file_.find(src.name);
     // With an explicit map, say which canonical tensor the file name was mapped from.
@@ -403,7 +437,8 @@ class Loader {
       case Preset::HuggingfaceBert:
       case Preset::HuggingfaceRoberta:
       case Preset::HuggingfaceDistilbert:
-      case Preset::HuggingfaceGpt2: return hf_preset(hf_family(c_.preset), hf_prefix_, c_, parse(canonical));
+      case Preset::HuggingfaceGpt2:
+      case Preset::HuggingfaceBart: return hf_preset(hf_family(c_.preset), hf_prefix_, c_, parse(canonical));
       case Preset::Explicit: {
         auto it = map_.find(canonical);
         return {it == map_.end() ? canonical : it->second};
@@ -455,9 +490,16 @@ Weights load_weights(const ModelConfig& c, const std::string& path) {
       w.tgt_embedding = ld.take("tgt_embedding.weight", {c.tgt_vocab, d});
     }
   }
-  if (c.positions == PositionKind::Learned) w.positions = ld.take("pos_embedding.weight", {c.max_len, d});
+  const bool per_stack = is_hf(c.preset) && hf_family(c.preset).per_stack_embeddings;
+  if (c.positions == PositionKind::Learned) {
+    w.positions = ld.take("pos_embedding.weight", {c.max_len, d});
+    if (per_stack && dec) w.tgt_positions = ld.take("tgt_pos_embedding.weight", {c.max_len, d});
+  }
   if (c.type_vocab > 0) w.token_types = ld.take("type_embedding.weight", {c.type_vocab, d});
-  if (c.embedding_norm) w.embedding_norm = ld.norm("embedding_norm", d);
+  if (c.embedding_norm) {
+    w.embedding_norm = ld.norm("embedding_norm", d);
+    if (per_stack && dec) w.tgt_embedding_norm = ld.norm("tgt_embedding_norm", d);
+  }
   for (int i = 0; i < c.encoder_layers && enc; ++i) w.encoder.push_back(load_layer(ld, c, "encoder", i));
   for (int i = 0; i < c.decoder_layers && dec; ++i) w.decoder.push_back(load_layer(ld, c, "decoder", i));
   if (c.final_norm) {

@@ -96,6 +96,7 @@ void check_linear(Fn fn, int K, int N, const char* act, bool residual) {
 
 TEST(Linear, ReluK60N36) { check_linear(KERNEL(test_linear_relu), 60, 36, "relu", false); }
 TEST(Linear, GeluK17N100) { check_linear(KERNEL(test_linear_gelu), 17, 100, "gelu", false); }
+TEST(Linear, SiluK17N100) { check_linear(KERNEL(test_linear_silu), 17, 100, "silu", false); }
 TEST(Linear, TanhK60N60) { check_linear(KERNEL(test_linear_tanh), 60, 60, "tanh", false); }
 TEST(Linear, WholePanelsK40N192) { check_linear(KERNEL(test_linear_panels), 40, 192, "none", false); }
 TEST(Linear, ResidualK60N36) { check_linear(KERNEL(test_linear_residual), 60, 36, "none", true); }
@@ -167,8 +168,8 @@ TEST(LayerNorm, StandardC60) { check_layernorm(KERNEL(test_layernorm_standard), 
 TEST(LayerNorm, AnnotatedC60) { check_layernorm(KERNEL(test_layernorm_annotated), true); }
 
 template <typename Fn>
-void check_embedding(Fn fn, const std::string& positions, bool scale, int Y = 0) {
-  const int C = 60, V = 11, P = 40;
+void check_embedding(Fn fn, const std::string& positions, bool scale, int Y = 0, int C = 60) {
+  const int V = 11, P = 40;
   for (int offset : {0, 7}) {
     for (auto [B, T] : {std::pair{1, 1}, {2, 13}, {3, 5}}) {
       std::vector<int32_t> tok(size_t(B) * T);
@@ -190,6 +191,13 @@ void check_embedding(Fn fn, const std::string& positions, bool scale, int Y = 0)
   }
 }
 TEST(Embedding, SinusoidalScaledC60) { check_embedding(KERNEL(test_embedding_sinusoidal), "sinusoidal", true); }
+// Marian's layout (transformers' MarianSinusoidalPositionalEmbedding): sin half, cos half.
+TEST(Embedding, SinusoidalSplitScaledC60) {
+  check_embedding(KERNEL(test_embedding_sinusoidal_split), "sinusoidal_split", true);
+}
+TEST(Embedding, SinusoidalSplitScaledOddC45) {
+  check_embedding(KERNEL(test_embedding_sinusoidal_split_odd), "sinusoidal_split", true, 0, 45);
+}
 TEST(Embedding, LearnedUnscaledC60) { check_embedding(KERNEL(test_embedding_learned), "learned", false); }
 TEST(Embedding, LearnedWithTokenTypesC60) { check_embedding(KERNEL(test_embedding_types), "learned", false, 3); }
 

@@ -29,7 +29,13 @@ import numpy as np
 
 TOLERANCE = 1e-4
 VOCAB, HIDDEN, HEADS, FF, LAYERS, POSITIONS = 1003, 72, 3, 100, 2, 64
-SEED = {"bert": 1, "roberta": 2, "distilbert": 3, "gpt2": 4}
+SEED = {"bert": 1, "roberta": 2, "distilbert": 3, "gpt2": 4, "bart": 5, "marian": 6}
+# Encoder-decoders: 2 + 2 layers; generate()'s forced bos/eos and min_length are off (the
+# binary does neither; docs/import.md), so greedy tokens compare one for one.
+SEQ2SEQ = dict(vocab_size=VOCAB, d_model=HIDDEN, encoder_attention_heads=HEADS, decoder_attention_heads=HEADS,
+               encoder_ffn_dim=FF, decoder_ffn_dim=FF, encoder_layers=LAYERS, decoder_layers=LAYERS,
+               max_position_embeddings=POSITIONS, init_std=0.1, forced_bos_token_id=None,
+               forced_eos_token_id=None, min_length=0)
 
 
 def transformers_modules():
@@ -65,6 +71,15 @@ def make(family, out):
                                n_positions=POSITIONS, bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1,
                                initializer_range=0.1)
         model = tf.GPT2LMHeadModel(config)
+    elif family == "bart":
+        # BART's ids: bos 0, pad 1, eos 2; the decoder starts with eos (decoder_start_token_id 2)
+        config = tf.BartConfig(**SEQ2SEQ, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
+        model = tf.BartForConditionalGeneration(config)
+    elif family == "marian":
+        # Marian's: the decoder starts with pad; eos 0; swish, scaled embeddings, sinusoidal positions
+        config = tf.MarianConfig(**SEQ2SEQ, pad_token_id=VOCAB - 1, eos_token_id=0, decoder_start_token_id=VOCAB - 1,
+                                 activation_function="swish", scale_embedding=True)
+        model = tf.MarianMTModel(config)
     else:
         raise SystemExit(f"unknown family {family}")
     with torch.no_grad():
@@ -72,13 +87,20 @@ def make(family, out):
             if p.dim() == 1:  # LayerNorm scales around 1, every bias and shift around 0
                 base = 1.0 if name.endswith("weight") else 0.0
                 p.copy_(base + 0.1 * torch.randn_like(p))
+        if hasattr(model, "final_logits_bias"):  # a buffer (BART, Marian): random too
+            model.final_logits_bias.copy_(0.1 * torch.randn_like(model.final_logits_bias))
+            # eos within reach, so that some greedy and beam hypotheses end before the limit
+            model.final_logits_bias[0, config.eos_token_id] = EOS_BIAS[family]
+        if family == "marian":  # MarianMTModel's beam search never picks pad; keep it out of reach
+            model.final_logits_bias[0, config.pad_token_id] = -100.0
     model.eval()
     model.save_pretrained(out, safe_serialization=True)
     print(f"{family}: {type(model).__name__} saved to {out}")
 
 
-def run_binary(binary, weights, seqs, extra=()):
-    """Runs the binary on `seqs` (one batch); returns (json output, dumped tensors)."""
+def run_binary(binary, weights, seqs, extra=(), tgts=()):
+    """Runs the binary on `seqs` (one batch; `tgts`: teacher-forced decoder inputs);
+    returns (json output, dumped tensors)."""
     from safetensors.numpy import load_file
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -86,6 +108,8 @@ def run_binary(binary, weights, seqs, extra=()):
         cmd = [binary, "--weights", weights, "--json", "--dump", dump, *extra]
         for s in seqs:
             cmd += ["--src", " ".join(map(str, s))]
+        for t in tgts:
+            cmd += ["--tgt", " ".join(map(str, t))]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             raise SystemExit(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stderr}")
@@ -180,6 +204,75 @@ def compare_gpt2(hf_dir, binary):
     errors.check("gpt2")
 
 
+BEAM = 3
+EOS_BIAS = {"bart": 1.0, "marian": 2.5}
+
+
+def strip(tokens, config):
+    """generate()'s row without the padding after eos."""
+    if config.eos_token_id in tokens:
+        return tokens[:tokens.index(config.eos_token_id) + 1]
+    return tokens
+
+
+def compare_seq2seq(family, hf_dir, binary):
+    """Teacher-forced decoder logits vs .logits, greedy tokens vs generate(num_beams=1), and
+    beam hypotheses vs generate(num_beams=3, early_stopping=True, length_penalty=0): the
+    settings under which transformers' beam search is halformer's (docs/import.md)."""
+    import torch
+
+    tf = transformers_modules()
+    model = (tf.BartForConditionalGeneration if family == "bart" else tf.MarianMTModel).from_pretrained(hf_dir)
+    model.eval()
+    config = model.config
+    weights = os.path.join(hf_dir, "model.safetensors")
+    start, specials = config.decoder_start_token_id, {config.pad_token_id, config.eos_token_id, 0, 1, 2}
+    rng = np.random.default_rng(SEED[family])
+    errors = Errors()
+    new_tokens = 12
+    ended = [0, 0]  # greedy rows, beam hypotheses that end with eos before the limit
+    low = 3  # ordinary tokens: no pad, bos or eos inside a source or target
+    for label, seqs in input_sets(rng, low, VOCAB - 1).items():
+        seqs = [[t for t in s if t not in specials] or [low] for s in seqs]
+        # decoder inputs: the start token, then 0 to 9 ordinary tokens (lengths differ in a batch)
+        tgts = [[start] + rng.integers(low, VOCAB - 1, int(n)).tolist() for n in rng.integers(0, 10, len(seqs))]
+        _, dumped = run_binary(binary, weights, seqs, ["--max-new-tokens", "1"], tgts)
+        out, _ = run_binary(binary, weights, seqs, ["--max-new-tokens", str(new_tokens)])
+        beam, _ = run_binary(binary, weights, seqs, ["--max-new-tokens", str(new_tokens), "--beam", str(BEAM),
+                                                     "--length-penalty", "0"])
+        for b, (s, t) in enumerate(zip(seqs, tgts)):
+            ids = torch.tensor([s])
+            with torch.no_grad():
+                ref = model(input_ids=ids, decoder_input_ids=torch.tensor([t])).logits[0].numpy()
+                gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                                     do_sample=False, num_beams=1, min_length=0, forced_bos_token_id=None,
+                                     forced_eos_token_id=None)
+            # (Marian's pad column, -100 + small, would set the scale: left out)
+            keep = [v for v in range(ref.shape[1]) if family != "marian" or v != config.pad_token_id]
+            errors.add("decoder logits (dump logits vs .logits, teacher-forced)", dumped["logits"][b, :len(t)][:, keep],
+                       ref[:, keep])
+            want = strip(gen[0, 1:].tolist(), config)  # generate() starts with decoder_start_token_id
+            got = out["sequences"][b]["tokens"]
+            if got != want:
+                raise SystemExit(f"{family} {label}, source {s}: greedy tokens {got}, generate() gives {want}")
+            with torch.no_grad():
+                gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                                     do_sample=False, num_beams=BEAM, num_return_sequences=BEAM,
+                                     early_stopping=True, length_penalty=0.0, min_length=0,
+                                     forced_bos_token_id=None, forced_eos_token_id=None)
+            want = [strip(row[1:].tolist(), config) for row in gen]
+            got = [h["tokens"] for h in beam["sequences"][b]["hypotheses"]]
+            ended[0] += int(out["sequences"][b]["tokens"][-1:] == [config.eos_token_id])
+            ended[1] += sum(h[-1:] == [config.eos_token_id] for h in got)
+            if got != want:
+                raise SystemExit(f"{family} {label}, source {s}: beam hypotheses {got}, generate() gives {want}")
+        print(f"{family} {label}: {len(seqs)} source(s), lengths {[len(s) for s in seqs]}, decoder inputs "
+              f"{[len(t) for t in tgts]}; {new_tokens} greedy tokens identical to generate(num_beams=1), "
+              f"{BEAM} beam hypotheses identical to generate(num_beams={BEAM})")
+    print(f"{family}: {ended[0]} greedy rows and {ended[1]} beam hypotheses ended with eos")
+    errors.check(family)
+
+
 # ---------------------------------------------------------------- all-MiniLM-L6-v2
 def minilm_dir():
     try:
@@ -224,7 +317,7 @@ REFUSALS = {
                                 r'position_embedding_type: found "relative_key"'),
     "bert_is_decoder": ("bert", {"is_decoder": True}, r"is_decoder: found true"),
     "bert_cross_attention": ("bert", {"add_cross_attention": True}, r"add_cross_attention: found true"),
-    "bert_activation": ("bert", {"hidden_act": "silu"}, r'hidden_act: found "silu"'),
+    "bert_activation": ("bert", {"hidden_act": "quick_gelu"}, r'hidden_act: found "quick_gelu"'),
     "bert_pruned_heads": ("bert", {"pruned_heads": {"0": [1]}}, r"pruned_heads: found"),
     "bert_masked_lm": ("bert", {"architectures": ["BertForMaskedLM"]}, r'architectures: found \["BertForMaskedLM"\]'),
     "bert_unknown_field": ("bert", {"rotary_dim": 8}, r"rotary_dim: found 8; this field is not known"),
@@ -241,8 +334,17 @@ REFUSALS = {
                                r"eos_token_id: token id 50256 is not < vocab_size 1003"),
     "model_type_t5": ("bert", {"model_type": "t5"}, r'model_type: found "t5"; not supported yet'),
     "model_type_llama": ("bert", {"model_type": "llama"}, r'model_type: found "llama"; not supported yet'),
-    "model_type_bart": ("bert", {"model_type": "bart"}, r'model_type: found "bart"; not supported yet'),
-    "model_type_marian": ("bert", {"model_type": "marian"}, r'model_type: found "marian"; not supported yet'),
+    "model_type_mbart": ("bert", {"model_type": "mbart"}, r'model_type: found "mbart"; not supported yet'),
+    "bart_heads_differ": ("bart", {"decoder_attention_heads": 6},
+                          r"decoder_attention_heads: found 6; differs from encoder_attention_heads 3"),
+    "bart_ffn_differs": ("bart", {"decoder_ffn_dim": 64}, r"decoder_ffn_dim: found 64; differs from encoder_ffn_dim"),
+    "bart_untied": ("bart", {"tie_word_embeddings": False}, r"tie_word_embeddings: found false"),
+    "bart_pre_norm": ("bart", {"normalize_before": True}, r"normalize_before: found true"),
+    "marian_separate_embeddings": ("marian", {"share_encoder_decoder_embeddings": False},
+                                   r"share_encoder_decoder_embeddings: found false"),
+    "marian_decoder_vocab": ("marian", {"decoder_vocab_size": 2000},
+                             r"decoder_vocab_size: found 2000; differs from vocab_size 1003"),
+    "marian_layernorm_embedding": ("marian", {"normalize_embedding": True}, r"normalize_embedding: found true"),
     "model_type_unknown": ("bert", {"model_type": "wavenet"}, r'model_type: found "wavenet"; supported: bert'),
     "missing_config": ("bert", "no-config", r"config.json: no such file"),
     "not_a_directory": ("bert", "not-a-dir", r"not a directory"),
@@ -321,6 +423,8 @@ def main(argv):
     elif cmd == "compare" and len(argv) == 5:
         if argv[2] == "gpt2":
             compare_gpt2(argv[3], argv[4])
+        elif argv[2] in ("bart", "marian"):
+            compare_seq2seq(argv[2], argv[3], argv[4])
         else:
             compare_encoder(argv[2], argv[3], argv[4])
     elif cmd == "minilm-import" and len(argv) == 4:

@@ -19,6 +19,7 @@ inline double activate(const std::string& act, double v) {
   if (act == "relu") return v > 0 ? v : 0;
   if (act == "gelu") return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
   if (act == "tanh") return std::tanh(v);
+  if (act == "silu") return v / (1 + std::exp(-v));
   if (act == "gelu_tanh")
     return 0.5 * v * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
   return v;
@@ -86,7 +87,7 @@ inline Vec layer_norm(const Vec& x, const Vec& g, const Vec& beta, int M, int C,
   return y;
 }
 
-// tokens [B][T]; table [V][C]; positions: "sinusoidal" | "learned" (pos [P][C]) | "none";
+// tokens [B][T]; table [V][C]; positions: "sinusoidal" | "sinusoidal_split" | "learned" (pos [P][C]) | "none";
 // types [B][T] with type_table [Y][C] when type_table is non-empty
 inline Vec embedding(const std::vector<int32_t>& tokens, int B, int T, const Vec& table, int C,
                      bool scale, const std::string& positions, const Vec& pos, int pos_offset,
@@ -100,6 +101,10 @@ inline Vec embedding(const std::vector<int32_t>& tokens, int B, int T, const Vec
         if (positions == "sinusoidal") {
           double angle = p / std::pow(10000.0, double(c - c % 2) / C);
           e += (c % 2 == 0) ? std::sin(angle) : std::cos(angle);
+        } else if (positions == "sinusoidal_split") {  // Marian: sin half, then cos half
+          const int h = (C + 1) / 2, j = c < h ? c : c - h;
+          double angle = p / std::pow(10000.0, 2.0 * j / C);
+          e += float(c < h ? std::sin(angle) : std::cos(angle));
         } else if (positions == "learned") {
           e += pos[size_t(p) * C + c];
         }

@@ -272,7 +272,7 @@ TEST(Reporting, OmittedValueIsReportedAtItsKey) {
   ASSERT_EQ(r.diagnostics.size(), 1u) << all(r.diagnostics);
   EXPECT_EQ(
       r.diagnostics[0].str(),
-      "o.yaml:5:3: error: layer.activation: expected an activation, found nothing; allowed: relu, gelu, gelu_tanh");
+      "o.yaml:5:3: error: layer.activation: expected an activation, found nothing; allowed: relu, gelu, gelu_tanh, silu");
 }
 
 // ------------------------------------------------------------------ values and defaults
@@ -327,9 +327,9 @@ TEST(Values, EnumsRoundTripThroughToString) {
   round_trip<NormPlacement>("layer", "norm_placement", {NormPlacement::Post, NormPlacement::Pre},
                             &Spec::norm_placement);
   round_trip<NormKind>("layer", "norm_kind", {NormKind::Standard, NormKind::Annotated}, &Spec::norm_kind);
-  round_trip<Activation>("layer", "activation", {Activation::Relu, Activation::Gelu, Activation::GeluTanh},
+  round_trip<Activation>("layer", "activation", {Activation::Relu, Activation::Gelu, Activation::GeluTanh, Activation::Silu},
                          &Spec::activation);
-  round_trip<Positions>("embedding", "positions", {Positions::Sinusoidal, Positions::Learned, Positions::None},
+  round_trip<Positions>("embedding", "positions", {Positions::Sinusoidal, Positions::Learned, Positions::None, Positions::SinusoidalSplit},
                         &Spec::positions);
   round_trip<HeadKind>("head", "kind", {HeadKind::LogSoftmax, HeadKind::Softmax, HeadKind::Logits, HeadKind::Hidden},
                        &Spec::head);
@@ -337,7 +337,8 @@ TEST(Values, EnumsRoundTripThroughToString) {
   round_trip<WeightPreset>(
       "weights", "preset",
       {WeightPreset::TorchTransformer, WeightPreset::AnnotatedTransformer, WeightPreset::HuggingfaceBert,
-       WeightPreset::HuggingfaceRoberta, WeightPreset::HuggingfaceDistilbert, WeightPreset::HuggingfaceGpt2},
+       WeightPreset::HuggingfaceRoberta, WeightPreset::HuggingfaceDistilbert, WeightPreset::HuggingfaceGpt2,
+       WeightPreset::HuggingfaceBart},
       &Spec::preset);
   EXPECT_STREQ(to_string(Architecture::EncoderDecoder), "encoder_decoder");
   EXPECT_STREQ(to_string(Architecture::Encoder), "encoder");

@@ -145,7 +145,8 @@ struct Model {
 // Hugging Face activation names -> the spec's.
 std::optional<std::string> activation(const std::string& hf) {
   static const std::map<std::string, std::string> m = {
-      {"gelu", "gelu"}, {"gelu_new", "gelu_tanh"}, {"gelu_pytorch_tanh", "gelu_tanh"}, {"relu", "relu"}};
+      {"gelu", "gelu"}, {"gelu_new", "gelu_tanh"}, {"gelu_pytorch_tanh", "gelu_tanh"}, {"relu", "relu"},
+      {"silu", "silu"}, {"swish", "silu"}};
   auto it = m.find(hf);
   if (it == m.end()) return std::nullopt;
   return it->second;
@@ -155,7 +156,7 @@ void read_activation(Config& c, const std::string& key, const std::string& fallb
   if (auto a = activation(act))
     m.set("layer", "activation", *a, key + " '" + act + "'");
   else if (c.has(key))
-    c.refuse(key, "supported: gelu (erf), gelu_new / gelu_pytorch_tanh (tanh approximation), relu");
+    c.refuse(key, "supported: gelu (erf), gelu_new / gelu_pytorch_tanh (tanh approximation), relu, silu / swish");
 }
 
 // Head of a task class: classifier head (pooler + linear) or the base model's outputs.
@@ -308,6 +309,94 @@ void read_gpt2(Config& c, Model& m, Task) {
   m.set("tokens", "eos", *eos, "eos_token_id: generation stops there");
 }
 
+// ---- BART: an encoder-decoder, post-norm, one shared embedding (tied lm_head), learned
+// positions offset by 2 per stack, layernorm_embedding per stack, final_logits_bias.
+// Marian: the same modules and names, but sinusoidal positions in its half-split layout
+// (not in the file), no layernorm_embedding, swish, the decoder starting with pad.
+void read_bart_like(Config& c, Model& m, bool marian) {
+  const auto d = c.integer("d_model", 1024), vocab = c.integer("vocab_size", std::nullopt);
+  const auto eh = c.integer("encoder_attention_heads", 16), dh = c.integer("decoder_attention_heads", 16);
+  const auto ef = c.integer("encoder_ffn_dim", 4096), df = c.integer("decoder_ffn_dim", 4096);
+  const auto el = c.integer("encoder_layers", 12), dl = c.integer("decoder_layers", 12);
+  const auto positions = c.integer("max_position_embeddings", 1024);
+  const auto dropout = c.number("dropout", 0.1);
+  const bool scale = c.flag("scale_embedding", false);
+  if (eh && dh && *eh != *dh)
+    c.refuse("decoder_attention_heads", "differs from encoder_attention_heads " + std::to_string(*eh) +
+                                            "; the spec has one head count for both stacks");
+  if (ef && df && *ef != *df)
+    c.refuse("decoder_ffn_dim", "differs from encoder_ffn_dim " + std::to_string(*ef) +
+                                    "; the spec has one d_ff for both stacks");
+  if (d && eh && *d % *eh != 0) c.refuse("d_model", "not divisible by encoder_attention_heads " + std::to_string(*eh));
+  const std::string family = marian ? "Marian" : "BART";
+  read_activation(c, "activation_function", "gelu", m);
+  c.only("is_encoder_decoder", true, family + " is an encoder-decoder");
+  c.only("tie_word_embeddings", true, "an lm_head separate from the shared embedding is not supported");
+  // Fields of older configs that transformers 4.30's BART / Marian no longer read: accepted
+  // at the values that describe the model transformers builds, refused otherwise.
+  c.only("add_bias_logits", false, "transformers ignores it; a checkpoint that needs it is not " + family);
+  c.only("add_final_layer_norm", false, "a LayerNorm after each stack (mBART) is not what " + family + " computes");
+  c.only("normalize_before", false, "pre-norm layers (mBART) are not what " + family + " computes");
+  c.only("normalize_embedding", !marian,
+         marian ? "Marian has no layernorm_embedding" : "BART always applies layernorm_embedding");
+  c.only("static_position_embeddings", marian,
+         marian ? "Marian's positions are sinusoidal" : "sinusoidal positions are not what BART computes");
+  if (marian) {
+    c.only("share_encoder_decoder_embeddings", true,
+           "separate source and target embeddings (encoder/decoder.embed_tokens) are not supported");
+    if (auto dv = c.integer("decoder_vocab_size", std::nullopt, 1); dv && vocab && *dv != *vocab)
+      c.refuse("decoder_vocab_size", "differs from vocab_size " + std::to_string(*vocab) +
+                                         "; only one shared vocabulary is supported");
+    // Marian's decoder starts with decoder_start_token_id; bos_token_id and
+    // extra_pos_embeddings are not read by transformers' MarianMTModel.
+    for (const char* k : {"bos_token_id", "extra_pos_embeddings"}) c.used(k);
+  }
+  // num_hidden_layers is encoder_layers (an alias); layerdrop is training only.
+  for (const char* k : {"num_hidden_layers", "encoder_layerdrop", "decoder_layerdrop", "attention_dropout",
+                        "activation_dropout", "init_std", "classifier_dropout", "use_cache", "classif_dropout"})
+    c.used(k);
+  const auto pad = c.integer("pad_token_id", marian ? std::optional<int64_t>() : 1, 0);
+  const auto eos = c.integer("eos_token_id", marian ? 0 : 2, 0);
+  const auto start = c.integer("decoder_start_token_id", marian ? pad : std::optional<int64_t>(2), 0);
+  if (!d || !eh || !ef || !el || !dl || !vocab || !positions || !pad || !eos || !start) return;
+  m.d_model = *d, m.vocab = *vocab;
+  m.set("sizes", "d_model", *d, "d_model");
+  m.set("sizes", "heads", *eh, "encoder/decoder_attention_heads (head size " + std::to_string(*d / *eh) + ")");
+  m.set("sizes", "d_ff", *ef, "encoder/decoder_ffn_dim");
+  m.set("sizes", "encoder_layers", *el, "encoder_layers");
+  m.set("sizes", "decoder_layers", *dl, "decoder_layers");
+  m.set("sizes", "src_vocab", *vocab, "vocab_size");
+  m.set("sizes", "tgt_vocab", *vocab, "vocab_size (one shared table)");
+  m.set("sizes", "max_len", *positions, "max_position_embeddings (each stack's table has 2 more rows)");
+  m.set("layer", "norm_placement", "post", "LayerNorm(x + sublayer(x))");
+  m.set("layer", "norm_kind", "standard");
+  m.set("layer", "norm_eps", fmt_number(1e-5), family + "'s LayerNorms (torch's default; not in config.json)");
+  m.set("layer", "final_norm", "false");
+  if (dropout) m.set("layer", "dropout", fmt_number(*dropout), "dropout; identity at inference");
+  if (marian) {
+    m.set("embedding", "positions", "sinusoidal_split", "MarianSinusoidalPositionalEmbedding: sin half, cos half");
+  } else {
+    m.set("embedding", "positions", "learned", "encoder/decoder.embed_positions, one table per stack");
+    m.set("embedding", "position_offset", 2, "BartLearnedPositionalEmbedding's offset");
+  }
+  m.set("embedding", "scale", scale ? "true" : "false", "scale_embedding: times sqrt(d_model)");
+  m.set("embedding", "share_src_tgt", "true", "model.shared");
+  m.set("embedding", "share_tgt_output", "true", "lm_head is model.shared; final_logits_bias its bias");
+  if (marian)
+    m.set("embedding", "norm", "false", "no layernorm_embedding");
+  else
+    m.set("embedding", "norm", "true", "encoder/decoder.layernorm_embedding, one per stack");
+  m.set("attention", "causal", "true", "decoder self-attention");
+  m.set("attention", "padding_mask", "true", "padding known by length, like an attention mask");
+  m.set("head", "kind", "logits", "lm_head(x) + final_logits_bias");
+  m.set("decoding", "strategy", "greedy");
+  m.set("tokens", "pad", *pad, "pad_token_id");
+  m.set("tokens", "bos", *start, "decoder_start_token_id: the decoder's first token");
+  m.set("tokens", "eos", *eos, "eos_token_id: generation stops there");
+}
+void read_bart(Config& c, Model& m, Task) { read_bart_like(c, m, false); }
+void read_marian(Config& c, Model& m, Task) { read_bart_like(c, m, true); }
+
 const std::vector<FamilyInfo>& families() {
   static const std::vector<FamilyInfo> f = {
       {"bert", "huggingface-bert", "encoder",
@@ -319,6 +408,9 @@ const std::vector<FamilyInfo>& families() {
       {"distilbert", "huggingface-distilbert", "encoder", {{"DistilBertModel", Task::Base}},
        "embeddings.word_embeddings.weight", read_distilbert},
       {"gpt2", "huggingface-gpt2", "decoder", {{"GPT2LMHeadModel", Task::Base}}, "wte.weight", read_gpt2},
+      {"bart", "huggingface-bart", "encoder_decoder", {{"BartForConditionalGeneration", Task::Base}}, "shared.weight",
+       read_bart},
+      {"marian", "huggingface-bart", "encoder_decoder", {{"MarianMTModel", Task::Base}}, "shared.weight", read_marian},
   };
   return f;
 }
@@ -329,7 +421,7 @@ const std::map<std::string, std::string>& planned() {
       {"t5", "relative position buckets"},        {"mt5", "relative position buckets"},
       {"llama", "RMSNorm, rotary positions, SwiGLU"}, {"mistral", "RMSNorm, rotary positions, SwiGLU"},
       {"qwen2", "RMSNorm, rotary positions, SwiGLU"}, {"gemma", "RMSNorm, rotary positions, GeGLU"},
-      {"bart", "an encoder-decoder with learned positions offset by 2"}, {"marian", "an encoder-decoder"},
+
       {"mbart", "an encoder-decoder"},             {"gpt_neox", "rotary positions, parallel residual"},
       {"gptj", "rotary positions, parallel residual"}, {"opt", "positions offset by 2"},
       {"xlm-roberta", "RoBERTa names under xlm-roberta"}, {"albert", "shared layers, factorised embeddings"},
@@ -528,7 +620,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& order() {
       {"sizes", {"d_model", "heads", "d_ff", "encoder_layers", "decoder_layers", "src_vocab", "tgt_vocab", "type_vocab",
                  "max_len"}},
       {"layer", {"norm_placement", "norm_kind", "norm_eps", "final_norm", "activation", "dropout"}},
-      {"embedding", {"positions", "position_offset", "scale", "share_tgt_output", "norm"}},
+      {"embedding", {"positions", "position_offset", "scale", "share_src_tgt", "share_tgt_output", "norm"}},
       {"attention", {"causal", "padding_mask"}},
       {"head", {"kind", "pooling", "pooler", "num_classes", "normalize"}},
       {"tokens", {"pad", "bos", "eos"}},
@@ -714,6 +806,11 @@ Imported import_directory(const std::string& dir_arg, const std::string& name) {
       "  halformer build <this spec> -o DIR",
       "  DIR/" + name + " --weights " + out.weights + " --src \"...token ids...\"",
   };
+  // Generation defaults that change generate()'s tokens but are not applied (docs/import.md).
+  for (const char* k : {"forced_bos_token_id", "forced_eos_token_id"})
+    if (m.architecture == "encoder_decoder" && c.has(k))
+      header.push_back(std::string(k) + " " + c.raw().at(k).dump() +
+                       " (a generate() default) is not applied: halformer never forces a token");
   if (fs::exists(model_dir / "vocab.txt", ec) && m.architecture == "encoder")
     header.push_back("  DIR/" + name + " --weights " + out.weights + " --vocab " +
                      fs::absolute(model_dir / "vocab.txt").lexically_normal().string() + " --text \"...\"");

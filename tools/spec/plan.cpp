@@ -231,6 +231,7 @@ const char* preset_enum(WeightPreset p) {
     case WeightPreset::HuggingfaceRoberta: return "HuggingfaceRoberta";
     case WeightPreset::HuggingfaceDistilbert: return "HuggingfaceDistilbert";
     case WeightPreset::HuggingfaceGpt2: return "HuggingfaceGpt2";
+    case WeightPreset::HuggingfaceBart: return "HuggingfaceBart";
     default: return "Explicit";
   }
 }
@@ -238,6 +239,7 @@ const char* position_enum(Positions p) {
   switch (p) {
     case Positions::Sinusoidal: return "Sinusoidal";
     case Positions::Learned: return "Learned";
+    case Positions::SinusoidalSplit: return "SinusoidalSplit";
     default: return "None";
   }
 }

@@ -50,12 +50,14 @@ const Names<NormKind>& names(NormKind) {
 }
 const Names<Activation>& names(Activation) {
   static const Names<Activation> n{
-      {Activation::Relu, "relu"}, {Activation::Gelu, "gelu"}, {Activation::GeluTanh, "gelu_tanh"}};
+      {Activation::Relu, "relu"}, {Activation::Gelu, "gelu"}, {Activation::GeluTanh, "gelu_tanh"},
+      {Activation::Silu, "silu"}};
   return n;
 }
 const Names<Positions>& names(Positions) {
   static const Names<Positions> n{
-      {Positions::Sinusoidal, "sinusoidal"}, {Positions::Learned, "learned"}, {Positions::None, "none"}};
+      {Positions::Sinusoidal, "sinusoidal"}, {Positions::Learned, "learned"}, {Positions::None, "none"},
+      {Positions::SinusoidalSplit, "sinusoidal_split"}};
   return n;
 }
 const Names<HeadKind>& names(HeadKind) {
@@ -83,6 +85,7 @@ const Names<WeightPreset>& names(WeightPreset) {
                                      {WeightPreset::HuggingfaceRoberta, "huggingface-roberta"},
                                      {WeightPreset::HuggingfaceDistilbert, "huggingface-distilbert"},
                                      {WeightPreset::HuggingfaceGpt2, "huggingface-gpt2"},
+                                     {WeightPreset::HuggingfaceBart, "huggingface-bart"},
                                      {WeightPreset::Explicit, "explicit"}};
   return n;
 }
@@ -855,8 +858,11 @@ std::vector<Diagnostic> check_supported(const Spec& s) {
   if (s.preset == WeightPreset::AnnotatedTransformer && s.architecture != Architecture::EncoderDecoder)
     unsupported("weights.preset", "preset 'annotated-transformer' for architecture " + quoted(name_of(s.architecture)));
   for (WeightPreset p : {WeightPreset::HuggingfaceBert, WeightPreset::HuggingfaceRoberta,
-                         WeightPreset::HuggingfaceDistilbert, WeightPreset::HuggingfaceGpt2}) {
-    const Architecture family = p == WeightPreset::HuggingfaceGpt2 ? Architecture::Decoder : Architecture::Encoder;
+                         WeightPreset::HuggingfaceDistilbert, WeightPreset::HuggingfaceGpt2,
+                         WeightPreset::HuggingfaceBart}) {
+    const Architecture family = p == WeightPreset::HuggingfaceGpt2   ? Architecture::Decoder
+                                : p == WeightPreset::HuggingfaceBart ? Architecture::EncoderDecoder
+                                                                     : Architecture::Encoder;
     if (s.preset == p && s.architecture != family)
       unsupported("weights.preset",
                   "preset " + quoted(name_of(p)) + " for architecture " + quoted(name_of(s.architecture)));

@@ -17,8 +17,8 @@ namespace halformer {
 enum class Architecture { EncoderDecoder, Encoder, Decoder };
 enum class NormPlacement { Post, Pre };          // LayerNorm(x + f(x))  vs  x + f(LayerNorm(x))
 enum class NormKind { Standard, Annotated };     // biased var, eps in sqrt | unbiased std, eps added to std
-enum class Activation { Relu, Gelu, GeluTanh };
-enum class Positions { Sinusoidal, Learned, None };
+enum class Activation { Relu, Gelu, GeluTanh, Silu };
+enum class Positions { Sinusoidal, Learned, None, SinusoidalSplit };
 enum class HeadKind { LogSoftmax, Softmax, Logits, Classifier, Embedding, Hidden };
 enum class Pooling { Cls, Mean };
 enum class Pooler { None, DenseTanh };           // BERT's pooler before a classifier
@@ -30,6 +30,7 @@ enum class WeightPreset {
   HuggingfaceRoberta,
   HuggingfaceDistilbert,
   HuggingfaceGpt2,
+  HuggingfaceBart,
   Explicit
 };
 enum class Precision { Fp32, Bf16 };

@@ -29,7 +29,7 @@ using PoolFn = int (*)(halide_buffer_t* x, halide_buffer_t* valid, halide_buffer
 
 enum class Arch { EncoderDecoder, Encoder, Decoder };
 enum class HeadOutput { LogSoftmax, Softmax, Logits, Classifier, Embedding, Hidden };
-enum class PositionKind { Sinusoidal, Learned, None };
+enum class PositionKind { Sinusoidal, Learned, None, SinusoidalSplit };
 enum class Preset {
   TorchTransformer,
   AnnotatedTransformer,
@@ -37,6 +37,7 @@ enum class Preset {
   HuggingfaceRoberta,
   HuggingfaceDistilbert,
   HuggingfaceGpt2,
+  HuggingfaceBart,
   Explicit
 };
 
@@ -93,7 +94,7 @@ struct KernelTable {
 // A built model as a value: what the generated <name>_model.cpp exports, under a name
 // derived from the model's (extern "C" halformer_model_<name>(), see model.h), so that
 // any number of models link into one program.
-constexpr int kDescriptorVersion = 2;  // bumped when ModelConfig / KernelTable change
+constexpr int kDescriptorVersion = 3;  // bumped when ModelConfig / KernelTable change
 struct ModelDescriptor {
   int version;              // kDescriptorVersion of the halformer that generated it
   const ModelConfig* config;

@@ -31,6 +31,10 @@ struct Weights {
   std::vector<float> positions;                     // [max_len][d], learned only
   std::vector<float> token_types;                   // [type_vocab][d]
   NormWeights embedding_norm;
+  // The decoder's own position table and embedding norm (BART, Marian: each stack has
+  // its own); empty: the decoder uses `positions` and `embedding_norm` as the encoder.
+  std::vector<float> tgt_positions;
+  NormWeights tgt_embedding_norm;
   std::vector<LayerWeights> encoder, decoder;
   NormWeights encoder_norm, decoder_norm;           // final_norm only
   LinearWeights generator, pooler, classifier;
