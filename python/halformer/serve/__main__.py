@@ -1,0 +1,5 @@
+import sys
+
+from halformer.serve import main
+
+sys.exit(main())

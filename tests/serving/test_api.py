@@ -1,0 +1,275 @@
+"""tritonclient HTTP and gRPC against a real `python -m halformer.serve`: every kind equals
+the Python API bit for bit; concurrent clients are batched (Triton's statistics) with
+results unchanged; bad requests get errors naming the problem and the server keeps serving."""
+import concurrent.futures as cf
+import json
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+import tritonclient.grpc as tg
+import tritonclient.http as th
+from tritonclient.utils import InferenceServerException
+
+import halformer
+from conftest import MINILM_DIR, REVERSE_DIR, REVERSE_WEIGHTS, minilm_files
+
+SOURCES = [[3, 7, 1, 9], [5, 4, 3], [1, 2, 3, 4, 5, 6, 7, 8], [13], [2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2]]
+GEN_OPTIONS = [{}, {"max_new_tokens": 3}, {"sampling_topk": 0, "sampling_temperature": 0.8, "seed": 7}]
+TEXTS = ["A man is eating food.", "Someone is eating a meal.", "The stock market fell.", "héllo wörld ☃",
+         " ".join(["word"] * 600)]  # 600 words: truncated at max_seq_length (256 tokens), as the API does
+ID_ROWS = [[101, 7592, 2088, 102], [101, 1037, 2158, 2003, 5983, 2833, 1012, 102], [101, 102]]
+
+
+@pytest.fixture(scope="module")
+def server(server_factory):
+    # a 20 ms queue delay makes the batching test's batches certain on a loaded machine
+    return server_factory(delay_us=20000, max_batch=16)
+
+
+@pytest.fixture(scope="module")
+def api():
+    w, v = minilm_files()
+    return dict(reverse=halformer.Model(REVERSE_DIR, weights=REVERSE_WEIGHTS, threads=1),
+                embed=halformer.SentenceEmbedder(MINILM_DIR, w, v, threads=1),
+                pooled=halformer.Model(MINILM_DIR, weights=w, threads=1))
+
+
+_open = {}
+
+
+def clients(server):
+    """One HTTP and one gRPC client per server, closed before the server stops (open
+    connections would hold up Triton's shutdown)."""
+    if id(server) not in _open:
+        _open[id(server)] = [("http", th, th.InferenceServerClient(server.http)),
+                             ("grpc", tg, tg.InferenceServerClient(server.grpc))]
+    return _open[id(server)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def close_clients(server):
+    yield
+    for _, _, c in _open.pop(id(server), []):
+        c.close()
+
+
+def ids_input(mod, ids, name="INPUT_IDS", dtype=np.int32, triton_type="INT32"):
+    a = np.asarray(ids, dtype=dtype)
+    if a.ndim == 1:
+        a = a[None, :]
+    i = mod.InferInput(name, list(a.shape), triton_type)
+    i.set_data_from_numpy(a)
+    return i
+
+
+def text_input(mod, texts, name="TEXT"):
+    a = np.array([[t if isinstance(t, bytes) else t.encode("utf-8")] for t in texts], dtype=object)
+    i = mod.InferInput(name, list(a.shape), "BYTES")
+    i.set_data_from_numpy(a)
+    return i
+
+
+def out(mod, name):
+    return [mod.InferRequestedOutput(name, binary_data=True)] if mod is th else [mod.InferRequestedOutput(name)]
+
+
+def generate(mod, c, src, **params):
+    r = c.infer("reverse", [ids_input(mod, src)], outputs=out(mod, "OUTPUT_IDS"), parameters=params or None)
+    return r.as_numpy("OUTPUT_IDS")
+
+
+def test_generate_equals_python_api(server, api):
+    for proto, mod, c in clients(server):
+        for opts in GEN_OPTIONS:
+            for src in SOURCES:
+                got = generate(mod, c, src, **opts)
+                want = api["reverse"].generate([src], **opts)[0]
+                assert got.dtype == np.int32 and got.shape == (1, len(want)), (proto, src, opts, got)
+                assert got[0].tolist() == want, (proto, src, opts)
+    assert generate(th, clients(server)[0][2], [3, 7, 1, 9]).tolist() == [[9, 1, 7, 3, 15]]
+
+
+def test_embed_text_equals_python_api(server, api):
+    want = [api["embed"].encode([t])[0] for t in TEXTS]
+    assert np.array_equal(api["embed"].encode(TEXTS), np.stack(want))  # the API batched = one by one
+    for proto, mod, c in clients(server):
+        for t, w in zip(TEXTS, want):
+            r = c.infer("minilm", [text_input(mod, [t])], outputs=out(mod, "EMBEDDING"))
+            got = r.as_numpy("EMBEDDING")
+            assert got.dtype == np.float32 and got.shape == (1, 384)
+            assert np.array_equal(got[0], w), (proto, t[:40])
+        # several texts in one request: rows in order
+        r = c.infer("minilm", [text_input(mod, TEXTS)], outputs=out(mod, "EMBEDDING"))
+        assert np.array_equal(r.as_numpy("EMBEDDING"), np.stack(want)), proto
+
+
+def test_embed_text_json_output(server, api):
+    """Plain JSON (curl-style, no binary outputs): the floats round-trip exactly to float32."""
+    body = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1, 1], "data": [TEXTS[0]]}]}
+    req = urllib.request.Request(f"http://{server.http}/v2/models/minilm/infer", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    r = json.loads(urllib.request.urlopen(req, timeout=60).read())
+    got = np.asarray(r["outputs"][0]["data"], dtype=np.float32)
+    assert r["outputs"][0]["name"] == "EMBEDDING" and r["outputs"][0]["shape"] == [1, 384]
+    assert np.array_equal(got, api["embed"].encode([TEXTS[0]])[0])
+
+
+def test_pooled_equals_python_api(server, api):
+    for proto, mod, c in clients(server):
+        for row in ID_ROWS:
+            r = c.infer("minilm_pooled", [ids_input(mod, row)], outputs=out(mod, "OUTPUT"))
+            got = r.as_numpy("OUTPUT")
+            assert got.dtype == np.float32 and got.shape == (1, 384)
+            assert np.array_equal(got[0], api["pooled"].pooled([row])[0]), (proto, row)
+
+
+def batch_counts(server, model):
+    s = json.loads(urllib.request.urlopen(f"http://{server.http}/v2/models/{model}/stats", timeout=10).read())
+    return {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in s["model_stats"][0].get("batch_stats", [])}
+
+
+def test_concurrent_clients_are_batched(server, api):
+    """16 client threads send at once (a barrier per round), 3 rounds per model: with the
+    test server's 20 ms queue delay Triton batches them; each result still equals the API's."""
+    import threading
+    models = ("reverse", "minilm", "minilm_pooled")
+    before = {m: batch_counts(server, m) for m in models}
+    n_clients, rounds = 16, 3
+    barrier = threading.Barrier(n_clients)
+    failures = []
+
+    def client(c):
+        cl = tg.InferenceServerClient(server.grpc) if c % 2 else th.InferenceServerClient(server.http)
+        mod = tg if c % 2 else th
+        cl.is_server_live()  # connected before the first round
+        for r in range(rounds):
+            for model in models:
+                k = c + r * n_clients
+                barrier.wait(timeout=120)
+                try:
+                    if model == "reverse":
+                        x = SOURCES[k % len(SOURCES)]
+                        ok = generate(mod, cl, x)[0].tolist() == api["reverse"].generate([x])[0]
+                    elif model == "minilm":
+                        x = TEXTS[k % 4]  # the short texts
+                        got = cl.infer(model, [text_input(mod, [x])], outputs=out(mod, "EMBEDDING")).as_numpy("EMBEDDING")
+                        ok = np.array_equal(got[0], api["embed"].encode([x])[0])
+                    else:
+                        x = ID_ROWS[k % len(ID_ROWS)]
+                        got = cl.infer(model, [ids_input(mod, x)], outputs=out(mod, "OUTPUT")).as_numpy("OUTPUT")
+                        ok = np.array_equal(got[0], api["pooled"].pooled([x])[0])
+                    if not ok:
+                        failures.append((model, c, r, "differs from the Python API"))
+                except Exception as e:
+                    failures.append((model, c, r, str(e)))
+        cl.close()
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(n_clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=240)
+    assert not any(t.is_alive() for t in threads)
+    assert failures == []
+    for m in models:
+        after = batch_counts(server, m)
+        new = {b: n - before[m].get(b, 0) for b, n in after.items() if n > before[m].get(b, 0)}
+        print(m, "batch sizes (size: count) during the concurrent run:", dict(sorted(new.items())))
+        assert sum(b * n for b, n in new.items()) == n_clients * rounds, (m, new)
+        assert max(new) > 1, (m, new)
+
+
+def expect_error(fn, *fragments):
+    with pytest.raises(InferenceServerException) as e:
+        fn()
+    msg = str(e.value)
+    for f in fragments:
+        assert f in msg, (f, msg)
+    return msg
+
+
+def test_bad_requests_then_good(server, api):
+    """Each bad request gets an error naming the problem; a good request right after works."""
+    tried = 0
+    for proto, mod, c in clients(server):
+        def good():
+            assert generate(mod, c, [3, 7, 1, 9])[0].tolist() == [9, 1, 7, 3, 15]
+            r = c.infer("minilm", [text_input(mod, ["ok"])], outputs=out(mod, "EMBEDDING"))
+            assert r.as_numpy("EMBEDDING").shape == (1, 384)
+
+        bad = [
+            (lambda: c.infer("reverse", [ids_input(mod, [1, 2], name="IDS")]), ["IDS"]),
+            (lambda: c.infer("minilm", [ids_input(mod, [1, 2], name="INPUT_IDS")]), ["INPUT_IDS"]),
+            (lambda: c.infer("reverse", [ids_input(mod, [1.0, 2.0], dtype=np.float32, triton_type="FP32")]), ["FP32"]),
+            (lambda: c.infer("reverse", [ids_input(mod, [1, 2], dtype=np.int64, triton_type="INT64")]), ["INT64"]),
+            (lambda: c.infer("minilm", [ids_input(mod, [[1, 2]], name="TEXT")]), ["TEXT"]),
+            (lambda: c.infer("reverse", [ids_input(mod, [[[1, 2]]])]), ["INPUT_IDS", "shape"]),
+            (lambda: c.infer("minilm", [text_input(mod, [b"a"])], outputs=out(mod, "NOPE")), ["NOPE"]),
+            (lambda: c.infer("nosuchmodel", [ids_input(mod, [1])]), ["nosuchmodel"]),
+            (lambda: c.infer("reverse", [ids_input(mod, [3, 7, 16])]), ["INPUT_IDS[0][2] = 16", "vocabulary [0, 16)"]),
+            (lambda: c.infer("reverse", [ids_input(mod, [3, -1])]), ["= -1", "vocabulary"]),
+            (lambda: c.infer("minilm_pooled", [ids_input(mod, [101, 40000])]), ["40000", "vocabulary [0, 30522)"]),
+            (lambda: c.infer("reverse", [ids_input(mod, np.zeros((1, 0), np.int32))]), ["empty"]),
+            (lambda: c.infer("reverse", [ids_input(mod, [[1, 2], [3, 4]])]), ["one sequence per request"]),
+            (lambda: c.infer("reverse", [ids_input(mod, [1] * 65)]), ["65 tokens", "max_len 64"]),
+            (lambda: c.infer("minilm", [text_input(mod, [b"x" * 5000])]), ["5000 bytes", "max_text_bytes 4096"]),
+            (lambda: c.infer("minilm", [text_input(mod, [b"\xff\xfe"])]), ["UTF-8"]),
+            (lambda: generate(mod, c, [3, 7], max_new_tokens=1000), ["max_new_tokens 1000"]),
+            (lambda: generate(mod, c, [3, 7], max_new_tokens="many"), ["max_new_tokens", "integer"]),
+            (lambda: generate(mod, c, [3, 7], sampling_topp=2.5), ["sampling_topp"]),
+        ]
+        for fn, fragments in bad:
+            msg = expect_error(fn, *fragments)
+            assert ("[400]" in msg) or ("INVALID_ARGUMENT" in msg) or ("NOT_FOUND" in msg) or ("[404]" in msg), msg
+            print(f"{proto}: {msg[:160]}")
+            good()
+            tried += 1
+    # malformed JSON and a wrong body straight over HTTP
+    for body in (b"{not json", b'{"inputs": 3}', b'{"inputs":[{"name":"INPUT_IDS","datatype":"INT32","shape":[1,2],"data":[1]}]}'):
+        req = urllib.request.Request(f"http://{server.http}/v2/models/reverse/infer", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req, timeout=30)
+        err = json.loads(e.value.read())["error"]
+        print(f"http {e.value.code}: {body[:40]!r}: {err[:160]}")
+        assert e.value.code in (400, 500) and err
+        assert generate(th, clients(server)[0][2], [3, 7, 1, 9])[0].tolist() == [9, 1, 7, 3, 15]
+        tried += 1
+    print("bad requests tried:", tried)
+
+
+def test_bad_request_in_a_batch_fails_alone(server, api):
+    """Bad and good requests sent at once (so batched together): only the bad ones fail."""
+    import threading
+    before = batch_counts(server, "reverse")
+    n = 16
+    barrier, results = threading.Barrier(n), {}
+
+    def client(k):
+        c = th.InferenceServerClient(server.http)
+        c.is_server_live()
+        src = [3, 7, 99] if k % 4 == 0 else SOURCES[k % len(SOURCES)]
+        barrier.wait(timeout=60)
+        try:
+            results[k] = (src, generate(th, c, src)[0].tolist())
+        except InferenceServerException as e:
+            results[k] = (src, e)
+        c.close()
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert sorted(results) == list(range(n))
+    for k, (src, got) in results.items():
+        if 99 in src:
+            assert isinstance(got, InferenceServerException) and "INPUT_IDS[0][2] = 99" in str(got), got
+        else:
+            assert got == api["reverse"].generate([src])[0], (src, got)
+    after = batch_counts(server, "reverse")
+    new = {b: c - before.get(b, 0) for b, c in after.items() if c > before.get(b, 0)}
+    print("mixed bad/good batch sizes:", new)
+    assert max(new) > 1, new
