@@ -36,7 +36,11 @@ fi
 # tests (its python3-nltk/sklearn/scipy/pil imports come from Debian above);
 # --no-deps keeps pip from pulling PyPI's torch over Debian's.
 # The Python package (python/: nanobind, scikit-build-core + pathspec; packaging >= 23.2
-# for scikit-build-core) and its tests (pytest + pluggy, iniconfig).
+# for scikit-build-core) and its tests (pytest + pluggy, iniconfig). Serving
+# (docs/serving.md): nvidia-pytriton (Triton Inference Server 2.51) and tritonclient
+# with the dependencies they import; left out on purpose: typer (pytriton's own CLI
+# only) and urllib3>=2 (declared by tritonclient, never imported; Debian's requests
+# needs urllib3 1.26).
 PIP_PINS=(halide==21.0.0 cmake==3.31.6 safetensors==0.4.5
           transformers==4.30.2 huggingface-hub==0.16.4 regex==2023.6.3 filelock==3.12.2
           tqdm==4.65.0 packaging==23.2
