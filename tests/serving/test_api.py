@@ -273,3 +273,32 @@ def test_bad_request_in_a_batch_fails_alone(server, api):
     new = {b: c - before.get(b, 0) for b, c in after.items() if c > before.get(b, 0)}
     print("mixed bad/good batch sizes:", new)
     assert max(new) > 1, new
+
+
+def test_huge_body_and_disconnects_then_good(server):
+    """A raw 8 MB HTTP body gets a 4xx/5xx error; clients that close mid-body or before
+    reading the response do not stop the server: a correct request right after works."""
+    import socket
+    host, port = server.http.rsplit(":", 1)
+    data = [1] * (2 * 1024 * 1024)  # ~8 MB of JSON, far over max_len
+    body = json.dumps({"inputs": [{"name": "INPUT_IDS", "datatype": "INT32", "shape": [1, len(data)], "data": data}]}).encode()
+    req = urllib.request.Request(f"http://{server.http}/v2/models/reverse/infer", data=body,
+                                 headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=60)
+    err = e.value.read()
+    print(f"http {e.value.code} for {len(body)} bytes: {err[:160]!r}")
+    assert e.value.code == 400 and b"max_len 64" in err, (e.value.code, err[:200])  # names the problem
+    c = clients(server)[0][2]
+    assert generate(th, c, [3, 7, 1, 9])[0].tolist() == [9, 1, 7, 3, 15]
+    good = json.dumps({"inputs": [{"name": "INPUT_IDS", "datatype": "INT32", "shape": [1, 4], "data": [3, 7, 1, 9]}]}).encode()
+    head = (f"POST /v2/models/reverse/infer HTTP/1.1\r\nHost: {server.http}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(good)}\r\n\r\n").encode()
+    for payload in (head + good[:10], head + good):  # partial body; full request, response never read
+        for _ in range(3):
+            s = socket.create_connection((host, int(port)), timeout=10)
+            s.sendall(payload)
+            s.close()
+    for proto, mod, cl in clients(server):
+        assert generate(mod, cl, [3, 7, 1, 9])[0].tolist() == [9, 1, 7, 3, 15], proto
+    assert server.proc.poll() is None
