@@ -77,10 +77,23 @@ def decodes(path=binary):
     return r.stdout if r.returncode == 0 else f"exit {r.returncode}: {r.stderr.strip()}"
 
 
+def session_processes(sid):
+    """Command lines of the processes still alive in session `sid`."""
+    alive = []
+    for pid in os.listdir("/proc"):
+        try:
+            if pid.isdigit() and os.getsid(int(pid)) == sid:
+                alive.append(open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            continue
+    return alive
+
+
 def interrupt_when(marker, sig=signal.SIGINT):
     """Starts a build; when a process whose command line contains `marker` (and the output
     directory) appears, sends `sig` to the whole build (as Ctrl-C does). Returns
-    (interrupted, build exit status)."""
+    (interrupted, build exit status). Checks that halformer exits only after the whole
+    build has (a re-run must never race the interrupted ninja)."""
     p = subprocess.Popen([HALFORMER, "build", spec, "-o", out], stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 120
@@ -92,7 +105,11 @@ def interrupt_when(marker, sig=signal.SIGINT):
                 cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
                 if marker(cmd) and os.getsid(int(pid)) == p.pid:
                     os.killpg(p.pid, sig)
-                    return True, p.wait()
+                    rc = p.wait()
+                    left = [c for c in session_processes(p.pid) if c]
+                    check(not left, "halformer exits only after the interrupted build's processes have"
+                          + ("" if not left else f"; still running: {left}"))
+                    return True, rc
             except (OSError, ProcessLookupError):
                 continue
         time.sleep(0.002)
@@ -134,9 +151,23 @@ try:
 
     # ---- 3. re-run to completion
     r = build()
-    check(r.returncode == 0, "re-run after the interrupt succeeds" + ("" if r.returncode == 0 else f": {r.stderr[-2000:]}"))
+    check(r.returncode == 0, "re-run after the interrupt succeeds" +
+          ("" if r.returncode == 0 else f": {r.stdout[-3000:]}\n{r.stderr[-2000:]}"))
     check(decodes() == "9 1 7 3 15\n", "rebuilt binary decodes")
     check(fingerprint(spec) == edited, "re-run: spec unchanged")
+
+    # ---- 3b. two builds into one directory at once: the second waits for the first
+    edit_spec(2)
+    first = subprocess.Popen([HALFORMER, "build", spec, "-o", out], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+    time.sleep(0.3)
+    r = build()
+    first_out = first.communicate(timeout=300)[0]
+    check(first.returncode == 0 and r.returncode == 0, "two concurrent builds into one directory both succeed"
+          + ("" if first.returncode == 0 and r.returncode == 0 else f": {first_out[-1500:]}\n{r.stdout[-1500:]}"))
+    check("waiting for it to finish" in r.stdout + first_out, "... one of them said it waits for the other")
+    check(decodes() == "9 1 7 3 15\n", "... and the binary decodes")
+    edited = edit_spec(4)
 
     # ---- 4. output paths that collide with the spec
     named = os.path.join(spec_dir, "reverse-tiny")  # DIR/<name> is the spec itself

@@ -7,6 +7,10 @@
 //   halformer import HF_DIR -o SPEC [--name N] [--force]   a spec from a Hugging Face
 //                                 model directory (tools/import; docs/import.md)
 #include <CLI/CLI.hpp>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,20 +50,67 @@ std::optional<Spec> load(const std::string& path, bool quiet_ok = false) {
   return r.spec;
 }
 
-std::string quote(const std::string& s) {
-  std::string r = "'";
-  for (char c : s) r += (c == '\'') ? std::string("'\\''") : std::string(1, c);
-  return r + "'";
-}
-
 std::error_code& ec_ignore() {
   static std::error_code ec;
   return ec;
 }
 
-int run(const std::string& cmd) {
-  int rc = std::system(cmd.c_str());
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 1;
+// Runs argv (no shell) and waits for it; stdout and stderr go to `log` when given.
+// Ctrl-C reaches the child through the terminal's process group; this process ignores it
+// while waiting, so it returns only once the child (ninja, after stopping its own jobs
+// and removing their partial outputs) has exited -- never with a build still running.
+int run(const std::vector<std::string>& argv, const std::string& log = "") {
+  struct sigaction ignore {}, old_int {}, old_quit {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  sigaction(SIGINT, &ignore, &old_int);
+  sigaction(SIGQUIT, &ignore, &old_quit);
+  std::cout << std::flush;
+  std::cerr << std::flush;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGQUIT, &old_quit, nullptr);
+    if (!log.empty()) {
+      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0) _exit(127);
+    }
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    std::fprintf(stderr, "halformer: cannot run %s: %s\n", args[0], std::strerror(errno));
+    _exit(127);
+  }
+  int status = 0;
+  if (pid < 0) {
+    std::cerr << "halformer: cannot start " << argv[0] << ": " << std::strerror(errno) << "\n";
+    status = -1;
+  } else {
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGQUIT, &old_quit, nullptr);
+  return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+// One build per output directory at a time. The lock is an flock on DIR/.halformer/lock,
+// inherited by the build's processes, so it stays held until the last of them exits
+// (even if this process is killed first); a second build waits for it.
+void lock_output_dir(const fs::path& proj) {
+  const std::string path = (proj / "lock").string();
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT, 0644);  // kept open until exit
+  if (fd < 0) {
+    std::cerr << "[halformer] warning: cannot open " << path << " (" << std::strerror(errno)
+              << "); not guarding against a concurrent build in this directory\n";
+    return;
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) == 0) return;
+  std::cout << "[halformer] another build is using " << proj.parent_path().string() << "; waiting for it to finish"
+            << std::endl;
+  while (flock(fd, LOCK_EX) < 0 && errno == EINTR) {
+  }
 }
 
 // ptxas, for the CUDA kernels' check (tools/ptxas_check.py, run by the build):
@@ -108,6 +159,7 @@ int build(const Spec& spec, const std::string& spec_path, const std::string& out
     }
   }
   fs::create_directories(proj);
+  lock_output_dir(proj);
   // Tuning database: say here what the plan step (run by CMake, output not shown) will do.
   std::string db_env;
   if (db_flag == "none")
@@ -151,20 +203,23 @@ int build(const Spec& spec, const std::string& spec_path, const std::string& out
   const std::string cmake = HALFORMER_CMAKE;
   fs::path bdir = proj / "build";
   if (!fs::exists(bdir / "build.ninja")) {
-    std::string cfg = quote(cmake) + " -S " + quote(proj.string()) + " -B " + quote(bdir.string()) +
-                      " -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_MAKE_PROGRAM=" +
-                      quote(HALFORMER_MAKE_PROGRAM) + " -DHalide_DIR=" + quote(HALFORMER_HALIDE_DIR) +
-                      " > " + quote((proj / "configure.log").string()) + " 2>&1";
+    const std::string log = (proj / "configure.log").string();
     std::cout << "[halformer] configuring " << spec.name << " in " << bdir.string() << std::endl;
-    if (run(cfg) != 0) {
-      std::cerr << "halformer build: configure failed; see " << (proj / "configure.log").string() << "\n";
-      std::ifstream log(proj / "configure.log");
-      std::cerr << log.rdbuf();
+    if (run({cmake, "-S", proj.string(), "-B", bdir.string(), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
+             std::string("-DCMAKE_MAKE_PROGRAM=") + HALFORMER_MAKE_PROGRAM,
+             std::string("-DHalide_DIR=") + HALFORMER_HALIDE_DIR},
+            log) != 0) {
+      std::cerr << "halformer build: configure failed; see " << log << "\n";
+      std::ifstream in(log);
+      std::cerr << in.rdbuf();
       return 1;
     }
   }
-  std::string b = quote(cmake) + " --build " + quote(bdir.string());
-  if (jobs > 0) b += " -j " + std::to_string(jobs);
+  // Ninja itself, not `cmake --build`: CMake exits on Ctrl-C at once, while ninja waits for
+  // its jobs and removes their partial outputs; waiting for ninja means a re-run never
+  // races the interrupted one.
+  std::vector<std::string> b = {HALFORMER_MAKE_PROGRAM, "-C", bdir.string()};
+  if (jobs > 0) b.insert(b.end(), {"-j", std::to_string(jobs)});
   if (run(b) != 0) {
     std::cerr << "halformer build: build of " << spec.name << " failed (see the messages above)\n";
     return 1;
