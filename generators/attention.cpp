@@ -10,6 +10,19 @@
 // row whose keys are all masked (a padded query) gives a uniform row instead of NaN.
 // Causal: key j is visible to query i iff j <= i + (Tk - Tq), so the same kernel serves
 // a full sequence (Tq == Tk) and incremental decoding (Tq new rows after a cache).
+//
+// Grouped-query attention (kv_group > 1): query head h reads key and value head
+// h / kv_group (Hugging Face's repeat_kv order), so a fused row holds H query heads and
+// H / kv_group key and value heads each, and so does the KV cache.
+// Rotary positions (rotary_dim > 0): queries and keys are rotated on read, at position
+// Tk - Tq + i (query i) and j (key j) -- the position in the cache, so the cache keeps
+// keys unrotated and a decode step needs no separate kernel. Feature pairs (c, c + R/2)
+// ("half", Llama / GPT-NeoX) or (2c, 2c + 1) ("interleaved", GPT-J) for c < R/2 turn by
+// pos * theta^(-2c/R); features from R on pass through. The angle is formed in float32
+// exactly as transformers forms it (inv_freq = 1 / theta^(2c/R), then pos * inv_freq).
+#include <cmath>
+#include <functional>
+
 #include "common.h"
 #include "schedules/cpu_rows.h"
 #include "schedules/gpu.h"
@@ -25,6 +38,10 @@ class Attention : public Generator<Attention> {
   GeneratorParam<int> k_head{"k_head", 4};
   GeneratorParam<int> v_head{"v_head", 8};
   GeneratorParam<bool> causal{"causal", false};
+  GeneratorParam<int> kv_group{"kv_group", 1};         // query heads per key/value head
+  GeneratorParam<int> rotary_dim{"rotary_dim", 0};     // 0: no rotary positions
+  GeneratorParam<float> rotary_theta{"rotary_theta", 10000.0f};
+  GeneratorParam<bool> rotary_interleaved{"rotary_interleaved", false};
   // Schedule knobs.
   GeneratorParam<int> vec{"vec", 16};
   GeneratorParam<int> tile_q{"tile_q", 8};  // queries per tile
@@ -37,19 +54,59 @@ class Attention : public Generator<Attention> {
   Output<Buffer<float, 4>> out{"out"};           // (head_dim, heads, Tq, B)
 
   void generate() {
-    const int H = heads, D = head_dim;
+    const int H = heads, D = head_dim, G = kv_group, R = rotary_dim;
     Var d("d"), h("h"), i("i"), j("j"), b("b");
     Expr Tq = q.dim(2).extent(), Tk = kv.dim(2).extent();
+    if (G < 1 || H % G != 0) throw std::invalid_argument("attention: kv_group must divide heads");
+    if (R < 0 || R > D || R % 2 != 0) throw std::invalid_argument("attention: rotary_dim must be even and <= head_dim");
+
+    // Rotary positions: x(d) of a query or key row at position `pos`, rotated. cos/sin of
+    // the angle per (frequency, position) as Funcs, so the CPU computes each once per call.
+    Func inv_freq("inv_freq"), rope_cos("rope_cos"), rope_sin("rope_sin");
+    Var f("f"), pos("pos");
+    {
+      Buffer<float> freqs(std::max(R / 2, 1), "rope_inv_freq");
+      for (int c = 0; c < R / 2; ++c)
+        freqs(c) = 1.0f / std::pow(float(rotary_theta), float(2 * c) / float(R));
+      inv_freq(f) = freqs(f);
+      Expr angle = cast<float>(pos) * inv_freq(f);
+      rope_cos(f, pos) = cos(angle);
+      rope_sin(f, pos) = sin(angle);
+    }
+    // rotate(x, d, pos): x is a function of the feature index (already bound to its row).
+    auto rotate = [&](const std::function<Expr(Expr)>& x, Expr dd, Expr p) -> Expr {
+      if (R == 0) return x(dd);
+      Expr fi, partner, sign;
+      if (rotary_interleaved) {
+        fi = dd / 2;
+        partner = select(dd % 2 == 0, x(min(dd + 1, D - 1)), x(max(dd - 1, 0)));
+        sign = select(dd % 2 == 0, -1.0f, 1.0f);
+      } else {
+        fi = select(dd < R / 2, dd, dd - R / 2);
+        partner = select(dd < R / 2, x(min(dd + R / 2, D - 1)), x(max(dd - R / 2, 0)));
+        sign = select(dd < R / 2, -1.0f, 1.0f);
+      }
+      Expr fc = clamp(fi, 0, std::max(R / 2 - 1, 0));
+      Expr rotated = x(dd) * rope_cos(fc, p) + sign * partner * rope_sin(fc, p);
+      return R == D ? rotated : select(dd < R, rotated, x(dd));
+    };
+    const Expr kv_h = h / G;  // the key/value head of query head h
 
     // Query rows past Tq belong to a partial tile and are discarded: clamp reads.
     Func qc("q_clamped");
-    qc(d, h, i, b) = q(d, q_head + h, min(i, Tq - 1), b);
+    {
+      Expr ic = min(i, Tq - 1);
+      qc(d, h, i, b) = rotate([&](Expr e) { return q(e, q_head + h, ic, b); }, d, Tk - Tq + ic);
+    }
     // Keys transposed per (head, batch) so the score loop vectorises over keys. On the
     // CPU they are first copied to a compact (d, j) block: gathering straight from kv's
     // rows, 3 * d_model floats apart, hits one cache set per row (4-KiB aliasing) and
     // made the transpose 90% of a decode step's attention.
     Func kc("k_compact"), kt("k_transposed");
-    kc(d, j, h, b) = kv(d, k_head + h, min(j, Tk - 1), b);  // whole key blocks: clamp reads
+    {
+      Expr jc = min(j, Tk - 1);  // whole key blocks: clamp reads
+      kc(d, j, h, b) = rotate([&](Expr e) { return kv(e, k_head + kv_h, jc, b); }, d, jc);
+    }
     kt(j, d, h, b) = kc(d, j, h, b);
 
     RDom rd(0, D, "rd");
@@ -75,7 +132,7 @@ class Attention : public Generator<Attention> {
     acc(d, h, i, b) = 0.0f;
     // Values, like keys, copied per (head, batch) into a compact block on the CPU.
     Func vc("v_compact");
-    vc(d, j, h, b) = kv(d, v_head + h, j, b);
+    vc(d, j, h, b) = kv(d, v_head + kv_h, j, b);
     acc(d, h, i, b) += p(rj, i, h, b) * vc(d, rj, h, b);
     Expr all_rows = acc(d, h, i, b) / row_sum(i, h, b);
 
@@ -86,14 +143,18 @@ class Attention : public Generator<Attention> {
     const float scale = 1.0f / std::sqrt(float(D));
     RDom rd1(0, D, "rd1");
     Func dot("dot"), s1("s1"), max1("max1"), p1("p1"), sum1("sum1"), acc1("acc1");
+    // With rotary positions, the query row and the keys rotated first (q1, k1).
+    Func q1("q1"), k1("k1");
+    q1(d, h, b) = rotate([&](Expr e) { return q(e, q_head + h, 0, b); }, d, Tk - 1);
+    k1(d, j, h, b) = rotate([&](Expr e) { return kv(e, k_head + h, j, b); }, d, j);
     dot(j, h, b) = 0.0f;
-    dot(j, h, b) += q(rd1, q_head + h, 0, b) * kv(rd1, k_head + h, j, b);
+    dot(j, h, b) += q1(rd1, h, b) * k1(rd1, j, kv_h, b);
     s1(j, h, b) = dot(j, h, b) * scale + key_mask(j, b);  // causal: every key j < Tk is visible
     max1(h, b) = maximum(s1(rj, h, b));
     p1(j, h, b) = exp(s1(j, h, b) - max1(h, b));
     sum1(h, b) = sum(p1(rj, h, b));
     acc1(d, h, b) = 0.0f;
-    acc1(d, h, b) += p1(rj, h, b) * kv(d, v_head + h, rj, b);
+    acc1(d, h, b) += p1(rj, h, b) * kv(d, v_head + kv_h, rj, b);
     Expr one_row = acc1(d, h, b) / sum1(h, b);
 
     const bool single_row_path = !get_target().has_gpu_feature() && !using_autoscheduler();
@@ -151,6 +212,10 @@ class Attention : public Generator<Attention> {
       return;
     }
     const int dvec = pow2_divisor(D, vec);
+    if (R > 0) {  // one table per call: Tk positions x R/2 frequencies
+      rope_cos.compute_root();
+      rope_sin.compute_root();
+    }
     Var io("io"), ii("ii"), hb("hb");
     {
       // Tq == 1: a task per (group of up to 4 heads, batch): scores, softmax and the V

@@ -1,20 +1,22 @@
 // layernorm: out(c, m) = gamma(c) * (x(c, m) - mean(m)) / spread(m) + beta(c)
 //   standard  (torch.nn.LayerNorm):        spread = sqrt(biased variance + eps)
 //   annotated (The Annotated Transformer): spread = unbiased std + eps
+//   rms       (RMSNorm, Llama):            out = gamma(c) * x(c, m) / sqrt(mean(x^2) + eps);
+//             no centring and no beta (the input is accepted and not read)
 #include "common.h"
 #include "schedules/gpu.h"
 
 namespace halformer {
 using namespace Halide;
 
-enum class NormKind { Standard, Annotated };
+enum class NormKind { Standard, Annotated, Rms };
 
 class LayerNorm : public Generator<LayerNorm> {
  public:
   GeneratorParam<int> channels{"channels", 64};
   GeneratorParam<float> eps{"eps", 1e-5f};
   GeneratorParam<NormKind> kind{"kind", NormKind::Standard,
-                                {{"standard", NormKind::Standard}, {"annotated", NormKind::Annotated}}};
+                                {{"standard", NormKind::Standard}, {"annotated", NormKind::Annotated}, {"rms", NormKind::Rms}}};
   GeneratorParam<int> vec{"vec", 16};
   GeneratorParam<int> rows_per_task{"rows_per_task", 8};
   GeneratorParam<int> gpu_threads{"gpu_threads", 128};
@@ -30,17 +32,24 @@ class LayerNorm : public Generator<LayerNorm> {
     RDom r(0, C, "r");
     Func total("total"), mean("mean"), sqdev("sqdev"), inv_spread("inv_spread");
     total(m) = 0.0f;
-    total(m) += x(r, m);
+    if (kind != NormKind::Rms) total(m) += x(r, m);  // RMSNorm: no centring (mean 0)
     mean(m) = total(m) / float(C);
     Expr dev = x(r, m) - mean(m);
     sqdev(m) = 0.0f;
     sqdev(m) += dev * dev;
-    if (kind == NormKind::Standard) {
+    if (kind == NormKind::Standard || kind == NormKind::Rms) {
       inv_spread(m) = 1.0f / sqrt(sqdev(m) / float(C) + float(eps));
     } else {
       inv_spread(m) = 1.0f / (sqrt(sqdev(m) / float(std::max(C - 1, 1))) + float(eps));
     }
-    out(c, m) = gamma(c) * ((x(c, m) - mean(m)) * inv_spread(m)) + beta(c);
+    if (kind == NormKind::Rms)
+      out(c, m) = gamma(c) * (x(c, m) * inv_spread(m));
+    else
+      out(c, m) = gamma(c) * ((x(c, m) - mean(m)) * inv_spread(m)) + beta(c);
+
+    // The row sums to schedule (RMSNorm has no mean to sum).
+    std::vector<Func> reductions = {sqdev};
+    if (kind != NormKind::Rms) reductions.push_back(total);
 
     x.dim(0).set_bounds(0, C);
     out.dim(0).set_bounds(0, C);
@@ -56,7 +65,7 @@ class LayerNorm : public Generator<LayerNorm> {
     }
     if (get_target().has_gpu_feature()) {
       schedule_gpu_rows(out, c, m, std::min(int(gpu_threads), C));
-      for (Func f : {total, sqdev}) schedule_gpu_row_reduction(f, out, m, r.x, std::min(32, C));
+      for (Func f : reductions) schedule_gpu_row_reduction(f, out, m, r.x, std::min(32, C));
       mean.compute_at(out, m);
       inv_spread.compute_at(out, m);
       return;
@@ -65,7 +74,7 @@ class LayerNorm : public Generator<LayerNorm> {
     const int v = pow2_divisor(C, vec);
     Var mo("mo"), u("u");
     out.split(m, mo, m, rows_per_task, TailStrategy::GuardWithIf).parallel(mo).vectorize(c, v);
-    for (Func f : {total, sqdev}) {
+    for (Func f : reductions) {
       f.compute_at(out, m);
       if (v > 1) {
         RVar ro("ro"), ri("ri");

@@ -1,4 +1,7 @@
 // linear: out(n, m) = act(sum_k x(k, m) * w(n, k) + b(n)) [+ residual(n, m)]
+// linear_gated: out(n, m) = (sum_k x(k, m) * w(n, k) + b(n)) * gate(n, m), the "up"
+//   projection of a gated feed-forward (SwiGLU, GeGLU), whose gate act(x W_gate) a plain
+//   linear with the activation computed first; gate arrives as the `residual` input.
 //
 // The workhorse of every Transformer layer (QKV / output projections, feed-forward,
 // vocabulary projection). Sizes K and N are baked in at generation time so that the
@@ -13,12 +16,15 @@
 namespace halformer {
 using namespace Halide;
 
-template <bool kResidual>
-class Linear : public Generator<Linear<kResidual>> {
+// What the epilogue does with the second (N, M) input.
+enum class Epilogue { None, AddResidual, MultiplyGate };
+
+template <Epilogue kEpilogue>
+class Linear : public Generator<Linear<kEpilogue>> {
  public:
   template <typename T> using GP = GeneratorParam<T>;
-  template <typename T> using In = typename Generator<Linear<kResidual>>::template Input<T>;
-  template <typename T> using Out = typename Generator<Linear<kResidual>>::template Output<T>;
+  template <typename T> using In = typename Generator<Linear<kEpilogue>>::template Input<T>;
+  template <typename T> using Out = typename Generator<Linear<kEpilogue>>::template Output<T>;
 
   // Algorithm parameters.
   GP<int> in_features{"in_features", 64};    // K
@@ -46,7 +52,8 @@ class Linear : public Generator<Linear<kResidual>> {
   In<Buffer<float, 3>> w{"w"};        // (kPanel, K, panels): halformer/packed_layout.h
   In<Buffer<float, 1>> b{"b"};        // (N)
   Out<Buffer<float, 2>> out{"out"};   // (N, M)
-  In<Buffer<float, 2>>* residual = nullptr;  // (N, M), linear_residual only
+  In<Buffer<float, 2>>* residual = nullptr;  // (N, M), linear_residual / linear_gated only
+  static constexpr bool kResidual = kEpilogue != Epilogue::None;
 
   void configure() {
     if (kResidual) residual = this->template add_input<Buffer<float, 2>>("residual");
@@ -91,7 +98,8 @@ class Linear : public Generator<Linear<kResidual>> {
     }
 
     Expr y = apply_activation(activation, acc(n, m));
-    if (kResidual) y += (*residual)(n, m);
+    if (kEpilogue == Epilogue::AddResidual) y += (*residual)(n, m);
+    if (kEpilogue == Epilogue::MultiplyGate) y *= (*residual)(n, m);
     out(n, m) = y;
 
     // ---- shapes the runtime must honour
@@ -123,5 +131,6 @@ class Linear : public Generator<Linear<kResidual>> {
 
 }  // namespace halformer
 
-HALIDE_REGISTER_GENERATOR(halformer::Linear<false>, linear)
-HALIDE_REGISTER_GENERATOR(halformer::Linear<true>, linear_residual)
+HALIDE_REGISTER_GENERATOR(halformer::Linear<halformer::Epilogue::None>, linear)
+HALIDE_REGISTER_GENERATOR(halformer::Linear<halformer::Epilogue::AddResidual>, linear_residual)
+HALIDE_REGISTER_GENERATOR(halformer::Linear<halformer::Epilogue::MultiplyGate>, linear_gated)

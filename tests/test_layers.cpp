@@ -101,6 +101,24 @@ TEST(Linear, TanhK60N60) { check_linear(KERNEL(test_linear_tanh), 60, 60, "tanh"
 TEST(Linear, WholePanelsK40N192) { check_linear(KERNEL(test_linear_panels), 40, 192, "none", false); }
 TEST(Linear, ResidualK60N36) { check_linear(KERNEL(test_linear_residual), 60, 36, "none", true); }
 
+// linear_gated: (x W + b) * gate, the up projection of SwiGLU / GeGLU.
+TEST(Linear, GatedK60N36) {
+  const int K = 60, N = 36;
+  for (int M : kLinearRows) {
+    SCOPED_TRACE("M=" + std::to_string(M));
+    Vec x = random_vec(size_t(M) * K, 1), w = random_vec(size_t(N) * K, 2, 0.2f), b = random_vec(N, 3);
+    Vec gate = random_vec(size_t(M) * N, 4), out(size_t(M) * N, -7.0f);
+    Vec wp = halformer::pack_linear(w.data(), N, K);
+    Buf xb = view(x, {K, M}), wb = view(wp, {halformer::kPanel, K, halformer::panel_count(N)}), bb = view(b, {N}),
+        gb = view(gate, {N, M}), ob = view(out, {N, M});
+    ASSERT_EQ(KERNEL(test_linear_gated)(xb, wb, bb, gb, ob), 0);
+    ob.copy_to_host();
+    Vec want = ref::linear(x, w, b, M, K, N);
+    for (size_t i = 0; i < want.size(); ++i) want[i] *= gate[i];
+    expect_close(out, want, "linear_gated");
+  }
+}
+
 // heads 3, head size 20; fused QKV buffer (0, 3, 6) or separate Q / KV buffers (0, 0, 3).
 template <typename Fn>
 void check_attention(Fn fn, bool causal, bool cross) {
@@ -153,6 +171,50 @@ TEST(Attention, CausalDecodeRowMatchesFullSequence) {
   }
 }
 
+// Self-attention on a fused row of H query heads and H / G key and value heads each,
+// with rotary positions (R features, theta, layout): the whole sequence against the
+// reference (rotated in double, then attention with head h reading key/value head h / G),
+// and, when causal, every position again as a one-row decode step over the rows before it.
+template <typename Fn>
+void check_attention_gqa(Fn fn, int H, int G, int R, double theta, bool interleaved, bool causal) {
+  const int D = 20, KVH = H / G, C = (H + 2 * KVH) * D;
+  for (auto [B, T] : {std::pair{1, 1}, std::pair{2, 5}, std::pair{3, 13}, std::pair{1, 35}}) {
+    SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T));
+    Vec kv = random_vec(size_t(B) * T * C, 11), mask(size_t(B) * T, 0.0f), out(size_t(B) * T * H * D, -7.0f);
+    if (B > 1 && !causal) mask[size_t(T) * 2 - 1] = -1e30f;  // batch 1's last key is padding
+    Buf kvb = view(kv, {D, H + 2 * KVH, T, B}), mb = view(mask, {T, B}), ob = view(out, {D, H, T, B});
+    ASSERT_EQ(fn(kvb, kvb, mb, ob), 0);
+    ob.copy_to_host();
+    Vec rotated = kv;
+    ref::rotary(rotated, C, B, T, 0, H + KVH, D, R, theta, interleaved);  // queries and keys
+    Vec want = ref::attention(rotated, C, rotated, C, mask, B, T, T, H, D, 0, H, H + KVH, causal, G);
+    expect_close(out, want, "attention");
+    if (!causal || B != 1) continue;
+    Vec row(size_t(H) * D);
+    for (int t = 0; t < T; ++t) {
+      halide_dimension_t qd[4] = {{0, D, 1}, {0, H + 2 * KVH, D}, {0, 1, C}, {0, 1, T * C}};
+      halide_dimension_t kd[4] = {{0, D, 1}, {0, H + 2 * KVH, D}, {0, t + 1, C}, {0, 1, T * C}};
+      Buf qb(kv.data() + size_t(t) * C, 4, qd), kb(kv.data(), 4, kd), m1 = view(mask, {t + 1, 1}),
+          o1 = view(row, {D, H, 1, 1});
+      qb.set_host_dirty();
+      kb.set_host_dirty();
+      ASSERT_EQ(fn(qb, kb, m1, o1), 0);
+      o1.copy_to_host();
+      Vec want_row(want.begin() + size_t(t) * H * D, want.begin() + size_t(t + 1) * H * D);
+      expect_close(row, want_row, ("decode row t=" + std::to_string(t)).c_str());
+    }
+  }
+}
+TEST(Attention, GroupedQueryRotaryHalfHead20) {
+  check_attention_gqa(KERNEL(test_attention_gqa_rotary), 4, 2, 20, 10000, false, true);
+}
+TEST(Attention, MultiQueryRotaryInterleavedPartial) {
+  check_attention_gqa(KERNEL(test_attention_mqa_rotary_interleaved), 3, 3, 12, 500, true, true);
+}
+TEST(Attention, RotaryPartialEncoder) {
+  check_attention_gqa(KERNEL(test_attention_rotary_encoder), 3, 1, 8, 10000, false, false);
+}
+
 template <typename Fn>
 void check_layernorm(Fn fn, bool annotated) {
   const int C = 60;
@@ -166,6 +228,16 @@ void check_layernorm(Fn fn, bool annotated) {
 }
 TEST(LayerNorm, StandardC60) { check_layernorm(KERNEL(test_layernorm_standard), false); }
 TEST(LayerNorm, AnnotatedC60) { check_layernorm(KERNEL(test_layernorm_annotated), true); }
+TEST(LayerNorm, RmsC60) {
+  const int C = 60;
+  for (int M : kRows) {
+    Vec x = random_vec(size_t(M) * C, 8, 3.0f), g = random_vec(C, 9), unused(C, 5.0f), out(x.size());
+    Buf xb = view(x, {C, M}), gb = view(g, {C}), bb = view(unused, {C}), ob = view(out, {C, M});
+    ASSERT_EQ(KERNEL(test_layernorm_rms)(xb, gb, bb, ob), 0);
+    ob.copy_to_host();
+    expect_close(out, ref::rms_norm(x, g, M, C, 1e-6), "rms_norm");
+  }
+}
 
 template <typename Fn>
 void check_embedding(Fn fn, const std::string& positions, bool scale, int Y = 0, int C = 60) {

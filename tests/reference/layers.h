@@ -44,7 +44,8 @@ inline Vec linear(const Vec& x, const Vec& w, const Vec& b, int M, int K, int N,
 // at columns (q_head + h) * D, its key at (k_head + h) * D, value at (v_head + h) * D.
 // key_mask [B][Tk] additive; causal: key j visible to query i iff j <= i + Tk - Tq.
 inline Vec attention(const Vec& q, int Cq, const Vec& kv, int Ckv, const Vec& key_mask, int B,
-                     int Tq, int Tk, int H, int D, int q_head, int k_head, int v_head, bool causal) {
+                     int Tq, int Tk, int H, int D, int q_head, int k_head, int v_head, bool causal,
+                     int kv_group = 1) {
   Vec out(size_t(B) * Tq * H * D);
   std::vector<double> s(Tk);
   for (int b = 0; b < B; ++b)
@@ -53,7 +54,7 @@ inline Vec attention(const Vec& q, int Cq, const Vec& kv, int Ckv, const Vec& ke
         const float* qi = &q[(size_t(b) * Tq + i) * Cq + (q_head + h) * D];
         double mx = -1e300;
         for (int j = 0; j < Tk; ++j) {
-          const float* kj = &kv[(size_t(b) * Tk + j) * Ckv + (k_head + h) * D];
+          const float* kj = &kv[(size_t(b) * Tk + j) * Ckv + (k_head + h / kv_group) * D];
           double dot = 0;
           for (int d = 0; d < D; ++d) dot += double(qi[d]) * kj[d];
           s[j] = dot / std::sqrt(double(D)) + key_mask[size_t(b) * Tk + j];
@@ -64,11 +65,42 @@ inline Vec attention(const Vec& q, int Cq, const Vec& kv, int Ckv, const Vec& ke
         for (int j = 0; j < Tk; ++j) total += (s[j] = std::exp(s[j] - mx));
         for (int d = 0; d < D; ++d) {
           double acc = 0;
-          for (int j = 0; j < Tk; ++j) acc += s[j] * kv[(size_t(b) * Tk + j) * Ckv + (v_head + h) * D + d];
+          for (int j = 0; j < Tk; ++j) acc += s[j] * kv[(size_t(b) * Tk + j) * Ckv + (v_head + h / kv_group) * D + d];
           out[(size_t(b) * Tq + i) * H * D + h * D + d] = float(acc / total);
         }
       }
   return out;
+}
+
+// Rotary positions, in double: heads [first, first + n) of rows [B][T][C] (head size D)
+// at position t turned pairwise by t * theta^(-2c/R), c < R/2: pairs (c, c + R/2)
+// ("half", Llama) or (2c, 2c + 1) (interleaved, GPT-J); features from R on unchanged.
+inline void rotary(Vec& x, int C, int B, int T, int first, int n, int D, int R, double theta, bool interleaved) {
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int h = first; h < first + n; ++h) {
+        float* r = &x[(size_t(b) * T + t) * C + size_t(h) * D];
+        for (int c = 0; c < R / 2; ++c) {
+          const double angle = t * std::pow(theta, -2.0 * c / R);
+          const int i = interleaved ? 2 * c : c, j = interleaved ? 2 * c + 1 : c + R / 2;
+          const double a = r[i], z = r[j];
+          r[i] = float(a * std::cos(angle) - z * std::sin(angle));
+          r[j] = float(z * std::cos(angle) + a * std::sin(angle));
+        }
+      }
+}
+
+// RMSNorm: g * x / sqrt(mean(x^2) + eps)
+inline Vec rms_norm(const Vec& x, const Vec& g, int M, int C, double eps) {
+  Vec y(x.size());
+  for (int m = 0; m < M; ++m) {
+    const float* r = &x[size_t(m) * C];
+    double sq = 0;
+    for (int c = 0; c < C; ++c) sq += double(r[c]) * r[c];
+    const double inv = 1.0 / std::sqrt(sq / C + eps);
+    for (int c = 0; c < C; ++c) y[size_t(m) * C + c] = float(g[c] * r[c] * inv);
+  }
+  return y;
 }
 
 // standard: (x - mean) / sqrt(biased var + eps); annotated: (x - mean) / (unbiased std + eps)
