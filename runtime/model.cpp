@@ -448,16 +448,25 @@ struct Session {
   void feed_forward(Act& x, const LayerWeights& L) {
     residual_block(x, L.ff_norm, [&](const Act& h, const Act& res, Act& y) {
       Act mid(L.ff1.out, h.T, h.B, iface);
-      linear(kt.ff1, "ff1", h.flat(), L.ff1, mid.flat());
+      if (cfg.gated_ff) {  // SwiGLU / GeGLU: mid = act(h W_gate) * (h W_up)
+        Act gate(L.ff_gate.out, h.T, h.B, iface);
+        linear(kt.ff1, "ff_gate", h.flat(), L.ff_gate, gate.flat());
+        linear_residual(kt.ff_up, "ff_up", h.flat(), L.ff1, gate.flat(), mid.flat());
+      } else {
+        linear(kt.ff1, "ff1", h.flat(), L.ff1, mid.flat());
+      }
       linear_residual(kt.ff2, "ff2", mid.flat(), L.ff2, res.flat(), y.flat());
     });
   }
+
+  // Features of a fused self-attention QKV row: H query heads and kv_heads key and value heads.
+  int qkv_width() const { return cfg.d_model + 2 * cfg.kv_heads * (cfg.d_model / cfg.heads); }
 
   // Self-attention over the whole sequence (no cache): encoder layers, teacher forcing.
   void self_attention_block(Act& x, const LayerWeights& L, AttentionFn fn, const char* name, const Act& mask) {
     const int d = cfg.d_model, hd = d / cfg.heads;
     residual_block(x, L.self_norm, [&](const Act& h, const Act& res, Act& y) {
-      Act qkv(3 * d, h.T, h.B, iface), a(d, h.T, h.B, iface);
+      Act qkv(qkv_width(), h.T, h.B, iface), a(d, h.T, h.B, iface);
       linear(kt.qkv, "qkv", h.flat(), L.qkv, qkv.flat());
       attention(fn, name, qkv.heads(hd), qkv.heads(hd), mask.flat(), a.heads(hd));
       linear_residual(kt.attention_out, "attention_out", a.flat(), L.attn_out, res.flat(), y.flat());
@@ -538,7 +547,7 @@ struct Session {
     DecoderState st;
     st.B = B, st.Tmax = Tmax;
     st.self_mask = make_input(Tmax, B, 1, [](float*) {});
-    const int w3 = 3 * cfg.d_model;
+    const int w3 = qkv_width();
     st.row = iface ? int((w3 + kDeviceAlignFloats - 1) / kDeviceAlignFloats * kDeviceAlignFloats) : w3;
     for (size_t l = 0; l < w.decoder.size(); ++l) st.cache.emplace_back(st.row, Tmax, B, iface);
     return st;
@@ -558,10 +567,11 @@ struct Session {
       residual_block(x, L.self_norm, [&](const Act& h, const Act& res, Act& y) {
         Act a(d, T, B, iface);
         // New QKV rows go straight into the cache: T rows of one sequence, or one row each of B.
-        View out = T > 1 ? view2(c, at, 3 * d, T, row) : view2(c, at, 3 * d, B, bstride);
+        const int W = qkv_width(), heads = W / hd;
+        View out = T > 1 ? view2(c, at, W, T, row) : view2(c, at, W, B, bstride);
         linear(kt.qkv, "qkv", h.flat(), L.qkv, out);
-        attention(kt.decoder_self_attention, "decoder_self_attention", view4(c, at, hd, 3 * H, T, B, row, bstride),
-                  view4(c, 0, hd, 3 * H, len + T, B, row, bstride), view2(st.self_mask, 0, len + T, B, st.Tmax),
+        attention(kt.decoder_self_attention, "decoder_self_attention", view4(c, at, hd, heads, T, B, row, bstride),
+                  view4(c, 0, hd, heads, len + T, B, row, bstride), view2(st.self_mask, 0, len + T, B, st.Tmax),
                   a.heads(hd));
         linear_residual(kt.attention_out, "attention_out", a.flat(), L.attn_out, res.flat(), y.flat());
       });

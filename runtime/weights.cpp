@@ -3,7 +3,8 @@
 // Every tensor the runtime needs has a canonical name (docs/weights.md), e.g.
 //   src_embedding, tgt_embedding, pos_embedding, type_embedding, embedding_norm.{weight,bias}
 //   encoder.N.self_attn.{q,k,v,o}.{weight,bias}   decoder.N.cross_attn.{q,k,v,o}.*
-//   {encoder,decoder}.N.{ff1,ff2}.*   {encoder,decoder}.N.{self_norm,cross_norm,ff_norm}.*
+//   {encoder,decoder}.N.{ff1,ff2}.*   (gated feed-forward: ff_gate, ff1 = up, ff2 = down)
+//   {encoder,decoder}.N.{self_norm,cross_norm,ff_norm}.*   (RMSNorm: .weight only)
 //   encoder_norm.*  decoder_norm.*  generator.*  pooler.*  classifier.*
 // A preset maps a canonical name to the name in the file, optionally as one third of a
 // packed tensor (torch.nn.MultiheadAttention's in_proj_weight holds Q, K, V as rows;
@@ -207,7 +208,21 @@ const HfFamily& hf_family(Preset p) {
        {"self_norm", {"self_attn_layer_norm"}}, {"cross_norm", {"encoder_attn_layer_norm"}},
        {"ff1", {"fc1"}}, {"ff2", {"fc2"}}, {"ff_norm", {"final_layer_norm"}}},
       false, {"encoder.embed_positions.weight", "decoder.embed_positions.weight"}, true};
+  // LlamaForCausalLM (and LlamaModel): no biases anywhere, RMSNorm (gamma only), gated
+  // MLP (gate_proj -> ff_gate, up_proj -> ff1, down_proj -> ff2); lm_head is
+  // embed_tokens when tied. transformers 4.30 also saves each layer's rotary inv_freq.
+  static const HfFamily llama{
+      "huggingface-llama", {"model.", ""}, "embed_tokens.weight",
+      {{"tgt_embedding", {"embed_tokens"}}, {"decoder_norm", {"norm", -1, false}}},
+      {{"generator", {"lm_head", -1, false}}}, "layers.",
+      {{"self_attn.q", {"self_attn.q_proj", -1, false}}, {"self_attn.k", {"self_attn.k_proj", -1, false}},
+       {"self_attn.v", {"self_attn.v_proj", -1, false}}, {"self_attn.o", {"self_attn.o_proj", -1, false}},
+       {"self_norm", {"input_layernorm", -1, false}}, {"ff_gate", {"mlp.gate_proj", -1, false}},
+       {"ff1", {"mlp.up_proj", -1, false}}, {"ff2", {"mlp.down_proj", -1, false}},
+       {"ff_norm", {"post_attention_layernorm", -1, false}}},
+      false, {"layers.{N}.self_attn.rotary_emb.inv_freq"}};
   switch (p) {
+    case Preset::HuggingfaceLlama: return llama;
     case Preset::HuggingfaceBert: return bert;
     case Preset::HuggingfaceRoberta: return roberta;
     case Preset::HuggingfaceDistilbert: return distilbert;
@@ -218,7 +233,7 @@ const HfFamily& hf_family(Preset p) {
 }
 bool is_hf(Preset p) {
   return p == Preset::HuggingfaceBert || p == Preset::HuggingfaceRoberta || p == Preset::HuggingfaceDistilbert ||
-         p == Preset::HuggingfaceGpt2 || p == Preset::HuggingfaceBart;
+         p == Preset::HuggingfaceGpt2 || p == Preset::HuggingfaceBart || p == Preset::HuggingfaceLlama;
 }
 
 Source hf_preset(const HfFamily& f, const std::string& prefix, const ModelConfig& c, const Canonical& n) {
@@ -379,14 +394,17 @@ class Loader {
     l.b = take(prefix + ".bias", {out});
     return l;
   }
-  // Concatenation of several projections' outputs, e.g. Q | K | V.
-  LinearWeights projections(const std::string& prefix, const std::vector<std::string>& projs, int d) {
-    LinearWeights l = empty_linear(d, d * int(projs.size()));
-    for (size_t i = 0; i < projs.size(); ++i) {
-      const int n0 = int(i) * d;
-      read_rows(prefix + "." + projs[i] + ".weight", {d, d},
-                [&](int r, const float* row, size_t) { pack_rows(row, 1, d, n0 + r, l.w); });
-      std::vector<float> b = take(prefix + "." + projs[i] + ".bias", {d});
+  // Concatenation of several projections' outputs (outs[i] each, input d), e.g. Q | K | V
+  // (K and V narrower with grouped-query attention).
+  LinearWeights projections(const std::string& prefix, const std::vector<std::string>& projs, int d,
+                            const std::vector<int>& outs) {
+    int total = 0;
+    for (int o : outs) total += o;
+    LinearWeights l = empty_linear(d, total);
+    for (size_t i = 0, n0 = 0; i < projs.size(); n0 += size_t(outs[i]), ++i) {
+      read_rows(prefix + "." + projs[i] + ".weight", {outs[i], d},
+                [&](int r, const float* row, size_t) { pack_rows(row, 1, d, int(n0) + r, l.w); });
+      std::vector<float> b = take(prefix + "." + projs[i] + ".bias", {outs[i]});
       l.b.insert(l.b.end(), b.begin(), b.end());
     }
     return l;
@@ -398,8 +416,12 @@ class Loader {
     l.w.assign(packed_size(in, out), 0.0f);
     return l;
   }
+  // RMSNorm: gamma only (offset + weight), beta zeros; else weight and bias.
   NormWeights norm(const std::string& prefix, int d) {
-    return {take(prefix + ".weight", {d}), take(prefix + ".bias", {d})};
+    if (!c_.rms_norm) return {take(prefix + ".weight", {d}), take(prefix + ".bias", {d})};
+    NormWeights n{take(prefix + ".weight", {d}), std::vector<float>(size_t(d), 0.0f)};
+    for (float& g : n.gamma) g = float(double(g) + c_.norm_weight_offset);
+    return n;
   }
 
   void check() const {
@@ -438,7 +460,8 @@ class Loader {
       case Preset::HuggingfaceRoberta:
       case Preset::HuggingfaceDistilbert:
       case Preset::HuggingfaceGpt2:
-      case Preset::HuggingfaceBart: return hf_preset(hf_family(c_.preset), hf_prefix_, c_, parse(canonical));
+      case Preset::HuggingfaceBart:
+      case Preset::HuggingfaceLlama: return hf_preset(hf_family(c_.preset), hf_prefix_, c_, parse(canonical));
       case Preset::Explicit: {
         auto it = map_.find(canonical);
         return {it == map_.end() ? canonical : it->second};
@@ -459,14 +482,16 @@ LayerWeights load_layer(Loader& ld, const ModelConfig& c, const std::string& sta
   const int d = c.d_model;
   const std::string p = stack + "." + str(i) + ".";
   LayerWeights L;
-  L.qkv = ld.projections(p + "self_attn", {"q", "k", "v"}, d);
+  const int kvd = c.kv_heads * (d / c.heads);
+  L.qkv = ld.projections(p + "self_attn", {"q", "k", "v"}, d, {d, kvd, kvd});
   L.attn_out = ld.linear(p + "self_attn.o", d, d);
   if (stack == "decoder" && c.arch == Arch::EncoderDecoder) {
-    L.cross_q = ld.projections(p + "cross_attn", {"q"}, d);
-    L.cross_kv = ld.projections(p + "cross_attn", {"k", "v"}, d);
+    L.cross_q = ld.projections(p + "cross_attn", {"q"}, d, {d});
+    L.cross_kv = ld.projections(p + "cross_attn", {"k", "v"}, d, {d, d});
     L.cross_out = ld.linear(p + "cross_attn.o", d, d);
     L.cross_norm = ld.norm(p + "cross_norm", d);
   }
+  if (c.gated_ff) L.ff_gate = ld.linear(p + "ff_gate", d, c.d_ff);
   L.ff1 = ld.linear(p + "ff1", d, c.d_ff);
   L.ff2 = ld.linear(p + "ff2", c.d_ff, d);
   L.self_norm = ld.norm(p + "self_norm", d);

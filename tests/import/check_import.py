@@ -29,7 +29,10 @@ import numpy as np
 
 TOLERANCE = 1e-4
 VOCAB, HIDDEN, HEADS, FF, LAYERS, POSITIONS = 1003, 72, 3, 100, 2, 64
-SEED = {"bert": 1, "roberta": 2, "distilbert": 3, "gpt2": 4, "bart": 5, "marian": 6}
+SEED = {"bert": 1, "roberta": 2, "distilbert": 3, "gpt2": 4, "bart": 5, "marian": 6, "llama": 7}
+# Llama: 4 query heads of 18 features (not a power of two) sharing 2 key/value heads,
+# rope_theta 500 (not the default: angles turn fast, a wrong theta or layout shows).
+LLAMA_HEADS, LLAMA_KV_HEADS, LLAMA_THETA = 4, 2, 500.0
 # Encoder-decoders: 2 + 2 layers; generate()'s forced bos/eos and min_length are off (the
 # binary does neither; docs/import.md), so greedy tokens compare one for one.
 SEQ2SEQ = dict(vocab_size=VOCAB, d_model=HIDDEN, encoder_attention_heads=HEADS, decoder_attention_heads=HEADS,
@@ -80,6 +83,8 @@ def make(family, out):
         config = tf.MarianConfig(**SEQ2SEQ, pad_token_id=VOCAB - 1, eos_token_id=0, decoder_start_token_id=VOCAB - 1,
                                  activation_function="swish", scale_embedding=True)
         model = tf.MarianMTModel(config)
+    elif family == "llama":
+        return make_llama(out)
     else:
         raise SystemExit(f"unknown family {family}")
     with torch.no_grad():
@@ -96,6 +101,64 @@ def make(family, out):
     model.eval()
     model.save_pretrained(out, safe_serialization=True)
     print(f"{family}: {type(model).__name__} saved to {out}")
+
+
+def make_llama(out):
+    """A grouped-query Llama checkpoint in DIR and, in DIR/reference, the same model as
+    transformers 4.30 can run it (it predates num_key_value_heads): every key/value head
+    repeated for the query heads it serves (Hugging Face's repeat_kv order: query head h
+    reads key/value head h // group), so both compute the same function."""
+    import torch
+
+    tf = transformers_modules()
+    torch.manual_seed(SEED["llama"])
+    config = tf.LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_attention_heads=LLAMA_HEADS,
+                            intermediate_size=FF, num_hidden_layers=LAYERS, max_position_embeddings=POSITIONS,
+                            rms_norm_eps=1e-5, initializer_range=0.1, bos_token_id=1, eos_token_id=2,
+                            pad_token_id=None, tie_word_embeddings=False)
+    model = tf.LlamaForCausalLM(config)
+    group, hd = LLAMA_HEADS // LLAMA_KV_HEADS, HIDDEN // LLAMA_HEADS
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:  # RMSNorm scales around 1
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+        for layer in model.model.layers:
+            for proj in (layer.self_attn.k_proj, layer.self_attn.v_proj):
+                w = proj.weight.view(LLAMA_HEADS, hd, HIDDEN)
+                for h in range(LLAMA_HEADS):
+                    w[h] = w[(h // group) * group]
+    model.eval()
+    model.save_pretrained(os.path.join(out, "reference"), safe_serialization=True)
+    # The grouped checkpoint: one key/value head per group, no rotary buffers.
+    from safetensors.torch import save_file
+
+    tensors = {}
+    for name, t in model.state_dict().items():
+        if name.endswith("rotary_emb.inv_freq"):
+            continue
+        if name.endswith(("k_proj.weight", "v_proj.weight")):
+            t = t.view(LLAMA_HEADS, hd, HIDDEN)[::group].reshape(LLAMA_KV_HEADS * hd, HIDDEN)
+        tensors[name] = t.contiguous()
+    save_file(tensors, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    cfg = json.load(open(os.path.join(out, "reference", "config.json")))
+    cfg.update(num_key_value_heads=LLAMA_KV_HEADS, rope_theta=LLAMA_THETA)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    print(f"llama: LlamaForCausalLM saved to {out} ({LLAMA_HEADS} heads, {LLAMA_KV_HEADS} key/value heads, "
+          f"rope_theta {LLAMA_THETA}) and its repeated-heads equivalent to {out}/reference")
+
+
+def llama_reference(hf_dir):
+    """transformers' LlamaForCausalLM of DIR/reference with rotary base rope_theta."""
+    tf = transformers_modules()
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    model = tf.LlamaForCausalLM.from_pretrained(os.path.join(hf_dir, "reference"))
+    for layer in model.model.layers:
+        attn = layer.self_attn
+        attn.rotary_emb = LlamaRotaryEmbedding(attn.head_dim, max_position_embeddings=POSITIONS, base=LLAMA_THETA)
+    model.eval()
+    return model
 
 
 def run_binary(binary, weights, seqs, extra=(), tgts=()):
@@ -174,15 +237,18 @@ def compare_encoder(family, hf_dir, binary):
     errors.check(family)
 
 
-def compare_gpt2(hf_dir, binary):
+def compare_decoder(family, hf_dir, binary):
     import torch
 
     tf = transformers_modules()
-    model = tf.GPT2LMHeadModel.from_pretrained(hf_dir)
-    model.eval()
+    if family == "llama":
+        model = llama_reference(hf_dir)
+    else:
+        model = tf.GPT2LMHeadModel.from_pretrained(hf_dir)
+        model.eval()
     weights = os.path.join(hf_dir, "model.safetensors")
     eos = model.config.eos_token_id
-    rng = np.random.default_rng(SEED["gpt2"])
+    rng = np.random.default_rng(SEED[family])
     errors = Errors()
     new_tokens = 20
     for label, seqs in input_sets(rng, 0, VOCAB - 1).items():
@@ -198,10 +264,31 @@ def compare_gpt2(hf_dir, binary):
             want = gen[0, len(s):].tolist()
             got = out["sequences"][b]["tokens"]
             if got != want:
-                raise SystemExit(f"gpt2 {label}, prompt {s}: greedy tokens {got}, generate() gives {want}")
-        print(f"gpt2 {label}: {len(seqs)} prompt(s), lengths {[len(s) for s in seqs]}, "
+                raise SystemExit(f"{family} {label}, prompt {s}: greedy tokens {got}, generate() gives {want}")
+        print(f"{family} {label}: {len(seqs)} prompt(s), lengths {[len(s) for s in seqs]}, "
               f"{new_tokens} greedy tokens identical to generate(do_sample=False)")
-    errors.check("gpt2")
+    # Sampling through the generation options: each sampled token's log-probability
+    # (--scores: log_softmax of the logits before temperature and top-k, as transformers
+    # 4.30's output_scores) equals the reference's; top-k 1 is greedy.
+    prompt = rng.integers(0, VOCAB - 1, 5).tolist()
+    opts = ["--max-new-tokens", "12", "--sampling-topk", "20", "--temperature", "0.8", "--seed", "7", "--scores"]
+    out, _ = run_binary(binary, weights, [prompt], opts)
+    again, _ = run_binary(binary, weights, [prompt], opts)
+    row = out["sequences"][0]
+    if row["tokens"] != again["sequences"][0]["tokens"]:
+        raise SystemExit(f"{family}: sampling with --seed 7 is not reproducible")
+    ids = torch.tensor([prompt + row["tokens"]])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(ids).logits[0].double(), -1).numpy()
+    ref = [logp[len(prompt) - 1 + i, t] for i, t in enumerate(row["tokens"])]
+    errors.add("sampled tokens' log-probabilities (--scores vs log_softmax(logits))", row["token_logprobs"], ref)
+    top1, _ = run_binary(binary, weights, [prompt], ["--max-new-tokens", "12", "--sampling-topk", "1", "--seed", "3"])
+    greedy, _ = run_binary(binary, weights, [prompt], ["--max-new-tokens", "12"])
+    if top1["sequences"][0]["tokens"] != greedy["sequences"][0]["tokens"]:
+        raise SystemExit(f"{family}: top-k 1 sampling differs from greedy")
+    print(f"{family} sampling: {len(row['tokens'])} tokens (top-k 20, T 0.8, seed 7) reproducible, scored as "
+          f"transformers scores them; top-k 1 = greedy")
+    errors.check(family)
 
 
 BEAM = 3
@@ -333,7 +420,12 @@ REFUSALS = {
     "gpt2_eos_outside_vocab": ("gpt2", {"eos_token_id": 50256},
                                r"eos_token_id: token id 50256 is not < vocab_size 1003"),
     "model_type_t5": ("bert", {"model_type": "t5"}, r'model_type: found "t5"; not supported yet'),
-    "model_type_llama": ("bert", {"model_type": "llama"}, r'model_type: found "llama"; not supported yet'),
+    "model_type_mistral": ("bert", {"model_type": "mistral"}, r'model_type: found "mistral"; not supported yet'),
+    "llama_rope_scaling": ("llama", {"rope_scaling": {"type": "linear", "factor": 2.0}}, r"rope_scaling: found"),
+    "llama_attention_bias": ("llama", {"attention_bias": True}, r"attention_bias: found true"),
+    "llama_kv_heads": ("llama", {"num_key_value_heads": 3}, r"num_key_value_heads: found 3; does not divide"),
+    "llama_head_dim": ("llama", {"head_dim": 16}, r"head_dim: found 16; differs"),
+    "llama_activation": ("llama", {"hidden_act": "relu"}, r'hidden_act: found "relu"; supported for the gated'),
     "model_type_mbart": ("bert", {"model_type": "mbart"}, r'model_type: found "mbart"; not supported yet'),
     "bart_heads_differ": ("bart", {"decoder_attention_heads": 6},
                           r"decoder_attention_heads: found 6; differs from encoder_attention_heads 3"),
@@ -421,8 +513,8 @@ def main(argv):
     if cmd == "make" and len(argv) == 4:
         make(argv[2], argv[3])
     elif cmd == "compare" and len(argv) == 5:
-        if argv[2] == "gpt2":
-            compare_gpt2(argv[3], argv[4])
+        if argv[2] in ("gpt2", "llama"):
+            compare_decoder(argv[2], argv[3], argv[4])
         elif argv[2] in ("bart", "marian"):
             compare_seq2seq(argv[2], argv[3], argv[4])
         else:

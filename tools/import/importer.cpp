@@ -309,6 +309,73 @@ void read_gpt2(Config& c, Model& m, Task) {
   m.set("tokens", "eos", *eos, "eos_token_id: generation stops there");
 }
 
+// ---- Llama: decoder-only, pre-norm RMSNorm, rotary positions (half-split), gated MLP,
+// grouped-query attention, no biases; logits from lm_head (embed_tokens when tied).
+void read_llama(Config& c, Model& m, Task) {
+  const auto d = c.integer("hidden_size", 4096), h = c.integer("num_attention_heads", 32);
+  const auto layers = c.integer("num_hidden_layers", 32), ff = c.integer("intermediate_size", 11008, 1, 1 << 20);
+  const auto vocab = c.integer("vocab_size", 32000), positions = c.integer("max_position_embeddings", 2048);
+  const auto kvh = c.integer("num_key_value_heads", h, 1, 1024);
+  const auto eps = c.number("rms_norm_eps", 1e-6), theta = c.number("rope_theta", 10000.0);
+  if (d && h && *d % *h != 0) c.refuse("hidden_size", "not divisible by num_attention_heads " + std::to_string(*h));
+  if (h && kvh && *h % *kvh != 0)
+    c.refuse("num_key_value_heads", "does not divide num_attention_heads " + std::to_string(*h));
+  if (c.has("head_dim") && d && h) {
+    const auto hd = c.integer("head_dim", std::nullopt);
+    if (hd && *hd != *d / *h)
+      c.refuse("head_dim", "differs from hidden_size / num_attention_heads = " + std::to_string(*d / *h) +
+                               "; the spec's head size is d_model / heads");
+  }
+  c.used("rope_scaling");
+  if (c.has("rope_scaling")) c.refuse("rope_scaling", "scaled rotary positions are not supported (null only)");
+  if (theta && !(*theta > 1)) c.refuse("rope_theta", "must be > 1");
+  c.only("attention_bias", false, "q/k/v/o projections with biases are not supported by preset huggingface-llama");
+  c.only("mlp_bias", false, "MLP projections with biases are not supported by preset huggingface-llama");
+  // Gated MLP: act(gate_proj x) * up_proj x.
+  const std::string act = c.text("hidden_act").value_or("silu");
+  static const std::map<std::string, std::string> gated = {
+      {"silu", "swiglu"}, {"swish", "swiglu"}, {"gelu", "geglu"}, {"gelu_new", "geglu_tanh"},
+      {"gelu_pytorch_tanh", "geglu_tanh"}};
+  if (auto it = gated.find(act); it != gated.end())
+    m.set("layer", "activation", it->second, "hidden_act '" + act + "': act(gate_proj x) * up_proj x");
+  else
+    c.refuse("hidden_act", "supported for the gated MLP: silu / swish (SwiGLU), gelu, gelu_new / gelu_pytorch_tanh (GeGLU)");
+  const bool tied = c.flag("tie_word_embeddings", false);
+  // Tensor parallel slices of pretraining (pretraining_tp) compute the same products.
+  for (const char* k : {"initializer_range", "use_cache", "pretraining_tp", "attention_dropout"}) c.used(k);
+  if (!d || !h || !layers || !vocab || !positions || !eps || !ff || !kvh || !theta) return;
+  m.d_model = *d, m.vocab = *vocab;
+  m.set("sizes", "d_model", *d, "hidden_size");
+  m.set("sizes", "heads", *h, "num_attention_heads (head size " + std::to_string(*d / *h) + ")");
+  m.set("sizes", "kv_heads", *kvh,
+        c.has("num_key_value_heads") ? "num_key_value_heads" : "no num_key_value_heads: one per query head");
+  m.set("sizes", "d_ff", *ff, "intermediate_size");
+  m.set("sizes", "decoder_layers", *layers, "num_hidden_layers");
+  m.set("sizes", "tgt_vocab", *vocab, "vocab_size");
+  m.set("sizes", "max_len", *positions, "max_position_embeddings: prompt + generated tokens");
+  m.set("layer", "norm_placement", "pre", "x + sublayer(rmsnorm(x))");
+  m.set("layer", "norm_kind", "rms", "LlamaRMSNorm");
+  m.set("layer", "norm_eps", fmt_number(*eps), "rms_norm_eps");
+  m.set("layer", "final_norm", "true", "model.norm");
+  m.set("embedding", "positions", "rotary", "rotary embedding of q and k in every layer");
+  m.set("embedding", "rotary_theta", fmt_number(*theta), c.has("rope_theta") ? "rope_theta" : "rope_theta default");
+  m.set("embedding", "rotary_layout", "half", "rotate_half: pairs (c, c + head size / 2)");
+  m.set("embedding", "scale", "false");
+  m.set("embedding", "share_tgt_output", tied ? "true" : "false",
+        tied ? "tie_word_embeddings: lm_head is embed_tokens" : "lm_head.weight");
+  m.set("attention", "causal", "true");
+  m.set("attention", "padding_mask", "true");
+  m.set("head", "kind", "logits", "lm_head outputs (no bias)");
+  m.set("decoding", "strategy", "greedy");
+  const auto bos = c.integer("bos_token_id", 1, 0), eos = c.integer("eos_token_id", 2, 0);
+  const auto pad = c.has("pad_token_id") ? c.integer("pad_token_id", std::nullopt, 0) : eos;
+  if (!bos || !eos || !pad) return;
+  m.set("tokens", "pad", *pad,
+        c.has("pad_token_id") ? "pad_token_id" : "no pad_token_id: eos_token_id (padding is by length)");
+  m.set("tokens", "bos", *bos, "bos_token_id");
+  m.set("tokens", "eos", *eos, "eos_token_id: generation stops there");
+}
+
 // ---- BART: an encoder-decoder, post-norm, one shared embedding (tied lm_head), learned
 // positions offset by 2 per stack, layernorm_embedding per stack, final_logits_bias.
 // Marian: the same modules and names, but sinusoidal positions in its half-split layout
@@ -408,6 +475,8 @@ const std::vector<FamilyInfo>& families() {
       {"distilbert", "huggingface-distilbert", "encoder", {{"DistilBertModel", Task::Base}},
        "embeddings.word_embeddings.weight", read_distilbert},
       {"gpt2", "huggingface-gpt2", "decoder", {{"GPT2LMHeadModel", Task::Base}}, "wte.weight", read_gpt2},
+      {"llama", "huggingface-llama", "decoder", {{"LlamaForCausalLM", Task::Base}}, "embed_tokens.weight",
+       read_llama},
       {"bart", "huggingface-bart", "encoder_decoder", {{"BartForConditionalGeneration", Task::Base}}, "shared.weight",
        read_bart},
       {"marian", "huggingface-bart", "encoder_decoder", {{"MarianMTModel", Task::Base}}, "shared.weight", read_marian},
@@ -419,8 +488,8 @@ const std::vector<FamilyInfo>& families() {
 const std::map<std::string, std::string>& planned() {
   static const std::map<std::string, std::string> p = {
       {"t5", "relative position buckets"},        {"mt5", "relative position buckets"},
-      {"llama", "RMSNorm, rotary positions, SwiGLU"}, {"mistral", "RMSNorm, rotary positions, SwiGLU"},
-      {"qwen2", "RMSNorm, rotary positions, SwiGLU"}, {"gemma", "RMSNorm, rotary positions, GeGLU"},
+      {"mistral", "sliding-window attention"}, {"qwen2", "biases on q/k/v only (a preset of its own)"},
+      {"gemma", "a head size other than d_model / heads, scaled embeddings"},
 
       {"mbart", "an encoder-decoder"},             {"gpt_neox", "rotary positions, parallel residual"},
       {"gptj", "rotary positions, parallel residual"}, {"opt", "positions offset by 2"},
@@ -617,10 +686,10 @@ std::string check_weights(const fs::path& dir, const FamilyInfo& fam, const Mode
 // ---------------------------------------------------------------- 5. writer, import_directory
 const std::vector<std::pair<std::string, std::vector<std::string>>>& order() {
   static const std::vector<std::pair<std::string, std::vector<std::string>>> o = {
-      {"sizes", {"d_model", "heads", "d_ff", "encoder_layers", "decoder_layers", "src_vocab", "tgt_vocab", "type_vocab",
+      {"sizes", {"d_model", "heads", "kv_heads", "d_ff", "encoder_layers", "decoder_layers", "src_vocab", "tgt_vocab", "type_vocab",
                  "max_len"}},
-      {"layer", {"norm_placement", "norm_kind", "norm_eps", "final_norm", "activation", "dropout"}},
-      {"embedding", {"positions", "position_offset", "scale", "share_src_tgt", "share_tgt_output", "norm"}},
+      {"layer", {"norm_placement", "norm_kind", "norm_eps", "norm_weight_offset", "final_norm", "activation", "dropout"}},
+      {"embedding", {"positions", "position_offset", "rotary_dim", "rotary_theta", "rotary_layout", "scale", "share_src_tgt", "share_tgt_output", "norm"}},
       {"attention", {"causal", "padding_mask"}},
       {"head", {"kind", "pooling", "pooler", "num_classes", "normalize"}},
       {"tokens", {"pad", "bos", "eos"}},

@@ -47,7 +47,7 @@ class Planner {
     for (const auto& [key, value] : spec_.schedule) {
       auto dot = key.find('.');
       std::string kind = key.substr(0, dot);
-      if (kind == generator || (kind == "linear" && generator == "linear_residual"))
+      if (kind == generator || (kind == "linear" && (generator == "linear_residual" || generator == "linear_gated")))
         params.emplace_back(key.substr(dot + 1), value);
     }
     for (const auto& k : plan_.kernels) {
@@ -63,25 +63,36 @@ class Planner {
     plan_.kernels.push_back(std::move(k));
   }
 
-  void linear(const std::string& role, bool residual, int64_t in, int64_t out, const char* act) {
-    std::string gen = residual ? "linear_residual" : "linear";
+  void linear(const std::string& role, bool residual, int64_t in, int64_t out, const char* act,
+              const char* residual_generator = "linear_residual") {
+    std::string gen = residual ? residual_generator : "linear";
     std::string label = gen + "_" + std::to_string(in) + "x" + std::to_string(out) +
                         (std::string(act) == "none" ? "" : std::string("_") + act);
     bind(role, gen, label,
          {{"in_features", std::to_string(in)}, {"out_features", std::to_string(out)}, {"activation", act}});
   }
 
-  void attention(const std::string& role, int q_head, int k_head, int v_head, bool causal) {
+  // Self-attention (self = true) reads a fused row of H query and kv_heads key and value
+  // heads, with the spec's rotary positions; cross-attention plain heads.
+  void attention(const std::string& role, int q_head, int k_head, int v_head, bool causal, bool self) {
     const int64_t H = spec_.heads;
+    const int64_t group = self ? H / spec_.kv_heads : 1;
+    const bool rotary = self && spec_.positions == Positions::Rotary;
     std::string label = "attention_" + std::to_string(q_head) + "_" + std::to_string(k_head) + "_" +
-                        std::to_string(v_head) + (causal ? "_causal" : "");
-    bind(role, "attention", label,
-         {{"heads", std::to_string(H)},
-          {"head_dim", std::to_string(spec_.d_model / H)},
-          {"q_head", std::to_string(q_head)},
-          {"k_head", std::to_string(k_head)},
-          {"v_head", std::to_string(v_head)},
-          {"causal", causal ? "true" : "false"}});
+                        std::to_string(v_head) + (causal ? "_causal" : "") + (rotary ? "_rotary" : "");
+    std::vector<std::pair<std::string, std::string>> params = {{"heads", std::to_string(H)},
+                                                               {"head_dim", std::to_string(spec_.d_model / H)},
+                                                               {"q_head", std::to_string(q_head)},
+                                                               {"k_head", std::to_string(k_head)},
+                                                               {"v_head", std::to_string(v_head)},
+                                                               {"causal", causal ? "true" : "false"}};
+    if (group > 1) params.emplace_back("kv_group", std::to_string(group));
+    if (rotary) {
+      params.emplace_back("rotary_dim", std::to_string(spec_.rotary_dim));
+      params.emplace_back("rotary_theta", format_float(spec_.rotary_theta));
+      params.emplace_back("rotary_interleaved", spec_.rotary_layout == RotaryLayout::Interleaved ? "true" : "false");
+    }
+    bind(role, "attention", label, std::move(params));
   }
 
   void embedding(const std::string& role, int64_t vocab) {
@@ -90,7 +101,8 @@ class Planner {
           {"vocab", std::to_string(vocab)},
           {"max_len", std::to_string(spec_.max_len)},
           {"scale", spec_.scale_embedding ? "true" : "false"},
-          {"positions", to_string(spec_.positions)},
+          // Rotary positions are applied in attention: the embedding adds none.
+          {"positions", spec_.positions == Positions::Rotary ? "none" : to_string(spec_.positions)},
           {"type_vocab", std::to_string(role == "embed_src" ? spec_.type_vocab : 0)}});
   }
 
@@ -101,16 +113,19 @@ class Planner {
     const bool dec = s.architecture != Architecture::Encoder;
     if (enc) embedding("embed_src", s.src_vocab);
     if (dec) embedding("embed_tgt", s.tgt_vocab);
-    linear("qkv", false, s.d_model, 3 * s.d_model, "none");
-    if (enc) attention("encoder_self_attention", 0, H, 2 * H, false);
-    if (dec) attention("decoder_self_attention", 0, H, 2 * H, s.causal);
+    const int KVH = int(s.kv_heads);
+    linear("qkv", false, s.d_model, s.d_model + 2 * KVH * (s.d_model / H), "none");
+    if (enc) attention("encoder_self_attention", 0, H, H + KVH, false, true);
+    if (dec) attention("decoder_self_attention", 0, H, H + KVH, s.causal, true);
     if (enc && dec) {
-      attention("cross_attention", 0, 0, H, false);
+      attention("cross_attention", 0, 0, H, false, false);
       linear("cross_q", false, s.d_model, s.d_model, "none");
       linear("cross_kv", false, s.d_model, 2 * s.d_model, "none");
     }
     linear("attention_out", true, s.d_model, s.d_model, "none");
-    linear("ff1", false, s.d_model, s.d_ff, to_string(s.activation));
+    // Gated feed-forward: ff1 is the gate (with the activation), ff_up multiplies by it.
+    linear("ff1", false, s.d_model, s.d_ff, to_string(gate_activation(s.activation)));
+    if (is_gated(s.activation)) linear("ff_up", true, s.d_model, s.d_ff, "none", "linear_gated");
     linear("ff2", true, s.d_ff, s.d_model, "none");
     bind("layer_norm", "layernorm", "layernorm_" + std::to_string(s.d_model),
          {{"channels", std::to_string(s.d_model)},
@@ -232,6 +247,7 @@ const char* preset_enum(WeightPreset p) {
     case WeightPreset::HuggingfaceDistilbert: return "HuggingfaceDistilbert";
     case WeightPreset::HuggingfaceGpt2: return "HuggingfaceGpt2";
     case WeightPreset::HuggingfaceBart: return "HuggingfaceBart";
+    case WeightPreset::HuggingfaceLlama: return "HuggingfaceLlama";
     default: return "Explicit";
   }
 }
@@ -240,6 +256,7 @@ const char* position_enum(Positions p) {
     case Positions::Sinusoidal: return "Sinusoidal";
     case Positions::Learned: return "Learned";
     case Positions::SinusoidalSplit: return "SinusoidalSplit";
+    case Positions::Rotary: return "Rotary";
     default: return "None";
   }
 }
@@ -320,11 +337,14 @@ void write_plan(const Spec& spec, const Plan& plan, const std::string& dir) {
     << ", /*length_penalty*/ " << Planner::format_float(s.length_penalty) << ",\n"
     << "      halformer::Preset::" << preset_enum(s.preset) << ", " << cpp_string(to_string(s.preset)) << ",\n"
     << "      " << (s.preset == WeightPreset::Explicit ? "kWeightMap" : "nullptr") << ",\n"
-    << "      /*position_offset*/ " << s.position_offset << "};\n\n";
+    << "      /*position_offset*/ " << s.position_offset << ",\n"
+    << "      /*kv_heads*/ " << s.kv_heads << ", /*rms_norm*/ " << b(s.norm_kind == NormKind::Rms)
+    << ", /*norm_weight_offset*/ " << Planner::format_float(s.norm_weight_offset) << ", /*gated_ff*/ "
+    << b(is_gated(s.activation)) << "};\n\n";
   static const char* kRoles[] = {"embed_src", "embed_tgt", "qkv", "encoder_self_attention",
                                  "decoder_self_attention", "cross_attention", "attention_out",
                                  "cross_q", "cross_kv", "ff1", "ff2", "layer_norm", "generator",
-                                 "head", "argmax", "pool", "pooler", "classifier"};
+                                 "head", "argmax", "pool", "pooler", "classifier", "ff_up"};
   for (const auto& [device, target] : plan.variants) {
     c << "static const halformer::KernelTable kKernels_" << device << " = {\n";
     for (const char* role : kRoles) {

@@ -45,19 +45,24 @@ const Names<NormPlacement>& names(NormPlacement) {
   return n;
 }
 const Names<NormKind>& names(NormKind) {
-  static const Names<NormKind> n{{NormKind::Standard, "standard"}, {NormKind::Annotated, "annotated"}};
+  static const Names<NormKind> n{{NormKind::Standard, "standard"}, {NormKind::Annotated, "annotated"}, {NormKind::Rms, "rms"}};
   return n;
 }
 const Names<Activation>& names(Activation) {
   static const Names<Activation> n{
       {Activation::Relu, "relu"}, {Activation::Gelu, "gelu"}, {Activation::GeluTanh, "gelu_tanh"},
-      {Activation::Silu, "silu"}};
+      {Activation::Silu, "silu"}, {Activation::Swiglu, "swiglu"}, {Activation::Geglu, "geglu"},
+      {Activation::GegluTanh, "geglu_tanh"}};
+  return n;
+}
+const Names<RotaryLayout>& names(RotaryLayout) {
+  static const Names<RotaryLayout> n{{RotaryLayout::Half, "half"}, {RotaryLayout::Interleaved, "interleaved"}};
   return n;
 }
 const Names<Positions>& names(Positions) {
   static const Names<Positions> n{
       {Positions::Sinusoidal, "sinusoidal"}, {Positions::Learned, "learned"}, {Positions::None, "none"},
-      {Positions::SinusoidalSplit, "sinusoidal_split"}};
+      {Positions::SinusoidalSplit, "sinusoidal_split"}, {Positions::Rotary, "rotary"}};
   return n;
 }
 const Names<HeadKind>& names(HeadKind) {
@@ -86,6 +91,7 @@ const Names<WeightPreset>& names(WeightPreset) {
                                      {WeightPreset::HuggingfaceDistilbert, "huggingface-distilbert"},
                                      {WeightPreset::HuggingfaceGpt2, "huggingface-gpt2"},
                                      {WeightPreset::HuggingfaceBart, "huggingface-bart"},
+                                     {WeightPreset::HuggingfaceLlama, "huggingface-llama"},
                                      {WeightPreset::Explicit, "explicit"}};
   return n;
 }
@@ -113,9 +119,11 @@ const std::map<std::string, std::vector<std::string>>& schema() {
         "precision", "targets", "cuda_capability", "schedule", "tuning"}},
       {"sizes",
        {"d_model", "heads", "d_ff", "encoder_layers", "decoder_layers", "src_vocab", "tgt_vocab", "max_len",
-        "type_vocab"}},
-      {"layer", {"norm_placement", "norm_kind", "norm_eps", "final_norm", "activation", "dropout"}},
-      {"embedding", {"positions", "scale", "share_src_tgt", "share_tgt_output", "norm", "position_offset"}},
+        "type_vocab", "kv_heads"}},
+      {"layer", {"norm_placement", "norm_kind", "norm_eps", "norm_weight_offset", "final_norm", "activation", "dropout"}},
+      {"embedding",
+       {"positions", "scale", "share_src_tgt", "share_tgt_output", "norm", "position_offset", "rotary_dim",
+        "rotary_theta", "rotary_layout"}},
       {"attention", {"causal", "padding_mask"}},
       {"head", {"kind", "pooling", "num_classes", "pooler", "normalize"}},
       {"tokens", {"pad", "bos", "eos"}},
@@ -412,12 +420,15 @@ void read_sizes(Section s, Spec& spec) {
   s.read("src_vocab", spec.src_vocab, 0, kMaxVocab);
   s.read("tgt_vocab", spec.tgt_vocab, 0, kMaxVocab);
   s.read("type_vocab", spec.type_vocab, 0, kMaxTypeVocab);
+  s.read("kv_heads", spec.kv_heads, 1, kMaxHeads);
 }
 
 void read_layer(Section s, Spec& spec) {
   s.read("norm_placement", spec.norm_placement, "norm placement");
   s.read("norm_kind", spec.norm_kind, "norm kind");
   s.read("norm_eps", spec.norm_eps, [](double v) { return v > 0 && v < 1 ? "" : "> 0 and < 1"; });
+  s.read("norm_weight_offset", spec.norm_weight_offset,
+         [](double v) { return std::isfinite(v) && std::abs(v) <= 16 ? "" : "a number between -16 and 16"; });
   s.read("final_norm", spec.final_norm);
   s.read("activation", spec.activation, "activation");
   s.read("dropout", spec.dropout, [](double v) { return v >= 0 && v < 1 ? "" : ">= 0 and < 1"; });
@@ -430,6 +441,10 @@ void read_embedding(Section s, Spec& spec) {
   s.read("share_tgt_output", spec.share_tgt_output);
   s.read("norm", spec.embedding_norm);
   s.read("position_offset", spec.position_offset, 0, kMaxLen);
+  s.read("rotary_dim", spec.rotary_dim, 2, kMaxDModel);
+  s.read("rotary_theta", spec.rotary_theta,
+         [](double v) { return std::isfinite(v) && v > 1 && v <= 1e12 ? "" : "> 1 and <= 1e12"; });
+  s.read("rotary_layout", spec.rotary_layout, "rotary layout");
 }
 
 void read_head(Section s, Spec& spec) {
@@ -515,6 +530,20 @@ void check_sizes(Context& cx, Spec& s) {
     cx.error(cx.where("sizes.d_model"), "sizes.d_model",
              "d_model " + std::to_string(s.d_model) + " is not divisible by heads " + std::to_string(s.heads) +
                  " (remainder " + std::to_string(s.d_model % s.heads) + "); each head gets d_model / heads features");
+  if (!cx.present("sizes.kv_heads") && cx.given("sizes.heads")) s.kv_heads = s.heads;
+  if (cx.given("sizes.kv_heads") && cx.given("sizes.heads") && s.heads % s.kv_heads != 0)
+    cx.error(cx.where("sizes.kv_heads"), "sizes.kv_heads",
+             "kv_heads " + std::to_string(s.kv_heads) + " does not divide heads " + std::to_string(s.heads) +
+                 "; each key/value head serves heads / kv_heads query heads");
+  // Rotary positions: the rotated features per head (default: all of them).
+  if (cx.given("sizes.d_model") && cx.given("sizes.heads") && s.d_model % s.heads == 0) {
+    const int64_t hd = s.d_model / s.heads;
+    if (!cx.present("embedding.rotary_dim")) s.rotary_dim = hd;
+    if (cx.given("embedding.rotary_dim") && (s.rotary_dim > hd || s.rotary_dim % 2 != 0))
+      cx.error(cx.where("embedding.rotary_dim"), "embedding.rotary_dim",
+               "rotary_dim " + std::to_string(s.rotary_dim) + " must be even and <= the head size " +
+                   std::to_string(hd) + " (d_model / heads)");
+  }
   if (cx.any_failed("architecture")) return;
   const std::string arch = name_of(s.architecture);
   auto need = [&](const char* key, int64_t value) {
@@ -618,6 +647,15 @@ void check_consistency(Context& cx, Spec& s, bool have_sizes) {
     contradiction("embedding.position_offset",
                   "position_offset " + std::to_string(s.position_offset) +
                       " shifts rows of a learned position table; positions are '" + name_of(s.positions) + "'");
+  if (!cx.any_failed("embedding.positions") && s.positions != Positions::Rotary)
+    for (const char* key : {"embedding.rotary_dim", "embedding.rotary_theta", "embedding.rotary_layout"})
+      if (cx.given(key))
+        contradiction(key, std::string(key + 10) + " applies only to positions 'rotary'; positions are '" +
+                               name_of(s.positions) + "'");
+  if (cx.given("layer.norm_weight_offset") && s.norm_weight_offset != 0 && !cx.any_failed("layer.norm_kind") &&
+      s.norm_kind != NormKind::Rms)
+    contradiction("layer.norm_weight_offset", "norm_weight_offset applies only to norm_kind 'rms'; norm_kind is '" +
+                                                  std::string(name_of(s.norm_kind)) + "'");
   if (cx.given("embedding.share_src_tgt") && s.share_src_tgt) {
     if (s.architecture != Architecture::EncoderDecoder)
       contradiction("embedding.share_src_tgt",
@@ -859,14 +897,22 @@ std::vector<Diagnostic> check_supported(const Spec& s) {
     unsupported("weights.preset", "preset 'annotated-transformer' for architecture " + quoted(name_of(s.architecture)));
   for (WeightPreset p : {WeightPreset::HuggingfaceBert, WeightPreset::HuggingfaceRoberta,
                          WeightPreset::HuggingfaceDistilbert, WeightPreset::HuggingfaceGpt2,
-                         WeightPreset::HuggingfaceBart}) {
-    const Architecture family = p == WeightPreset::HuggingfaceGpt2   ? Architecture::Decoder
+                         WeightPreset::HuggingfaceBart, WeightPreset::HuggingfaceLlama}) {
+    const Architecture family = p == WeightPreset::HuggingfaceGpt2 || p == WeightPreset::HuggingfaceLlama
+                                    ? Architecture::Decoder
                                 : p == WeightPreset::HuggingfaceBart ? Architecture::EncoderDecoder
                                                                      : Architecture::Encoder;
     if (s.preset == p && s.architecture != family)
       unsupported("weights.preset",
                   "preset " + quoted(name_of(p)) + " for architecture " + quoted(name_of(s.architecture)));
   }
+  if (is_gated(s.activation) && s.preset != WeightPreset::HuggingfaceLlama && s.preset != WeightPreset::Explicit)
+    unsupported("layer.activation", "gated activation " + quoted(name_of(s.activation)) + " with preset " +
+                                         quoted(name_of(s.preset)) + " (its files have no gate projection; use "
+                                         "'huggingface-llama' or 'explicit')");
+  if (s.kv_heads != s.heads && s.architecture == Architecture::EncoderDecoder)
+    unsupported("sizes.kv_heads", "grouped-query attention (kv_heads " + std::to_string(s.kv_heads) +
+                                      " != heads) in an encoder-decoder (its cross-attention)");
   if (s.precision == Precision::Bf16) unsupported("precision", "precision 'bf16'");
   if (std::find(s.targets.begin(), s.targets.end(), Target::Host) == s.targets.end())
     unsupported("targets", "a target list without 'host' (the CPU build is the reference and the fallback-free default)");
@@ -886,6 +932,17 @@ const char* to_string(DecodeStrategy v) { return name_of(v); }
 const char* to_string(WeightPreset v) { return name_of(v); }
 const char* to_string(Precision v) { return name_of(v); }
 const char* to_string(Target v) { return name_of(v); }
+const char* to_string(RotaryLayout v) { return name_of(v); }
+
+bool is_gated(Activation a) { return a == Activation::Swiglu || a == Activation::Geglu || a == Activation::GegluTanh; }
+Activation gate_activation(Activation a) {
+  switch (a) {
+    case Activation::Swiglu: return Activation::Silu;
+    case Activation::Geglu: return Activation::Gelu;
+    case Activation::GegluTanh: return Activation::GeluTanh;
+    default: return a;
+  }
+}
 
 std::string Diagnostic::str() const {
   std::string s = file;

@@ -16,9 +16,11 @@ namespace halformer {
 
 enum class Architecture { EncoderDecoder, Encoder, Decoder };
 enum class NormPlacement { Post, Pre };          // LayerNorm(x + f(x))  vs  x + f(LayerNorm(x))
-enum class NormKind { Standard, Annotated };     // biased var, eps in sqrt | unbiased std, eps added to std
-enum class Activation { Relu, Gelu, GeluTanh, Silu };
-enum class Positions { Sinusoidal, Learned, None, SinusoidalSplit };
+enum class NormKind { Standard, Annotated, Rms };  // biased var, eps in sqrt | unbiased std, eps added to std | RMSNorm
+// Gated kinds (swiglu, geglu, geglu_tanh): act(x W_gate) * (x W_up), then W_down.
+enum class Activation { Relu, Gelu, GeluTanh, Silu, Swiglu, Geglu, GegluTanh };
+enum class RotaryLayout { Half, Interleaved };  // pairs (c, c + R/2) | (2c, 2c + 1)
+enum class Positions { Sinusoidal, Learned, None, SinusoidalSplit, Rotary };
 enum class HeadKind { LogSoftmax, Softmax, Logits, Classifier, Embedding, Hidden };
 enum class Pooling { Cls, Mean };
 enum class Pooler { None, DenseTanh };           // BERT's pooler before a classifier
@@ -31,6 +33,7 @@ enum class WeightPreset {
   HuggingfaceDistilbert,
   HuggingfaceGpt2,
   HuggingfaceBart,
+  HuggingfaceLlama,
   Explicit
 };
 enum class Precision { Fp32, Bf16 };
@@ -58,11 +61,13 @@ struct Spec {
   int64_t src_vocab = 0, tgt_vocab = 0;            // tgt_vocab for decoder/output side
   int64_t max_len = 0;                             // longest source or target sequence
   int64_t type_vocab = 0;                          // token types (BERT); 0 = none
+  int64_t kv_heads = 0;  // key/value heads of self-attention (grouped-query); 0 until parsed = heads
 
   // residual + norm
   NormPlacement norm_placement = NormPlacement::Post;
   NormKind norm_kind = NormKind::Standard;
   double norm_eps = 1e-5;
+  double norm_weight_offset = 0.0;  // norms scale by offset + weight (Gemma's RMSNorm: 1)
   bool final_norm = false;  // a LayerNorm after each whole stack
   Activation activation = Activation::Relu;
   double dropout = 0.0;  // identity at inference; recorded for documentation only
@@ -74,6 +79,10 @@ struct Spec {
   bool share_tgt_output = false;  // output projection reuses the target embedding
   bool embedding_norm = false;  // LayerNorm after the embedding sum (BERT)
   int64_t position_offset = 0;  // learned positions: t reads table row offset + t (RoBERTa: pad + 1)
+  // rotary positions (applied to queries and keys in self-attention)
+  int64_t rotary_dim = 0;  // features rotated per head; 0 until parsed = head size
+  double rotary_theta = 10000.0;
+  RotaryLayout rotary_layout = RotaryLayout::Half;
 
   // attention
   bool causal = true;        // causal mask in decoder self-attention
@@ -145,5 +154,9 @@ const char* to_string(DecodeStrategy);
 const char* to_string(WeightPreset);
 const char* to_string(Precision);
 const char* to_string(Target);
+const char* to_string(RotaryLayout);
 
+// Gated feed-forward (swiglu, geglu, geglu_tanh) and the activation of its gate.
+bool is_gated(Activation);
+Activation gate_activation(Activation);
 }  // namespace halformer

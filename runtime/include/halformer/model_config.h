@@ -29,7 +29,8 @@ using PoolFn = int (*)(halide_buffer_t* x, halide_buffer_t* valid, halide_buffer
 
 enum class Arch { EncoderDecoder, Encoder, Decoder };
 enum class HeadOutput { LogSoftmax, Softmax, Logits, Classifier, Embedding, Hidden };
-enum class PositionKind { Sinusoidal, Learned, None, SinusoidalSplit };
+// Rotary: applied to queries and keys inside the self-attention kernels (baked in).
+enum class PositionKind { Sinusoidal, Learned, None, SinusoidalSplit, Rotary };
 enum class Preset {
   TorchTransformer,
   AnnotatedTransformer,
@@ -38,6 +39,7 @@ enum class Preset {
   HuggingfaceDistilbert,
   HuggingfaceGpt2,
   HuggingfaceBart,
+  HuggingfaceLlama,
   Explicit
 };
 
@@ -71,6 +73,12 @@ struct ModelConfig {
   // learned positions: position t reads row position_offset + t of the file's table
   // (RoBERTa: padding_idx + 1); the table has max_len + position_offset rows
   int position_offset;
+  // Self-attention key/value heads (grouped-query attention: fewer than heads); the fused
+  // QKV row and the KV cache hold d_model + 2 * kv_heads * head size features.
+  int kv_heads;
+  bool rms_norm;              // every norm is RMSNorm (gamma only)
+  double norm_weight_offset;  // norms scale by offset + weight (Gemma: 1)
+  bool gated_ff;              // ff1 is the gate (with the activation), ff_up the up projection
 };
 
 struct KernelTable {
@@ -89,12 +97,13 @@ struct KernelTable {
   PoolFn pool;                  // classifier / embedding heads
   LinearFn pooler;              // d -> d, tanh
   LinearFn classifier;          // d -> num_classes
+  LinearResidualFn ff_up;       // gated feed-forward: (x W_up + b) * gate, d -> d_ff
 };
 
 // A built model as a value: what the generated <name>_model.cpp exports, under a name
 // derived from the model's (extern "C" halformer_model_<name>(), see model.h), so that
 // any number of models link into one program.
-constexpr int kDescriptorVersion = 3;  // bumped when ModelConfig / KernelTable change
+constexpr int kDescriptorVersion = 4;  // bumped when ModelConfig / KernelTable change
 struct ModelDescriptor {
   int version;              // kDescriptorVersion of the halformer that generated it
   const ModelConfig* config;

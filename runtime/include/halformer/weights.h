@@ -23,6 +23,7 @@ struct NormWeights {
 };
 struct LayerWeights {
   LinearWeights qkv, attn_out, ff1, ff2;
+  LinearWeights ff_gate;  // gated feed-forward only; ff1 is then the up projection
   LinearWeights cross_q, cross_kv, cross_out;  // decoder layers of an encoder-decoder
   NormWeights self_norm, cross_norm, ff_norm;
 };
