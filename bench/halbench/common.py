@@ -295,6 +295,20 @@ def timed_runs(fn, warmup: int, repeat: int) -> List[float]:
     return out
 
 
+def record_step_times(res, batch: int, t_n: List[float], t_1: List[float], n: int) -> None:
+    """Decode per step from whole generate() calls of N and of 1 tokens: (T(N) - median
+    T(1)) / (N - 1) per sample. When noise swamps the difference (a tiny model on a busy
+    machine: some difference <= 0), T(N) / N instead -- an upper bound, said in a note."""
+    one = median(t_1)
+    steps = [(t - one) / (n - 1) for t in t_n]
+    method = "(T(N) - median T(1)) / (N - 1)"
+    if min(steps) <= 0:
+        steps = [t / n for t in t_n]
+        method = "T(N) / N (upper bound: T(N) - T(1) was within the timing noise)"
+        res.note(f"decode b{batch}: T({n}) - T(1) within the timing noise; per step reported as T({n}) / {n}")
+    res.timing("decode", batch, steps, steps=n, method=method, t1_ms=t_1, tn_ms=t_n)
+
+
 def read_sources(path: str) -> List[List[int]]:
     with open(path, "r", encoding="utf-8") as f:
         return [[int(t) for t in line.split()] for line in f if line.strip()]

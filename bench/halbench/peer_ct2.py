@@ -32,8 +32,8 @@ import os
 import sys
 import time
 
-from .common import (TOOLS_DIR, Unavailable, Unsupported, check_encoder, conversion_stamp, is_current, check_tokens, load_reference, median,
-                     peer_main, read_sources, timed_runs)
+from .common import (TOOLS_DIR, Unavailable, Unsupported, check_encoder, check_tokens, conversion_stamp, is_current,
+                     load_reference, peer_main, read_sources, record_step_times, timed_runs)
 
 
 def vocabulary(v, pad, bos, eos):
@@ -215,9 +215,7 @@ def body(task, res):
                              f"expected {n}")
                 t_n = timed_runs(lambda: translate(n, True), task["warmup"], task["repeat_decode"])
                 t_1 = timed_runs(lambda: translate(1, True), task["warmup"], task["repeat_decode"])
-                one = median(t_1)
-                res.timing("decode", b, [(t - one) / (n - 1) for t in t_n], steps=n,
-                           method="(T(N) - median T(1)) / (N - 1)", t1_ms=t_1, tn_ms=t_n)
+                record_step_times(res, b, t_n, t_1, n)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ the C++ row, called as a Python user would (`halformer.Model(...).encode(ids)`,
 C++ row is the Python layer's overhead: argument conversion, the GIL release, the
 numpy result (the runtime's output vector is handed over, not copied).
 
-Decode per step is (T(N) - median T(1)) / (N - 1) of whole generate() calls, as for
+Decode per step is (T(N) - median T(1)) / (N - 1) of whole generate() calls (common.record_step_times), as for
 CTranslate2: the decode loop runs in C++, so per-step Python cost is only what a call
 costs once, spread over its steps.
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 import sys
 
-from .common import (Unavailable, check_encoder, check_tokens, load_reference, median, peer_main, read_sources,
-                     timed_runs)
+from .common import (Unavailable, check_encoder, check_tokens, load_reference, peer_main, read_sources,
+                     record_step_times, timed_runs)
 
 
 def body(task, res):
@@ -44,9 +44,7 @@ def body(task, res):
                     res.note(f"decode b{b}: a row stopped at eos before {n} tokens; per-step time covers the batch")
                 t_n = timed_runs(lambda: m.generate(ids, max_new_tokens=n), task["warmup"], task["repeat_decode"])
                 t_1 = timed_runs(lambda: m.generate(ids, max_new_tokens=1), task["warmup"], task["repeat_decode"])
-                one = median(t_1)
-                res.timing("decode", b, [(t - one) / (n - 1) for t in t_n], steps=n,
-                           method="(T(N) - median T(1)) / (N - 1)", t1_ms=t_1, tn_ms=t_n)
+                record_step_times(res, b, t_n, t_1, n)
 
 
 if __name__ == "__main__":

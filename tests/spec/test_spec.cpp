@@ -272,7 +272,7 @@ TEST(Reporting, OmittedValueIsReportedAtItsKey) {
   ASSERT_EQ(r.diagnostics.size(), 1u) << all(r.diagnostics);
   EXPECT_EQ(
       r.diagnostics[0].str(),
-      "o.yaml:5:3: error: layer.activation: expected an activation, found nothing; allowed: relu, gelu, gelu_tanh, silu");
+      "o.yaml:5:3: error: layer.activation: expected an activation, found nothing; allowed: relu, gelu, gelu_tanh, silu, swiglu, geglu, geglu_tanh");
 }
 
 // ------------------------------------------------------------------ values and defaults
