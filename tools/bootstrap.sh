@@ -41,6 +41,24 @@ fi
 # with the dependencies they import; left out on purpose: typer (pytriton's own CLI
 # only) and urllib3>=2 (declared by tritonclient, never imported; Debian's requests
 # needs urllib3 1.26).
+# Ray Serve (halformer.serve.ray): ray 2.52.1, the newest whose [serve] extra accepts the
+# pins above (2.53+ wants packaging>=24.2), with the dependencies its driver, GCS, raylet
+# agents, dashboard, Serve controller, proxy and replicas import (traced: an import hook in
+# every Ray process of a Serve run and of `ray start --head`), at the versions Ray's own
+# requirements_compiled.txt tests; aiohttp and grpcio/protobuf are the ones above. Left out
+# on purpose (declared, never imported there): google-api-core/google-auth (opencensus'
+# exporters), py-spy (dashboard profiling), smart-open, virtualenv (runtime_env pip),
+# python-dotenv. Costs ~20 s and ~300 MB (the ray wheel is 72 MB).
+RAY_PINS=(ray==2.52.1 aiohttp-cors==0.7.0 colorful==0.5.5 msgpack==1.1.2
+          jsonschema==4.23.0 jsonschema-specifications==2024.10.1 referencing==0.36.2 rpds-py==0.22.3
+          opencensus==0.11.4 opencensus-context==0.1.3 googleapis-common-protos==1.61.0
+          prometheus-client==0.19.0 opentelemetry-api==1.34.1 opentelemetry-sdk==1.34.1
+          opentelemetry-exporter-prometheus==0.55b1 opentelemetry-semantic-conventions==0.55b1
+          opentelemetry-proto==1.27.0
+          fastapi==0.121.0 annotated-doc==0.0.4 starlette==0.49.1 anyio==4.12.0
+          pydantic==2.12.4 pydantic-core==2.41.5 annotated-types==0.6.0 typing-inspection==0.4.2
+          typing-extensions==4.15.0
+          uvicorn==0.22.0 h11==0.16.0 httptools==0.9.0 uvloop==0.21.0 websockets==11.0.3 watchfiles==0.19.0)
 PIP_PINS=(halide==21.0.0 cmake==3.31.6 safetensors==0.4.5
           transformers==4.30.2 huggingface-hub==0.16.4 regex==2023.6.3 filelock==3.12.2
           tqdm==4.65.0 packaging==23.2
@@ -51,7 +69,8 @@ PIP_PINS=(halide==21.0.0 cmake==3.31.6 safetensors==0.4.5
           geventhttpclient==2.0.2 gevent==24.11.1 greenlet==3.1.1 zope.event==5.0 zope.interface==7.2 brotli==1.1.0
           aiohttp==3.11.11 aiosignal==1.3.2 frozenlist==1.5.0 multidict==6.1.0 yarl==1.18.3 propcache==0.2.1
           aiohappyeyeballs==2.4.4 pyzmq==26.2.0 sh==2.1.0 typing-inspect==0.9.0 mypy-extensions==1.0.0
-          wrapt==1.17.0 importlib-metadata==8.5.0 zipp==3.21.0)
+          wrapt==1.17.0 importlib-metadata==8.5.0 zipp==3.21.0
+          "${RAY_PINS[@]}")
 if [ ! -x .venv/bin/python ]; then
   echo "[bootstrap] creating .venv (Debian python3, system site packages)"
   /usr/bin/python3 -m venv --system-site-packages .venv

@@ -15,9 +15,15 @@ API
   build(spec, out_dir)       runs ``halformer build SPEC -o OUT_DIR`` (the CLI of the
                              source tree this package was built from, or $HALFORMER_TOOL),
                              its output streamed to sys.stdout; returns OUT_DIR.
-  Model(model_dir, weights, device="cpu", threads=0)
+  Model(model_dir, weights, device="cpu", threads=0, tokenizer=None)
                              loads DIR/lib<name>.so (or that .so's path) with the weights.
                              threads: per-call thread limit (<= 0: every core).
+                             tokenizer: a Hugging Face `tokenizers.Tokenizer` (or the path of
+                             a tokenizer.json): then every method also takes a str or a list
+                             of str where it takes token ids (encoded without special tokens
+                             unless the tokenizer's post-processor adds them), and generate()
+                             of text returns text (the new tokens, decoded with
+                             skip_special_tokens=True).
     .config                  dict of the spec's values (halformer/model_config.h)
     .encode(batch, lengths=None)    encoder output, float32 [B, T, d_model]
     .pooled(batch, lengths=None)    head vector per sequence, [B, num_classes | d_model]
@@ -264,15 +270,30 @@ _DONE = object()
 class Model:
     """A built model with its weights; see the module docstring."""
 
-    def __init__(self, model_dir, weights, device="cpu", threads=0):
+    def __init__(self, model_dir, weights, device="cpu", threads=0, tokenizer=None):
         if not isinstance(device, str):
             raise TypeError(f"device must be a str ('cpu', 'cuda', 'opencl'), got {type(device).__name__}")
         threads = _int_arg("threads", threads, 32)
         library = _find_library(model_dir)
         weights = _existing_file("weights", weights)
+        self.tokenizer = _text_tokenizer(tokenizer)
         self._m = _native.Model(_loadable(library), weights, device, threads)
         self.library = library
         self.config = self._m.config()
+
+    def _ids(self, batch, what="batch"):
+        """Token ids of `batch`: text (a str or a list of str) through the tokenizer, else as is.
+        Returns (batch, was_text)."""
+        texts = [batch] if isinstance(batch, str) else batch
+        if not (isinstance(texts, (list, tuple)) and texts and all(isinstance(t, str) for t in texts)):
+            return batch, False
+        if self.tokenizer is None:
+            raise TypeError(f"{what}: text needs a tokenizer (halformer.Model(..., tokenizer=tokenizers.Tokenizer "
+                            "or a tokenizer.json path)); without one, pass token ids")
+        return [list(e.ids) for e in self.tokenizer.encode_batch(list(texts))], True
+
+    def _text(self, tokens):
+        return [self.tokenizer.decode(list(t), skip_special_tokens=True) for t in tokens]
 
     device = property(lambda self: self._m.device, doc="the device this model runs on")
     devices = property(lambda self: self._m.devices.split(), doc="the devices the model was built for")
@@ -284,11 +305,11 @@ class Model:
     def encode(self, batch, lengths=None):
         """Encoder output, numpy float32 [B, T, d_model] (T: the longest sequence; rows of
         shorter sequences are unspecified past their length)."""
-        return self._m.encode(*_pack(batch, lengths))
+        return self._m.encode(*_pack(self._ids(batch)[0], lengths))
 
     def pooled(self, batch, lengths=None):
         """Encoder-only models: the head's vector per sequence, float32 [B, X]."""
-        return self._m.pooled(*_pack(batch, lengths))
+        return self._m.pooled(*_pack(self._ids(batch)[0], lengths))
 
     def score(self, src, tgt=None, src_lengths=None, tgt_lengths=None):
         """Head output float32 [B, T, tgt_vocab]: for teacher-forced decoder inputs `tgt`
@@ -299,8 +320,9 @@ class Model:
         if arch == "encoder_decoder" and tgt is None:
             raise ValueError("score: an encoder-decoder model needs tgt (teacher-forced decoder inputs, each "
                              f"starting with bos = {self.config['bos_id']})")
-        s = _pack(src, src_lengths, "src")
-        t = (np.zeros(0, np.int32), np.zeros(1, np.int64)) if tgt is None else _pack(tgt, tgt_lengths, "tgt")
+        s = _pack(self._ids(src, "src")[0], src_lengths, "src")
+        t = (np.zeros(0, np.int32), np.zeros(1, np.int64)) if tgt is None else \
+            _pack(self._ids(tgt, "tgt")[0], tgt_lengths, "tgt")
         return self._m.score(*s, *t)
 
     def _options(self, max_new_tokens, sampling_topk, sampling_topp, sampling_temperature, seed,
@@ -330,7 +352,23 @@ class Model:
     def generate(self, src, max_new_tokens=None, beam_size=1, length_penalty=None, sampling_topk=1,
                  sampling_topp=1.0, sampling_temperature=1.0, seed=0, repetition_penalty=1.0,
                  no_repeat_ngram_size=0, min_length=0, return_scores=False):
-        """Generated tokens per source / prompt (see the module docstring)."""
+        """Generated tokens per source / prompt (see the module docstring); for text in, text
+        out (a str for a str, else a list of str; with return_scores, dicts with "text" too)."""
+        ids, text = self._ids(src, "src")
+        out = self._generate(ids, max_new_tokens, beam_size, length_penalty, sampling_topk, sampling_topp,
+                             sampling_temperature, seed, repetition_penalty, no_repeat_ngram_size, min_length,
+                             return_scores)
+        if not text:
+            return out
+        if return_scores:
+            for d in out:
+                d["text"] = self._text([d["tokens"]])[0]
+        else:
+            out = self._text(out)
+        return out[0] if isinstance(src, str) else out
+
+    def _generate(self, src, max_new_tokens, beam_size, length_penalty, sampling_topk, sampling_topp,
+                  sampling_temperature, seed, repetition_penalty, no_repeat_ngram_size, min_length, return_scores):
         beam_size = _int_arg("beam_size", beam_size, 32)
         if beam_size < 1:
             raise ValueError(f"generation option beam_size {beam_size} is outside [1, inf)")
@@ -381,7 +419,7 @@ class Model:
         next(). Closing the iterator early stops generation after each row's next token."""
         o = self._options(max_new_tokens, sampling_topk, sampling_topp, sampling_temperature, seed,
                           repetition_penalty, no_repeat_ngram_size, min_length, False)
-        packed = _pack(src, None, "src")
+        packed = _pack(self._ids(src, "src")[0], None, "src")
         q, stop, failure = queue.SimpleQueue(), threading.Event(), []
 
         def on_token(row, token):
@@ -418,6 +456,27 @@ class Model:
             worker.join()
         if failure:
             raise failure[0]
+
+
+def _text_tokenizer(tokenizer):
+    """A tokenizers.Tokenizer (or anything with encode_batch / decode), or one loaded from a
+    tokenizer.json path; None stays None."""
+    if tokenizer is None:
+        return None
+    if isinstance(tokenizer, (str, os.PathLike)):
+        path = _existing_file("tokenizer", tokenizer)
+        try:
+            import tokenizers
+        except ImportError as e:
+            raise ImportError(f"tokenizer={str(path)!r} needs the Hugging Face `tokenizers` package ({e})") from None
+        try:
+            return tokenizers.Tokenizer.from_file(str(path))
+        except Exception as e:  # the library's own message: not a tokenizer.json
+            raise ValueError(f"tokenizer {str(path)!r} is not a tokenizers JSON file: {e}") from None
+    if not (callable(getattr(tokenizer, "encode_batch", None)) and callable(getattr(tokenizer, "decode", None))):
+        raise TypeError(f"tokenizer must be a tokenizers.Tokenizer or the path of a tokenizer.json, got "
+                        f"{type(tokenizer).__name__}")
+    return tokenizer
 
 
 # ---- sentence embeddings -----------------------------------------------------------------
