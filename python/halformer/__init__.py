@@ -288,8 +288,10 @@ class Model:
         if not (isinstance(texts, (list, tuple)) and texts and all(isinstance(t, str) for t in texts)):
             return batch, False
         if self.tokenizer is None:
-            raise TypeError(f"{what}: text needs a tokenizer (halformer.Model(..., tokenizer=tokenizers.Tokenizer "
-                            "or a tokenizer.json path)); without one, pass token ids")
+            hint = "; text needs a tokenizer: halformer.Model(..., tokenizer=tokenizers.Tokenizer or tokenizer.json)"
+            if isinstance(batch, str):
+                raise TypeError(f"{what} must be a list of token-id lists or a 2-D integer numpy array, got str{hint}")
+            raise TypeError(f"{what} sequence 1 must be a list of token ids (ints), got str{hint}")
         return [list(e.ids) for e in self.tokenizer.encode_batch(list(texts))], True
 
     def _text(self, tokens):

@@ -89,7 +89,7 @@ def test_tokenizer_errors(tokenizer_json, tmp_path):
 
     weights = HF / "model.safetensors"
     plain = halformer.Model(MODEL_DIR, weights=weights)
-    with pytest.raises(TypeError, match="text needs a tokenizer"):
+    with pytest.raises(TypeError, match="got str; text needs a tokenizer"):
         plain.generate("w5 w17", max_new_tokens=2)
     with pytest.raises(FileNotFoundError, match="tokenizer .*no such file"):
         halformer.Model(MODEL_DIR, weights=weights, tokenizer=str(tmp_path / "missing.json"))
