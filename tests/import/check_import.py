@@ -29,10 +29,14 @@ import numpy as np
 
 TOLERANCE = 1e-4
 VOCAB, HIDDEN, HEADS, FF, LAYERS, POSITIONS = 1003, 72, 3, 100, 2, 64
-SEED = {"bert": 1, "roberta": 2, "distilbert": 3, "gpt2": 4, "bart": 5, "marian": 6, "llama": 7}
-# Llama: 4 query heads of 18 features (not a power of two) sharing 2 key/value heads,
-# rope_theta 500 (not the default: angles turn fast, a wrong theta or layout shows).
-LLAMA_HEADS, LLAMA_KV_HEADS, LLAMA_THETA = 4, 2, 500.0
+SEED = {"bert": 1, "roberta": 2, "distilbert": 3, "gpt2": 4, "bart": 5, "marian": 6, "llama": 7, "llama_mqa": 8}
+# Llama-style: "llama" has 6 query heads of 12 features sharing 2 key/value heads and
+# rope_theta 500 (not the default: angles turn fast, a wrong theta or layout shows);
+# "llama_mqa" 3 heads of 24 features over 1 key/value head (multi-query), the default
+# theta and a tied lm_head. 160 positions: a 129-token prompt plus 20 new tokens fit.
+LLAMA = {"llama": dict(heads=6, kv_heads=2, theta=500.0, tied=False),
+         "llama_mqa": dict(heads=3, kv_heads=1, theta=10000.0, tied=True)}
+LLAMA_POSITIONS = 160
 # Encoder-decoders: 2 + 2 layers; generate()'s forced bos/eos and min_length are off (the
 # binary does neither; docs/import.md), so greedy tokens compare one for one.
 SEQ2SEQ = dict(vocab_size=VOCAB, d_model=HIDDEN, encoder_attention_heads=HEADS, decoder_attention_heads=HEADS,
@@ -83,8 +87,8 @@ def make(family, out):
         config = tf.MarianConfig(**SEQ2SEQ, pad_token_id=VOCAB - 1, eos_token_id=0, decoder_start_token_id=VOCAB - 1,
                                  activation_function="swish", scale_embedding=True)
         model = tf.MarianMTModel(config)
-    elif family == "llama":
-        return make_llama(out)
+    elif family in LLAMA:
+        return make_llama(family, out)
     else:
         raise SystemExit(f"unknown family {family}")
     with torch.no_grad():
@@ -103,7 +107,7 @@ def make(family, out):
     print(f"{family}: {type(model).__name__} saved to {out}")
 
 
-def make_llama(out):
+def make_llama(family, out):
     """A grouped-query Llama checkpoint in DIR and, in DIR/reference, the same model as
     transformers 4.30 can run it (it predates num_key_value_heads): every key/value head
     repeated for the query heads it serves (Hugging Face's repeat_kv order: query head h
@@ -111,21 +115,23 @@ def make_llama(out):
     import torch
 
     tf = transformers_modules()
-    torch.manual_seed(SEED["llama"])
-    config = tf.LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_attention_heads=LLAMA_HEADS,
-                            intermediate_size=FF, num_hidden_layers=LAYERS, max_position_embeddings=POSITIONS,
+    torch.manual_seed(SEED[family])
+    v = LLAMA[family]
+    heads, kv_heads = v["heads"], v["kv_heads"]
+    config = tf.LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_attention_heads=heads,
+                            intermediate_size=FF, num_hidden_layers=LAYERS, max_position_embeddings=LLAMA_POSITIONS,
                             rms_norm_eps=1e-5, initializer_range=0.1, bos_token_id=1, eos_token_id=2,
-                            pad_token_id=None, tie_word_embeddings=False)
+                            pad_token_id=None, tie_word_embeddings=v["tied"])
     model = tf.LlamaForCausalLM(config)
-    group, hd = LLAMA_HEADS // LLAMA_KV_HEADS, HIDDEN // LLAMA_HEADS
+    group, hd = heads // kv_heads, HIDDEN // heads
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() == 1:  # RMSNorm scales around 1
                 p.copy_(1.0 + 0.1 * torch.randn_like(p))
         for layer in model.model.layers:
             for proj in (layer.self_attn.k_proj, layer.self_attn.v_proj):
-                w = proj.weight.view(LLAMA_HEADS, hd, HIDDEN)
-                for h in range(LLAMA_HEADS):
+                w = proj.weight.view(heads, hd, HIDDEN)
+                for h in range(heads):
                     w[h] = w[(h // group) * group]
     model.eval()
     model.save_pretrained(os.path.join(out, "reference"), safe_serialization=True)
@@ -134,29 +140,30 @@ def make_llama(out):
 
     tensors = {}
     for name, t in model.state_dict().items():
-        if name.endswith("rotary_emb.inv_freq"):
+        if name.endswith("rotary_emb.inv_freq") or (v["tied"] and name == "lm_head.weight"):
             continue
         if name.endswith(("k_proj.weight", "v_proj.weight")):
-            t = t.view(LLAMA_HEADS, hd, HIDDEN)[::group].reshape(LLAMA_KV_HEADS * hd, HIDDEN)
-        tensors[name] = t.contiguous()
+            t = t.view(heads, hd, HIDDEN)[::group].reshape(kv_heads * hd, HIDDEN)
+        tensors[name] = t.clone().contiguous()
     save_file(tensors, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
     cfg = json.load(open(os.path.join(out, "reference", "config.json")))
-    cfg.update(num_key_value_heads=LLAMA_KV_HEADS, rope_theta=LLAMA_THETA)
+    cfg.update(num_key_value_heads=kv_heads, rope_theta=v["theta"])
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
-    print(f"llama: LlamaForCausalLM saved to {out} ({LLAMA_HEADS} heads, {LLAMA_KV_HEADS} key/value heads, "
-          f"rope_theta {LLAMA_THETA}) and its repeated-heads equivalent to {out}/reference")
+    print(f"{family}: LlamaForCausalLM saved to {out} ({heads} heads, {kv_heads} key/value heads, rope_theta "
+          f"{v['theta']}, tied {v['tied']}) and its repeated-heads equivalent to {out}/reference")
 
 
 def llama_reference(hf_dir):
-    """transformers' LlamaForCausalLM of DIR/reference with rotary base rope_theta."""
+    """transformers' LlamaForCausalLM of DIR/reference with rotary base DIR's rope_theta."""
     tf = transformers_modules()
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
+    theta = json.load(open(os.path.join(hf_dir, "config.json")))["rope_theta"]
     model = tf.LlamaForCausalLM.from_pretrained(os.path.join(hf_dir, "reference"))
     for layer in model.model.layers:
         attn = layer.self_attn
-        attn.rotary_emb = LlamaRotaryEmbedding(attn.head_dim, max_position_embeddings=POSITIONS, base=LLAMA_THETA)
+        attn.rotary_emb = LlamaRotaryEmbedding(attn.head_dim, max_position_embeddings=LLAMA_POSITIONS, base=theta)
     model.eval()
     return model
 
@@ -241,7 +248,7 @@ def compare_decoder(family, hf_dir, binary):
     import torch
 
     tf = transformers_modules()
-    if family == "llama":
+    if family in LLAMA:
         model = llama_reference(hf_dir)
     else:
         model = tf.GPT2LMHeadModel.from_pretrained(hf_dir)
@@ -251,7 +258,10 @@ def compare_decoder(family, hf_dir, binary):
     rng = np.random.default_rng(SEED[family])
     errors = Errors()
     new_tokens = 20
-    for label, seqs in input_sets(rng, 0, VOCAB - 1).items():
+    sets = input_sets(rng, 0, VOCAB - 1)
+    if family in LLAMA:  # past 128 positions
+        sets["length 129"] = [rng.integers(0, VOCAB - 1, 129).tolist()]
+    for label, seqs in sets.items():
         out, dumped = run_binary(binary, weights, seqs, ["--max-new-tokens", str(new_tokens)])
         logits = dumped["logits"]
         for b, s in enumerate(seqs):
@@ -423,7 +433,7 @@ REFUSALS = {
     "model_type_mistral": ("bert", {"model_type": "mistral"}, r'model_type: found "mistral"; not supported yet'),
     "llama_rope_scaling": ("llama", {"rope_scaling": {"type": "linear", "factor": 2.0}}, r"rope_scaling: found"),
     "llama_attention_bias": ("llama", {"attention_bias": True}, r"attention_bias: found true"),
-    "llama_kv_heads": ("llama", {"num_key_value_heads": 3}, r"num_key_value_heads: found 3; does not divide"),
+    "llama_kv_heads": ("llama", {"num_key_value_heads": 4}, r"num_key_value_heads: found 4; does not divide"),
     "llama_head_dim": ("llama", {"head_dim": 16}, r"head_dim: found 16; differs"),
     "llama_activation": ("llama", {"hidden_act": "relu"}, r'hidden_act: found "relu"; supported for the gated'),
     "model_type_mbart": ("bert", {"model_type": "mbart"}, r'model_type: found "mbart"; not supported yet'),
@@ -513,7 +523,7 @@ def main(argv):
     if cmd == "make" and len(argv) == 4:
         make(argv[2], argv[3])
     elif cmd == "compare" and len(argv) == 5:
-        if argv[2] in ("gpt2", "llama"):
+        if argv[2] == "gpt2" or argv[2] in LLAMA:
             compare_decoder(argv[2], argv[3], argv[4])
         elif argv[2] in ("bart", "marian"):
             compare_seq2seq(argv[2], argv[3], argv[4])

@@ -101,5 +101,5 @@ def test_tokenizer_errors(tokenizer_json, tmp_path):
         halformer.Model(MODEL_DIR, weights=weights, tokenizer=42)
     # A text longer than max_len: the runtime's error, naming the sequence and the limit.
     m = halformer.Model(MODEL_DIR, weights=weights, tokenizer=str(tokenizer_json))
-    with pytest.raises(ValueError, match="max_len is 64"):
-        m.generate(" ".join(["w7"] * 80), max_new_tokens=2)
+    with pytest.raises(ValueError, match="max_len is 160"):
+        m.generate(" ".join(["w7"] * 200), max_new_tokens=2)
