@@ -37,7 +37,8 @@ def free_ports(n):
     return ports
 
 
-def write_config(path, delay_us=1000, max_batch=16, threads=1):
+def write_config(path, delay_us=1000, max_batch=16, threads=1, replicas=None):
+    """replicas: {model name: n} adds `replicas: n` (halformer.serve.ray's key) to those models."""
     w, v = minilm_files()
     text = f"""models:
   - name: reverse
@@ -64,6 +65,8 @@ def write_config(path, delay_us=1000, max_batch=16, threads=1):
     max_batch_size: {max_batch}
     max_queue_delay_microseconds: {delay_us}
 """
+    for name, n in (replicas or {}).items():
+        text = text.replace(f"  - name: {name}\n", f"  - name: {name}\n    replicas: {n}\n", 1)
     with open(path, "w") as f:
         f.write(text)
     return path

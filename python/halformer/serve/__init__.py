@@ -30,6 +30,9 @@ Kinds (inputs and outputs carry Triton's batch dimension in front):
   embed_text: TEXT bytes [1]        -> EMBEDDING float32 [d]   (SentenceEmbedder.encode)
   pooled:     INPUT_IDS int32 [-1]  -> OUTPUT float32 [X]      (Model.pooled)
 
+The same file configures `python -m halformer.serve.ray` (Ray Serve, its own docstring),
+which also takes a per-model `replicas:`; this Triton server refuses that key.
+
 Each batch Triton's dynamic batcher forms goes to the Python API in one call (for
 generate: one call per distinct set of options in the batch). When that call fails, the
 requests are run one by one, so that each bad request gets its own error response (the
@@ -86,8 +89,10 @@ def _path_field(where, entry, key, base, must_be_dir=False):
     return p
 
 
-def load_config(path):
-    """The checked configuration: dict(server={...}, models=[{...}, ...]). Raises ConfigError."""
+def load_config(path, ray=False):
+    """The checked configuration: dict(server={...}, models=[{...}, ...]). Raises ConfigError.
+    ray=True (halformer.serve.ray) also takes a per-model `replicas` (entry["replicas"], or
+    absent: the command line's default)."""
     import yaml
     if not os.path.isfile(path):
         raise ConfigError(f"{path}: no such file")
@@ -131,6 +136,11 @@ def load_config(path):
         known = {"name", "kind", "model_dir", "weights", "threads", "max_batch_size", "max_queue_delay_microseconds"}
         if kind == "embed_text":
             known |= {"vocab", "max_text_bytes"}
+        if ray:
+            known.add("replicas")
+        elif "replicas" in m:
+            raise ConfigError(f"{where}: replicas is for python -m halformer.serve.ray (Triton runs one instance "
+                              f"per model)")
         unknown = set(m) - known
         if unknown:
             raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)} for kind {kind} (known: {sorted(known)})")
@@ -144,6 +154,8 @@ def load_config(path):
         if kind == "embed_text":
             entry["vocab"] = _path_field(where, m, "vocab", base)
             entry["max_text_bytes"] = _int_field(where, m, "max_text_bytes", DEFAULT_MAX_TEXT_BYTES, 1, 1 << 24)
+        if "replicas" in m:
+            entry["replicas"] = _int_field(where, m, "replicas", 1, 1, 1024)
         models.append(entry)
     return dict(server=server, models=models)
 
@@ -154,6 +166,9 @@ def _error(msg):
 
 class _Served:
     """One configured model: loads it, declares its tensors, answers batches."""
+
+    # the inputs' names in error messages (halformer.serve.ray shows its JSON keys instead)
+    labels = {"INPUT_IDS": "INPUT_IDS", "TEXT": "TEXT"}
 
     def __init__(self, entry):
         import halformer
@@ -189,39 +204,41 @@ class _Served:
 
     # --- per request: parse into rows (or an error message) ---
     def _ids_rows(self, req):
+        name = self.labels["INPUT_IDS"]
         if "INPUT_IDS" not in req:
-            return None, f"missing input INPUT_IDS (got {sorted(req.keys())})"
+            return None, f"missing input {name} (got {sorted(req.keys())})"
         a = np.asarray(req["INPUT_IDS"])
         if a.ndim != 2:
-            return None, f"INPUT_IDS must be [batch, length], got shape {list(a.shape)}"
+            return None, f"{name} must be [batch, length], got shape {list(a.shape)}"
         if a.shape[0] < 1 or a.shape[1] < 1:
-            return None, f"INPUT_IDS is empty (shape {list(a.shape)}): send at least one token id"
+            return None, f"{name} is empty (shape {list(a.shape)}): send at least one token id"
         if self.kind == "generate" and a.shape[0] != 1:
-            return None, f"generate takes one sequence per request (INPUT_IDS shape [1, length]); got {a.shape[0]} rows"
+            return None, f"generate takes one sequence per request ({name} shape [1, length]); got {a.shape[0]} rows"
         if a.shape[1] > self.max_len:
-            return None, f"INPUT_IDS has {a.shape[1]} tokens, more than the model's max_len {self.max_len}"
+            return None, f"{name} has {a.shape[1]} tokens, more than the model's max_len {self.max_len}"
         bad = (a < 0) | (a >= self.vocab)
         if bad.any():
             r, c = np.argwhere(bad)[0]
-            return None, f"INPUT_IDS[{r}][{c}] = {int(a[r, c])} is outside the vocabulary [0, {self.vocab})"
+            return None, f"{name}[{r}][{c}] = {int(a[r, c])} is outside the vocabulary [0, {self.vocab})"
         return [list(map(int, row)) for row in a], None
 
     def _text_rows(self, req):
+        name = self.labels["TEXT"]
         if "TEXT" not in req:
-            return None, f"missing input TEXT (got {sorted(req.keys())})"
+            return None, f"missing input {name} (got {sorted(req.keys())})"
         a = np.asarray(req["TEXT"])
         if a.ndim != 2 or a.shape[0] < 1 or a.shape[1] != 1:
-            return None, f"TEXT must be [batch, 1] with batch >= 1, got shape {list(a.shape)}"
+            return None, f"{name} must be [batch, 1] with batch >= 1, got shape {list(a.shape)}"
         rows = []
         for i, v in enumerate(a[:, 0]):
             b = v if isinstance(v, bytes) else bytes(v)
             if len(b) > self.entry["max_text_bytes"]:
-                return None, (f"TEXT[{i}] has {len(b)} bytes, more than max_text_bytes "
+                return None, (f"{name}[{i}] has {len(b)} bytes, more than max_text_bytes "
                               f"{self.entry['max_text_bytes']}")
             try:
                 rows.append(b.decode("utf-8"))
             except UnicodeDecodeError as e:
-                return None, f"TEXT[{i}] is not valid UTF-8: {e}"
+                return None, f"{name}[{i}] is not valid UTF-8: {e}"
         return rows, None
 
     def _options(self, req):

@@ -1,0 +1,260 @@
+"""halformer models on Ray Serve: N replicas per model and Ray's request batching; see docs/serving.md.
+
+    python -m halformer.serve.ray CONFIG.yaml [--replicas N] [--port P] [--host H] [--address ADDR] [--check]
+
+CONFIG.yaml is the file `python -m halformer.serve` (Triton) takes, see its docstring, with
+one more optional key per model: `replicas` (default: --replicas, which defaults to 1).
+Used here: server.http_port (--port overrides it; the grpc and metrics ports are Triton's
+only), and per model name, kind, model_dir, weights, vocab, threads, max_text_bytes;
+max_batch_size and max_queue_delay_microseconds become @serve.batch's max_batch_size and
+batch_wait_timeout_s. Each model is one Ray Serve application at route /<name>:
+
+    POST /<name>  generate:   {"input_ids": [3, 7, 1, 9], "max_new_tokens": 10}  -> {"output_ids": [9, 1, 7, 3, 15]}
+                              (options: the Triton server's request parameters, as JSON keys)
+                  embed_text: {"text": "A man is eating food."}                  -> {"embedding": [384 floats]}
+                  pooled:     {"input_ids": [101, 7592, 102]}                     -> {"output": [floats]}
+    GET  /<name>  the model's description (kind, vocabulary, max_len, batching)
+
+A bad request gets HTTP 400 with {"error": "<the problem>"} (413: body too large, 405: a
+method other than GET/POST); the replica goes on serving. Every answer carries the headers
+x-halformer-batch-size (how many requests the replica ran in that one call) and
+x-halformer-replica (the replica's process id).
+
+Without --address a local Ray instance is started (num_cpus: enough for every replica,
+at least the machine's cores; its files under $RAY_TMPDIR/ray, default /tmp/ray; usage
+stats off unless RAY_USAGE_STATS_ENABLED is set) and shut down on exit. With --address the
+applications go to that Ray cluster (`ray start --head` / `ray start --address=...`);
+every node then needs the model files at the same paths and halformer on its PYTHONPATH,
+and only these applications are deleted on exit. SIGTERM or SIGINT: deployments drain
+(requests in flight finish), then exit 0.
+"""
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import warnings
+
+import numpy as np
+from ray import serve
+from starlette.responses import JSONResponse
+
+from halformer.serve import ERROR_KEY, GENERATE_PARAMETERS, ConfigError, _Served, load_config
+
+MAX_BODY_BYTES = 1 << 20  # per request, plus 6 bytes per byte of max_text_bytes (JSON's \uXXXX)
+OUTPUT_KEY = {"generate": ("OUTPUT_IDS", "output_ids"), "embed_text": ("EMBEDDING", "embedding"),
+              "pooled": ("OUTPUT", "output")}
+EXAMPLE = {"generate": '{"input_ids": [3, 7, 1, 9], "max_new_tokens": 10}',
+           "embed_text": '{"text": "A man is eating food."}', "pooled": '{"input_ids": [101, 7592, 102]}'}
+
+
+class _BadRequest(Exception):
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+
+
+class _Request(dict):
+    """A request as _Served.infer takes it (Triton's shapes: a batch dimension in front;
+    generation options in .parameters)."""
+
+    def __init__(self, inputs, parameters=None):
+        super().__init__(inputs)
+        self.parameters = parameters or {}
+
+
+class ModelDeployment:
+    """One replica of one configured model (the deployment class; see _application)."""
+
+    def __init__(self, entry):
+        self.served = _Served(entry)
+        self.served.labels = {"INPUT_IDS": "input_ids", "TEXT": "text"}
+        self.name, self.kind = entry["name"], entry["kind"]
+        self.max_body = MAX_BODY_BYTES + 6 * entry.get("max_text_bytes", 0)
+        self.batched.set_max_batch_size(entry["max_batch_size"])
+        self.batched.set_batch_wait_timeout_s(entry["max_queue_delay_microseconds"] / 1e6)
+        self.headers = {"x-halformer-replica": str(os.getpid())}
+        cfg = self.served.model.config
+        self.info = dict(name=self.name, kind=self.kind, model=cfg["name"], arch=cfg["arch"],
+                         vocab=self.served.vocab, max_len=self.served.max_len,
+                         max_batch_size=entry["max_batch_size"],
+                         batch_wait_timeout_s=entry["max_queue_delay_microseconds"] / 1e6,
+                         request=json.loads(EXAMPLE[self.kind]))
+        if self.kind == "generate":
+            self.info["options"] = sorted(GENERATE_PARAMETERS)
+        else:
+            self.info["width"] = self.served.width
+        if self.kind == "embed_text":
+            self.info["max_text_bytes"] = entry["max_text_bytes"]
+
+    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.001)  # set from the config in __init__
+    async def batched(self, requests):
+        """One call of the Python API for the whole batch (one per set of options for generate);
+        a bad request fails alone (_Served.infer). Runs in a thread: the replica's event loop
+        keeps queueing the next batch meanwhile. -> [(status, body, batch size)]"""
+        n = len(requests)
+        try:
+            responses = await asyncio.to_thread(self.served.infer, requests)
+        except Exception as e:  # not a bad request (those come back one by one): the model itself failed
+            return [(500, {"error": f"model {self.name!r}: {type(e).__name__}: {e}"}, n)] * n
+        out = []
+        for r in responses:
+            if ERROR_KEY in r:
+                out.append((400, {"error": bytes(r[ERROR_KEY].reshape(-1)[0]).decode("utf-8", "replace")}, n))
+            else:
+                tensor, key = OUTPUT_KEY[self.kind]
+                out.append((200, {key: r[tensor][0].tolist()}, n))
+        return out
+
+    async def __call__(self, request):
+        if request.method == "GET":
+            return JSONResponse(self.info, headers=self.headers)
+        try:
+            if request.method != "POST":
+                raise _BadRequest(405, f"method {request.method}: POST a request such as {EXAMPLE[self.kind]} "
+                                       f"(GET: the model's description)")
+            req = self._parse(await self._body(request))
+        except _BadRequest as e:
+            return JSONResponse({"error": f"model {self.name!r}: {e}"}, status_code=e.status, headers=self.headers)
+        status, body, n = await self.batched(req)
+        return JSONResponse(body, status_code=status, headers={**self.headers, "x-halformer-batch-size": str(n)})
+
+    async def _body(self, request):
+        size = request.headers.get("content-length", "")
+        if size.isdigit() and int(size) > self.max_body:
+            raise _BadRequest(413, f"request body of {size} bytes is over the limit of {self.max_body}")
+        chunks, n = [], 0
+        async for chunk in request.stream():
+            n += len(chunk)
+            if n > self.max_body:
+                raise _BadRequest(413, f"request body is over the limit of {self.max_body} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _parse(self, body):
+        """JSON body -> _Request; the checks that need the model (vocabulary, max_len, byte
+        limit, option values) are _Served's, in the batch."""
+        try:
+            obj = json.loads(body)
+        except (UnicodeDecodeError, ValueError) as e:
+            raise _BadRequest(400, f"request body is not valid JSON ({e}); send e.g. {EXAMPLE[self.kind]}") from None
+        if not isinstance(obj, dict):
+            raise _BadRequest(400, f"request body must be a JSON object such as {EXAMPLE[self.kind]}, "
+                                   f"got {type(obj).__name__}")
+        key = "text" if self.kind == "embed_text" else "input_ids"
+        known = {key} | (set(GENERATE_PARAMETERS) if self.kind == "generate" else set())
+        unknown = set(obj) - known
+        if unknown:
+            raise _BadRequest(400, f"unknown key(s) {sorted(unknown)} (known: {sorted(known)})")
+        if key not in obj:
+            raise _BadRequest(400, f"missing \"{key}\"; send e.g. {EXAMPLE[self.kind]}")
+        v = obj[key]
+        if self.kind == "embed_text":
+            if not isinstance(v, str):
+                raise _BadRequest(400, f"\"text\" must be a string, got {type(v).__name__}")
+            return _Request({"TEXT": np.array([[v.encode("utf-8", "surrogatepass")]], dtype=object)})
+        if not isinstance(v, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in v):
+            raise _BadRequest(400, f"\"input_ids\" must be a flat list of integer token ids, got {json.dumps(v)[:80]}")
+        ids = np.array(v, dtype=object).reshape(1, -1)  # any int: _Served checks the vocabulary
+        return _Request({"INPUT_IDS": ids}, {k: obj[k] for k in obj if k != key})
+
+
+def _application(entry, replicas):
+    return serve.deployment(ModelDeployment).options(
+        name=entry["name"], num_replicas=replicas,
+        max_ongoing_requests=2 * entry["max_batch_size"],  # Ray's default (5) would cap the batches
+        ray_actor_options={"num_cpus": entry["threads"] or 1}).bind(entry)
+
+
+def serve_ray(config, host, port, address=None, log_level=logging.WARNING):
+    """Deploys every model of a checked config (entry["replicas"] set), serves until SIGTERM/SIGINT."""
+    import ray
+    models = config["models"]
+    if address:
+        ray.init(address=address, logging_level=log_level)
+    else:
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        cpus = max(os.cpu_count() or 1, sum(m["replicas"] * (m["threads"] or 1) for m in models))
+        ray.init(address="local", num_cpus=cpus, include_dashboard=False, logging_level=log_level)
+    stop = threading.Event()
+    for s in (signal.SIGTERM, signal.SIGINT):  # after ray.init, which installs its own (crash) handlers
+        signal.signal(s, lambda signum, frame: stop.set())
+    code = 0
+    try:
+        logs = {"log_level": logging.getLevelName(log_level)}
+        serve.start(http_options={"host": host, "port": port}, logging_config=logs)
+        serve.run_many([serve.RunTarget(_application(m, m["replicas"]), name=m["name"], route_prefix=f"/{m['name']}",
+                                        logging_config=logs) for m in models])
+        url = f"http://{'localhost' if host in ('0.0.0.0', '::') else host}:{port}"
+        names = ", ".join(f"{m['name']} ({m['replicas']} replicas)" for m in models)
+        print(f"halformer.serve.ray: ready: {names} at {url}/<name>", flush=True)
+        while not stop.wait(1.0):
+            pass
+    except Exception as e:  # a deployment that cannot start (port taken, replica failing in __init__)
+        print(f"halformer.serve.ray: error: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        code = 1
+    finally:
+        if address:
+            for m in models:
+                serve.delete(m["name"])
+        else:
+            serve.shutdown()
+        ray.shutdown()
+    print("halformer.serve.ray: stopped", flush=True)
+    return code
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m halformer.serve.ray",
+                                 description="Serve halformer models on Ray Serve (docs/serving.md).")
+    ap.add_argument("config", help="YAML configuration (python -m halformer.serve's, plus replicas per model)")
+    ap.add_argument("--replicas", type=int, default=1, help="replicas of each model without a replicas: key")
+    ap.add_argument("--port", type=int, help="HTTP port (default: the config's server.http_port, else 8000)")
+    ap.add_argument("--host", default="0.0.0.0", help="HTTP address to listen on (default 0.0.0.0)")
+    ap.add_argument("--address", help="a running Ray cluster (e.g. HEAD:6379) instead of a local instance")
+    ap.add_argument("--check", action="store_true", help="check the configuration and load the models, then exit")
+    ap.add_argument("--log-level", default="WARNING")
+    args = ap.parse_args(argv)
+    warnings.filterwarnings("ignore", message="Tip: In future versions of Ray")  # not about CPU replicas
+    level = getattr(logging, args.log_level.upper(), None)
+    if not isinstance(level, int):
+        print(f"halformer.serve.ray: error: --log-level {args.log_level!r} is not a logging level", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=level,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    serve_log = logging.getLogger("ray.serve")
+    serve_log.setLevel(level)
+    # serve.run_many checks Serve's default HTTP options against ours and warns that they
+    # are ignored; ours (serve.start) are the ones in effect.
+    serve_log.addFilter(lambda record: "HTTP config differs" not in record.getMessage())
+    try:
+        config = load_config(args.config, ray=True)
+        if not 1 <= args.replicas <= 1024:
+            raise ConfigError(f"--replicas {args.replicas} is outside [1, 1024]")
+        port = config["server"]["http_port"] if args.port is None else args.port
+        if not 1 <= port <= 65535:
+            raise ConfigError(f"--port {port} is outside [1, 65535]")
+        for entry in config["models"]:
+            entry.setdefault("replicas", args.replicas)
+            try:
+                _Served(entry)  # load once here: a bad model is a clear error before Ray starts
+            except (ValueError, TypeError, FileNotFoundError) as e:
+                raise ConfigError(f"model {entry['name']!r}: {e}") from None
+    except ConfigError as e:
+        print(f"halformer.serve.ray: error: {e}", file=sys.stderr)
+        return 2
+    if args.check:
+        print(f"halformer.serve.ray: {args.config}: ok ({len(config['models'])} models)")
+        return 0
+    return serve_ray(config, args.host, port, args.address, level)
+
+
+if __name__ == "__main__":
+    # Run main() from the module under its own name, so that Ray pickles ModelDeployment by
+    # reference (replicas import halformer.serve.ray) rather than as __main__'s.
+    from halformer.serve import ray as _module
+    sys.exit(_module.main())

@@ -1,0 +1,325 @@
+"""`python -m halformer.serve.ray` (Ray Serve) against plain HTTP clients: 2 replicas each of
+reverse-tiny (generate) and all-MiniLM-L6-v2 (embed_text), 1 of MiniLM pooled. Results equal
+the Python API bit for bit, concurrent requests are batched and spread over both replicas,
+bad requests get 400 naming the problem, a killed replica loses no retried request, and
+SIGTERM drains and exits 0 leaving no Ray process behind.
+
+One server for the whole file (Ray starts slowly on 2 cores), in its own session, with
+RAY_TMPDIR a fresh short temp dir (Ray's socket paths must stay under 108 bytes) that
+holds everything Ray writes; usage stats off."""
+import collections
+import concurrent.futures as cf
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+
+import halformer
+from conftest import MINILM_DIR, REVERSE_DIR, REVERSE_WEIGHTS, free_ports, minilm_files, write_config
+
+SOURCES = [[3, 7, 1, 9], [5, 4, 3], [1, 2, 3, 4, 5, 6, 7, 8], [13], [2] * 12]
+GEN_OPTIONS = [{}, {"max_new_tokens": 3}, {"sampling_topk": 0, "sampling_temperature": 0.8, "seed": 7}]
+TEXTS = ["A man is eating food.", "Someone is eating a meal.", "The stock market fell.", "héllo wörld ☃",
+         " ".join(["word"] * 600)]  # truncated at max_seq_length (256 tokens), as the API does
+ID_ROWS = [[101, 7592, 2088, 102], [101, 1037, 2158, 2003, 5983, 2833, 1012, 102], [101, 102]]
+
+
+def _processes(sid, marker):
+    """pids of the processes in session sid or with marker (the temp dir) in their command line."""
+    found = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp session ...
+        if fields[0] != "Z" and (int(fields[3]) == sid or marker.encode() in cmd):
+            found.append(int(p))
+    return found
+
+
+class RayServer:
+    def __init__(self):
+        self.tmp = tempfile.mkdtemp(prefix="hfray", dir="/tmp")
+        config = write_config(os.path.join(self.tmp, "serve.yaml"), delay_us=20000, max_batch=8,
+                              replicas={"reverse": 2, "minilm": 2, "minilm_pooled": 1})
+        (self.port,) = free_ports(1)
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+        env.update(RAY_TMPDIR=self.tmp, RAY_USAGE_STATS_ENABLED="0")
+        self.log_path = os.path.join(self.tmp, "server.log")
+        self.log = open(self.log_path, "w")
+        self.t0 = time.monotonic()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "halformer.serve.ray", config, "--port", str(self.port), "--host", "127.0.0.1"],
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.tmp, env=env)
+
+    def wait_ready(self, timeout=180):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.tail()}")
+            if "halformer.serve.ray: ready" in self.tail(100000):
+                print(f"\nready after {time.monotonic() - self.t0:.1f} s")
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"server not ready after {timeout} s:\n{self.tail()}")
+
+    def tail(self, n=4000):
+        self.log.flush()
+        with open(self.log_path, errors="replace") as f:
+            return f.read()[-n:]
+
+    def processes(self):
+        return _processes(self.proc.pid, self.tmp)
+
+    def kill(self):
+        """SIGTERM, then SIGKILL to the session and to anything still naming the temp dir."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                pass
+        for pid in [self.proc.pid] + self.processes():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.proc.wait(timeout=30)
+        self.log.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = RayServer()
+    try:
+        s.wait_ready()
+        yield s
+    finally:
+        s.kill()
+
+
+@pytest.fixture(scope="module")
+def api():
+    w, v = minilm_files()
+    return dict(reverse=halformer.Model(REVERSE_DIR, weights=REVERSE_WEIGHTS, threads=1),
+                embed=halformer.SentenceEmbedder(MINILM_DIR, w, v, threads=1),
+                pooled=halformer.Model(MINILM_DIR, weights=w, threads=1))
+
+
+def call(server, model, body=None, method="POST", raw=None, timeout=120):
+    """-> (status, JSON body, headers); body is JSON-encoded unless raw bytes are given."""
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    req = urllib.request.Request(f"{server.url}/{model}", data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read()), r.headers
+    except urllib.error.HTTPError as e:
+        text = e.read().decode("utf-8", "replace")
+        try:
+            return e.code, json.loads(text), e.headers
+        except ValueError:
+            return e.code, {"error": text}, e.headers
+
+
+def expected(api):
+    """(model, request body, expected output) for every case, from the Python API."""
+    cases = []
+    for src in SOURCES:
+        for opts in GEN_OPTIONS:
+            cases.append(("reverse", {"input_ids": src, **opts}, api["reverse"].generate([src], **opts)[0]))
+    for t in TEXTS:
+        cases.append(("minilm", {"text": t}, api["embed"].encode([t], convert_to_numpy=True)[0]))
+    for row in ID_ROWS:
+        cases.append(("minilm_pooled", {"input_ids": row}, api["pooled"].pooled([row])[0]))
+    return cases
+
+
+def check(model, status, body, want):
+    assert status == 200, (model, status, body)
+    if model == "reverse":
+        assert body["output_ids"] == list(want)
+    else:
+        got = np.asarray(body["embedding" if model == "minilm" else "output"], dtype=np.float32)
+        assert got.shape == want.shape and got.tobytes() == np.asarray(want, np.float32).tobytes()
+
+
+def test_results_equal_python_api(server, api):
+    cases = expected(api)
+    for model, body, want in cases:
+        status, out, _ = call(server, model, body)
+        check(model, status, out, want)
+    status, info, _ = call(server, "reverse", method="GET")
+    assert status == 200 and info["kind"] == "generate" and info["vocab"] == 16 and info["max_batch_size"] == 8
+    print(f"{len(cases)} requests one at a time: equal to the Python API")
+
+
+def test_concurrent_requests_are_batched_over_both_replicas(server, api):
+    cases = expected(api) * 4  # 96 requests, 16 threads
+    batches, replicas = collections.defaultdict(collections.Counter), collections.defaultdict(set)
+
+    def one(case):
+        model, body, want = case
+        status, out, headers = call(server, model, body)
+        check(model, status, out, want)
+        return model, int(headers["x-halformer-batch-size"]), headers["x-halformer-replica"]
+
+    with cf.ThreadPoolExecutor(16) as ex:
+        for model, n, pid in ex.map(one, cases):
+            batches[model][n] += 1
+            replicas[model].add(pid)
+    print(f"{len(cases)} requests from 16 threads: batch sizes seen "
+          f"{ {m: dict(sorted(c.items())) for m, c in batches.items()} }, replicas {dict(replicas)}")
+    for model in ("reverse", "minilm"):
+        assert max(batches[model]) > 1, (model, batches[model])
+        assert len(replicas[model]) == 2, (model, replicas[model])
+
+
+BAD = [  # (model, method, raw body, status, words the error must contain)
+    ("reverse", "POST", b'{"input_ids": [3, 7', 400, "not valid JSON"),
+    ("reverse", "POST", b"[3, 7, 1]", 400, "must be a JSON object"),
+    ("reverse", "POST", b"{}", 400, 'missing "input_ids"'),
+    ("reverse", "POST", b'{"input_ids": "3 7 1"}', 400, "flat list of integer token ids"),
+    ("reverse", "POST", b'{"input_ids": [3, 1.5]}', 400, "flat list of integer token ids"),
+    ("reverse", "POST", b'{"input_ids": [3, true]}', 400, "flat list of integer token ids"),
+    ("reverse", "POST", b'{"input_ids": [[3, 7]]}', 400, "flat list of integer token ids"),
+    ("reverse", "POST", b'{"input_ids": []}', 400, "input_ids is empty"),
+    ("reverse", "POST", b'{"input_ids": [3, 16]}', 400, "= 16 is outside the vocabulary [0, 16)"),
+    ("reverse", "POST", b'{"input_ids": [-1]}', 400, "= -1 is outside the vocabulary"),
+    ("reverse", "POST", b'{"input_ids": [99999999999999999999999]}', 400, "is outside the vocabulary"),
+    ("reverse", "POST", json.dumps({"input_ids": [3] * 65}).encode(), 400, "65 tokens, more than the model's max_len 64"),
+    ("reverse", "POST", b'{"input_ids": [3], "beam_size": 2}', 400, "unknown key(s) ['beam_size']"),
+    ("reverse", "POST", b'{"input_ids": [3], "max_new_tokens": 0}', 400, "max_new_tokens 0 is outside"),
+    ("reverse", "POST", b'{"input_ids": [3], "max_new_tokens": "many"}', 400, "max_new_tokens must be an integer"),
+    ("reverse", "POST", b'{"input_ids": [3], "sampling_temperature": "hot"}', 400, "sampling_temperature must be a number"),
+    ("reverse", "PUT", b'{"input_ids": [3]}', 405, "method PUT"),
+    ("minilm", "POST", b'{"text": 5}', 400, '"text" must be a string'),
+    ("minilm", "POST", b'{"texts": ["a"]}', 400, "unknown key(s) ['texts']"),
+    ("minilm", "POST", json.dumps({"text": "x" * 5000}).encode(), 400, "5000 bytes, more than max_text_bytes 4096"),
+    ("minilm", "POST", b'{"text": "\\ud800"}', 400, "not valid UTF-8"),
+    ("minilm", "POST", b"\xff\xfe", 400, "not valid JSON"),
+    ("minilm", "POST", b"1" * (3 << 20), 413, "over the limit"),
+    ("minilm_pooled", "POST", b'{"input_ids": [30522]}', 400, "= 30522 is outside the vocabulary [0, 30522)"),
+    ("nosuch", "POST", b"{}", 404, "not found"),
+]
+
+
+def test_bad_requests_get_errors_and_the_server_keeps_serving(server, api):
+    src = SOURCES[0]
+    good = api["reverse"].generate([src])[0]
+    for model, method, raw, status, words in BAD:
+        code, body, _ = call(server, model, method=method, raw=raw)
+        assert code == status and words in body["error"], (model, raw[:60], code, body)
+        code, body, _ = call(server, "reverse", {"input_ids": src})
+        check("reverse", code, body, good)
+    # bad and good requests in the same batches: only the bad ones fail
+    reqs = [{"input_ids": [3, 16 if k % 4 == 0 else k % 16]} for k in range(16)]
+    with cf.ThreadPoolExecutor(16) as ex:
+        results = list(ex.map(lambda b: call(server, "reverse", b), reqs))
+    sizes = [int(h["x-halformer-batch-size"]) for _, _, h in results]
+    for body, (code, out, _) in zip(reqs, results):
+        if 16 in body["input_ids"]:
+            assert code == 400 and "outside the vocabulary" in out["error"]
+        else:
+            check("reverse", code, out, api["reverse"].generate([body["input_ids"]])[0])
+    assert max(sizes) > 1, sizes
+    print(f"{len(BAD)} bad requests: each its error, a good request after each answered; "
+          f"16 mixed at once (4 bad, batch sizes {sorted(collections.Counter(sizes).items())}): only the 4 failed")
+
+
+def test_killed_replica_loses_no_retried_request(server, api):
+    """Ray Serve answers the requests that were on a killed replica with HTTP 500; a client
+    that retries gets its answer from the other replica; the controller starts a new one."""
+    text = TEXTS[0]
+    want = api["embed"].encode([text], convert_to_numpy=True)[0]
+    _, _, h = call(server, "minilm", {"text": text})
+    victim = int(h["x-halformer-replica"])
+    n, stop_at, answered, retries, failures = 200, time.monotonic() + 90, {}, collections.Counter(), []
+    lock = threading.Lock()
+
+    def client(k):
+        while time.monotonic() < stop_at:
+            try:
+                code, out, _ = call(server, "minilm", {"text": text}, timeout=60)
+            except OSError as e:  # connection reset while the replica died
+                code, out = 0, {"error": str(e)}
+            if code == 200:
+                check("minilm", code, out, want)
+                with lock:
+                    answered[k] = answered.get(k, 0) + 1
+                return
+            with lock:
+                retries[code] += 1
+            time.sleep(0.2)
+        failures.append(k)
+
+    with cf.ThreadPoolExecutor(8) as ex:
+        futures = [ex.submit(client, k) for k in range(n)]
+        while sum(f.done() for f in futures) < n // 4:
+            time.sleep(0.05)
+        os.kill(victim, signal.SIGKILL)
+        for f in futures:
+            f.result()
+    assert not failures and sorted(answered) == list(range(n)) and set(answered.values()) == {1}
+    # the controller replaces the replica: two live replicas again, the victim not among them
+    seen, end = set(), time.monotonic() + 90
+    while len(seen) < 2 and time.monotonic() < end:
+        with cf.ThreadPoolExecutor(8) as ex:
+            seen |= {h["x-halformer-replica"] for _, _, h in ex.map(lambda _: call(server, "minilm", {"text": text}),
+                                                                    range(16))}
+        time.sleep(0.5)
+    print(f"replica {victim} killed after {n // 4} of {n} requests: all {n} answered once; "
+          f"retries by status {dict(retries)}; replicas answering afterwards {sorted(seen)}")
+    assert str(victim) not in seen and len(seen) == 2, seen
+
+
+def test_sigterm_drains_and_leaves_nothing(server, api):
+    assert server.processes(), "no Ray process found in the server's session"
+    text = " ".join(["serving"] * 300)  # 256 tokens: each request takes a while
+    results, started = {}, threading.Barrier(9)
+
+    def client(k):
+        started.wait()
+        results[k] = call(server, "minilm", {"text": text})[0]
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    started.wait()
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    server.proc.send_signal(signal.SIGTERM)
+    code = server.proc.wait(timeout=60)
+    took = time.monotonic() - t0
+    for t in threads:
+        t.join(timeout=60)
+    left, end = server.processes(), time.monotonic() + 30
+    while left and time.monotonic() < end:
+        time.sleep(0.5)
+        left = server.processes()
+    print(f"SIGTERM with 8 requests in flight: exit {code} after {took:.1f} s; "
+          f"requests answered {sorted(collections.Counter(results.values()).items())}; Ray processes left {left}")
+    assert code == 0, server.tail()
+    assert "halformer.serve.ray: stopped" in server.tail()
+    assert took < 45
+    assert sorted(results) == list(range(8)) and set(results.values()) == {200}, results
+    assert not left
+    assert os.path.isdir(os.path.join(server.tmp, "ray")), "Ray did not use RAY_TMPDIR"
