@@ -255,6 +255,23 @@ void read_distilbert(Config& c, Model& m, Task) {
   m.set("tokens", "pad", *pad, "pad_token_id");
 }
 
+// What the decoder-only language models share: causal self-attention over right-padded
+// prompts, logits from lm_head, greedy decoding, and their token ids. Without a pad
+// token, eos stands in: padding is known by length.
+void set_causal_lm(Config& c, Model& m, std::optional<int64_t> bos_default, std::optional<int64_t> eos_default) {
+  m.set("attention", "causal", "true");
+  m.set("attention", "padding_mask", "true");
+  m.set("head", "kind", "logits", "lm_head outputs (no bias)");
+  m.set("decoding", "strategy", "greedy");
+  const auto bos = c.integer("bos_token_id", bos_default, 0), eos = c.integer("eos_token_id", eos_default, 0);
+  const auto pad = c.has("pad_token_id") ? c.integer("pad_token_id", std::nullopt, 0) : eos;
+  if (!bos || !eos || !pad) return;
+  m.set("tokens", "pad", *pad,
+        c.has("pad_token_id") ? "pad_token_id" : "no pad_token_id: eos_token_id (padding is by length)");
+  m.set("tokens", "bos", *bos, "bos_token_id");
+  m.set("tokens", "eos", *eos, "eos_token_id: generation stops there");
+}
+
 // ---- GPT-2: decoder-only, pre-norm, final ln_f, logits from the (tied) lm_head.
 void read_gpt2(Config& c, Model& m, Task) {
   const auto d = c.integer("n_embd", 768), h = c.integer("n_head", 12), layers = c.integer("n_layer", 12);
@@ -295,18 +312,7 @@ void read_gpt2(Config& c, Model& m, Task) {
   m.set("embedding", "scale", "false");
   m.set("embedding", "share_tgt_output", tied ? "true" : "false",
         tied ? "tie_word_embeddings: lm_head is wte" : "tie_word_embeddings false: lm_head.weight");
-  m.set("attention", "causal", "true");
-  m.set("attention", "padding_mask", "true");
-  m.set("head", "kind", "logits", "lm_head outputs (no bias)");
-  m.set("decoding", "strategy", "greedy");
-  // Token ids: GPT-2 has no pad token; padding is known by length, so eos stands in.
-  const auto bos = c.integer("bos_token_id", std::nullopt, 0), eos = c.integer("eos_token_id", std::nullopt, 0);
-  const auto pad = c.has("pad_token_id") ? c.integer("pad_token_id", std::nullopt, 0) : eos;
-  if (!bos || !eos || !pad) return;
-  m.set("tokens", "pad", *pad,
-        c.has("pad_token_id") ? "pad_token_id" : "no pad_token_id: eos_token_id (padding is by length)");
-  m.set("tokens", "bos", *bos, "bos_token_id");
-  m.set("tokens", "eos", *eos, "eos_token_id: generation stops there");
+  set_causal_lm(c, m, std::nullopt, std::nullopt);  // GPT-2's ids are required
 }
 
 // ---- Llama: decoder-only, pre-norm RMSNorm, rotary positions (half-split), gated MLP,
@@ -363,17 +369,7 @@ void read_llama(Config& c, Model& m, Task) {
   m.set("embedding", "scale", "false");
   m.set("embedding", "share_tgt_output", tied ? "true" : "false",
         tied ? "tie_word_embeddings: lm_head is embed_tokens" : "lm_head.weight");
-  m.set("attention", "causal", "true");
-  m.set("attention", "padding_mask", "true");
-  m.set("head", "kind", "logits", "lm_head outputs (no bias)");
-  m.set("decoding", "strategy", "greedy");
-  const auto bos = c.integer("bos_token_id", 1, 0), eos = c.integer("eos_token_id", 2, 0);
-  const auto pad = c.has("pad_token_id") ? c.integer("pad_token_id", std::nullopt, 0) : eos;
-  if (!bos || !eos || !pad) return;
-  m.set("tokens", "pad", *pad,
-        c.has("pad_token_id") ? "pad_token_id" : "no pad_token_id: eos_token_id (padding is by length)");
-  m.set("tokens", "bos", *bos, "bos_token_id");
-  m.set("tokens", "eos", *eos, "eos_token_id: generation stops there");
+  set_causal_lm(c, m, 1, 2);  // LlamaConfig's defaults
 }
 
 // ---- BART: an encoder-decoder, post-norm, one shared embedding (tied lm_head), learned
