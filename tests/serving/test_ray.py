@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -106,6 +107,30 @@ class RayServer:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+def run_cli(args, cwd):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update(RAY_TMPDIR=cwd, RAY_USAGE_STATS_ENABLED="0")
+    p = subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stdout + p.stderr
+
+
+def test_config_errors_before_ray_starts(tmp_path):
+    """Exit 2 and one line naming the problem; Triton's server refuses Ray's `replicas` key."""
+    good = write_config(str(tmp_path / "good.yaml"), replicas={"reverse": 2})
+    bad = write_config(str(tmp_path / "bad.yaml"), replicas={"minilm": 0})
+    cases = [(["halformer.serve.ray", bad], "model 'minilm': replicas 0 is outside [1, 1024]"),
+             (["halformer.serve.ray", good, "--replicas", "0"], "--replicas 0 is outside [1, 1024]"),
+             (["halformer.serve.ray", good, "--port", "70000"], "--port 70000 is outside [1, 65535]"),
+             (["halformer.serve", good, "--check"], "replicas is for python -m halformer.serve.ray")]
+    for args, words in cases:
+        code, out = run_cli(args, str(tmp_path))
+        assert code == 2 and words in out, (args, code, out)
+    code, out = run_cli(["halformer.serve.ray", good, "--check"], str(tmp_path))
+    assert code == 0 and "ok (3 models)" in out, out
+    assert not os.path.exists(tmp_path / "ray"), "Ray started for a configuration check"
+    print(f"\n{len(cases)} bad configurations: exit 2 naming the problem; --check ok")
+
+
 @pytest.fixture(scope="module")
 def server():
     s = RayServer()
@@ -173,7 +198,7 @@ def test_results_equal_python_api(server, api):
 
 
 def test_concurrent_requests_are_batched_over_both_replicas(server, api):
-    cases = expected(api) * 4  # 96 requests, 16 threads
+    cases = expected(api) * 4  # 92 requests, 16 threads
     batches, replicas = collections.defaultdict(collections.Counter), collections.defaultdict(set)
 
     def one(case):
@@ -241,8 +266,17 @@ def test_bad_requests_get_errors_and_the_server_keeps_serving(server, api):
         else:
             check("reverse", code, out, api["reverse"].generate([body["input_ids"]])[0])
     assert max(sizes) > 1, sizes
+    # clients that hang up: mid-body, and after sending a long request without reading the answer
+    body = json.dumps({"text": " ".join(["serving"] * 300)}).encode()
+    head = f"POST /minilm HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    for cut in (len(body) // 2, len(body), len(body)):
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(head.encode() + body[:cut])
+        code, out, _ = call(server, "reverse", {"input_ids": src})
+        check("reverse", code, out, good)
     print(f"{len(BAD)} bad requests: each its error, a good request after each answered; "
-          f"16 mixed at once (4 bad, batch sizes {sorted(collections.Counter(sizes).items())}): only the 4 failed")
+          f"16 mixed at once (4 bad, batch sizes {sorted(collections.Counter(sizes).items())}): only the 4 failed; "
+          f"3 clients hanging up mid-request: still serving")
 
 
 def test_killed_replica_loses_no_retried_request(server, api):
@@ -253,7 +287,7 @@ def test_killed_replica_loses_no_retried_request(server, api):
     _, _, h = call(server, "minilm", {"text": text})
     victim = int(h["x-halformer-replica"])
     n, stop_at, answered, retries, failures = 200, time.monotonic() + 90, {}, collections.Counter(), []
-    lock = threading.Lock()
+    lock, samples = threading.Lock(), {}
 
     def client(k):
         while time.monotonic() < stop_at:
@@ -268,6 +302,7 @@ def test_killed_replica_loses_no_retried_request(server, api):
                 return
             with lock:
                 retries[code] += 1
+                samples.setdefault(code, str(out.get("error", out))[:120])
             time.sleep(0.2)
         failures.append(k)
 
@@ -276,6 +311,7 @@ def test_killed_replica_loses_no_retried_request(server, api):
         while sum(f.done() for f in futures) < n // 4:
             time.sleep(0.05)
         os.kill(victim, signal.SIGKILL)
+        killed = time.monotonic()
         for f in futures:
             f.result()
     assert not failures and sorted(answered) == list(range(n)) and set(answered.values()) == {1}
@@ -287,20 +323,22 @@ def test_killed_replica_loses_no_retried_request(server, api):
                                                                     range(16))}
         time.sleep(0.5)
     print(f"replica {victim} killed after {n // 4} of {n} requests: all {n} answered once; "
-          f"retries by status {dict(retries)}; replicas answering afterwards {sorted(seen)}")
+          f"retries by status {dict(retries)} {samples}; replicas answering {time.monotonic() - killed:.1f} s "
+          f"later {sorted(seen)}")
     assert str(victim) not in seen and len(seen) == 2, seen
 
 
 def test_sigterm_drains_and_leaves_nothing(server, api):
     assert server.processes(), "no Ray process found in the server's session"
     text = " ".join(["serving"] * 300)  # 256 tokens: each request takes a while
-    results, started = {}, threading.Barrier(9)
+    n = 24
+    results, started = {}, threading.Barrier(n + 1)
 
     def client(k):
         started.wait()
         results[k] = call(server, "minilm", {"text": text})[0]
 
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(n)]
     for t in threads:
         t.start()
     started.wait()
@@ -315,11 +353,11 @@ def test_sigterm_drains_and_leaves_nothing(server, api):
     while left and time.monotonic() < end:
         time.sleep(0.5)
         left = server.processes()
-    print(f"SIGTERM with 8 requests in flight: exit {code} after {took:.1f} s; "
+    print(f"SIGTERM with {n} requests in flight: exit {code} after {took:.1f} s; "
           f"requests answered {sorted(collections.Counter(results.values()).items())}; Ray processes left {left}")
     assert code == 0, server.tail()
     assert "halformer.serve.ray: stopped" in server.tail()
     assert took < 45
-    assert sorted(results) == list(range(8)) and set(results.values()) == {200}, results
+    assert sorted(results) == list(range(n)) and set(results.values()) == {200}, results
     assert not left
     assert os.path.isdir(os.path.join(server.tmp, "ray")), "Ray did not use RAY_TMPDIR"

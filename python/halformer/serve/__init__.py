@@ -34,7 +34,8 @@ The same file configures `python -m halformer.serve.ray` (Ray Serve, its own doc
 which also takes a per-model `replicas:`; this Triton server refuses that key.
 
 Each batch Triton's dynamic batcher forms goes to the Python API in one call (for
-generate: one call per distinct set of options in the batch). When that call fails, the
+generate: one call per distinct set of options in the batch, and one per sampling request,
+whose tokens would otherwise depend on its place in the batch). When that call fails, the
 requests are run one by one, so that each bad request gets its own error response (the
 Python API's message) and the others their results.
 """
@@ -289,7 +290,11 @@ class _Served:
                 parsed.append((i, rows, tuple(sorted(opts.items())), opts))
         groups = {}
         for item in parsed:
-            groups.setdefault(item[2], []).append(item)
+            # Sampling draws from one random stream per call (from `seed`), so a row's tokens
+            # would depend on its place in the batch: a sampling request gets a call of its own,
+            # and equals the Python API called with that request alone.
+            key = item[2] if item[3].get("sampling_topk", 1) == 1 else ("alone", item[0])
+            groups.setdefault(key, []).append(item)
         for items in groups.values():
             try:
                 self._answer(items, responses)

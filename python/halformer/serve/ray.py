@@ -16,17 +16,19 @@ batch_wait_timeout_s. Each model is one Ray Serve application at route /<name>:
     GET  /<name>  the model's description (kind, vocabulary, max_len, batching)
 
 A bad request gets HTTP 400 with {"error": "<the problem>"} (413: body too large, 405: a
-method other than GET/POST); the replica goes on serving. Every answer carries the headers
-x-halformer-batch-size (how many requests the replica ran in that one call) and
-x-halformer-replica (the replica's process id).
+method other than GET/POST); the replica goes on serving. Answers carry the header
+x-halformer-replica (the replica's process id), and those from the model also
+x-halformer-batch-size (how many requests the @serve.batch batch they ran in held; sampling
+requests of generate then run one call each, as in the Triton server).
 
 Without --address a local Ray instance is started (num_cpus: enough for every replica,
 at least the machine's cores; its files under $RAY_TMPDIR/ray, default /tmp/ray; usage
 stats off unless RAY_USAGE_STATS_ENABLED is set) and shut down on exit. With --address the
 applications go to that Ray cluster (`ray start --head` / `ray start --address=...`);
-every node then needs the model files at the same paths and halformer on its PYTHONPATH,
-and only these applications are deleted on exit. SIGTERM or SIGINT: deployments drain
-(requests in flight finish), then exit 0.
+every node then needs the model files and the halformer package at the same paths (the
+replicas get this process's halformer directory on their PYTHONPATH), and only these
+applications are deleted on exit. SIGTERM or SIGINT: the applications drain (replicas
+finish the requests they hold, the answers are delivered), then exit 0.
 """
 
 import argparse
@@ -35,8 +37,10 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
+import time
 import warnings
 
 import numpy as np
@@ -163,20 +167,44 @@ class ModelDeployment:
         return _Request({"INPUT_IDS": ids}, {k: obj[k] for k in obj if k != key})
 
 
-def _application(entry, replicas):
+def _application(entry):
     return serve.deployment(ModelDeployment).options(
-        name=entry["name"], num_replicas=replicas,
+        name=entry["name"], num_replicas=entry["replicas"],
         max_ongoing_requests=2 * entry["max_batch_size"],  # Ray's default (5) would cap the batches
+        graceful_shutdown_wait_loop_s=0.2,  # a stopping replica checks this often whether it is idle
         ray_actor_options={"num_cpus": entry["threads"] or 1}).bind(entry)
+
+
+def _drain(names, timeout_s=60):
+    """Deletes these applications and waits until they are gone: their replicas stop taking
+    requests and finish those they hold (the proxies deliver the answers), then stop."""
+    try:
+        for name in names:
+            serve.delete(name, _blocking=False)
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end and set(names) & set(serve.status().applications):
+            time.sleep(0.2)
+    except Exception as e:  # Serve never started, or is gone already
+        print(f"halformer.serve.ray: drain: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
 
 
 def serve_ray(config, host, port, address=None, log_level=logging.WARNING):
     """Deploys every model of a checked config (entry["replicas"] set), serves until SIGTERM/SIGINT."""
     import ray
     models = config["models"]
-    if address:
-        ray.init(address=address, logging_level=log_level)
+    if address:  # replicas import halformer from where this process found it (same path on every node)
+        import halformer
+        package_dir = os.path.dirname(os.path.dirname(os.path.abspath(halformer.__file__)))
+        python_path = os.pathsep.join(p for p in (package_dir, os.environ.get("PYTHONPATH")) if p)
+        ray.init(address=address, logging_level=log_level, runtime_env={"env_vars": {"PYTHONPATH": python_path}})
     else:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Ray's proxy (uvicorn) binds
+            try:  # Ray's proxy would fail on a taken port only after Ray and the replicas start
+                sock.bind((host, port))
+            except OSError as e:
+                print(f"halformer.serve.ray: error: cannot listen on {host}:{port}: {e.strerror}", file=sys.stderr)
+                return 1
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         cpus = max(os.cpu_count() or 1, sum(m["replicas"] * (m["threads"] or 1) for m in models))
         ray.init(address="local", num_cpus=cpus, include_dashboard=False, logging_level=log_level)
@@ -187,21 +215,20 @@ def serve_ray(config, host, port, address=None, log_level=logging.WARNING):
     try:
         logs = {"log_level": logging.getLevelName(log_level)}
         serve.start(http_options={"host": host, "port": port}, logging_config=logs)
-        serve.run_many([serve.RunTarget(_application(m, m["replicas"]), name=m["name"], route_prefix=f"/{m['name']}",
+        serve.run_many([serve.RunTarget(_application(m), name=m["name"], route_prefix=f"/{m['name']}",
                                         logging_config=logs) for m in models])
         url = f"http://{'localhost' if host in ('0.0.0.0', '::') else host}:{port}"
         names = ", ".join(f"{m['name']} ({m['replicas']} replicas)" for m in models)
         print(f"halformer.serve.ray: ready: {names} at {url}/<name>", flush=True)
         while not stop.wait(1.0):
             pass
-    except Exception as e:  # a deployment that cannot start (port taken, replica failing in __init__)
-        print(f"halformer.serve.ray: error: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+    except Exception as e:  # a deployment that cannot start (e.g. a replica failing in __init__)
+        lines = str(e).strip().splitlines() or [type(e).__name__]  # Ray's errors end with the cause
+        print(f"halformer.serve.ray: error: {lines[-1]}", file=sys.stderr, flush=True)
         code = 1
     finally:
-        if address:
-            for m in models:
-                serve.delete(m["name"])
-        else:
+        _drain([m["name"] for m in models])
+        if not address:
             serve.shutdown()
         ray.shutdown()
     print("halformer.serve.ray: stopped", flush=True)
