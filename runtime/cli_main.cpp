@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <optional>
 #include <cctype>
 #include <charconv>
 #include <chrono>
@@ -25,6 +26,7 @@
 #include "halformer/error.h"
 #include "halformer/model.h"
 #include "halformer/safetensors.h"
+#include "halformer/sentencepiece_text.h"
 #include "halformer/tokenizer.h"
 
 using halformer::Arch;
@@ -197,11 +199,17 @@ int halformer::run_cli(const ModelDescriptor& model_descriptor, int argc, char**
   app.add_option("--src,-s", src_args, "token ids of one input sequence, e.g. \"3 7 1 9\" (repeat for a batch)");
   app.add_option("--src-file", src_file, "file with one input sequence per line");
   std::vector<std::string> text_args;
-  std::string text_file, vocab;
+  std::string text_file, vocab, spm;
   int max_length = cfg.max_len, batch_size = 0;
+  app.add_option("--text", text_args, std::string("one input text, tokenized with ") +
+                                          (cfg.arch == Arch::Encoder ? "--vocab or --spm" : "--spm") +
+                                          " (repeat for a batch)");
+  app.add_option("--text-file", text_file, "file with one input text per line (UTF-8; blank lines too)");
+  app.add_option("--spm", spm, std::string("SentencePiece model (tokenizer.model, source.spm) for --text: ") +
+                                   (cfg.arch == Arch::Decoder          ? "bos + the pieces in; generated text out"
+                                    : cfg.arch == Arch::EncoderDecoder ? "the pieces + eos in; generated text out"
+                                                                       : "the pieces in"));
   if (cfg.arch == Arch::Encoder) {
-    app.add_option("--text", text_args, "one input text, tokenized with --vocab (repeat for a batch)");
-    app.add_option("--text-file", text_file, "file with one input text per line (UTF-8; blank lines too)");
     app.add_option("--vocab", vocab, "BERT WordPiece vocabulary (vocab.txt) for --text / --text-file");
     app.add_option("--max-length", max_length, "text: tokens per text with [CLS] and [SEP]; longer texts are truncated")
         ->capture_default_str();
@@ -253,9 +261,28 @@ int halformer::run_cli(const ModelDescriptor& model_descriptor, int argc, char**
     auto src = read_sequences(src_args, src_file, "--src");
     const auto texts = read_texts(text_args, text_file);
     const bool text_mode = !text_args.empty() || !text_file.empty();
-    if (text_mode) {
+    std::optional<halformer::SentencePieceText> pieces;
+    if (!spm.empty() && !vocab.empty()) throw Error("give one tokenizer: --vocab (WordPiece) or --spm (SentencePiece)");
+    if (!spm.empty() && !text_mode) throw Error("--spm applies to text input: give --text or --text-file");
+    if (text_mode && !spm.empty()) {
+      if (max_length != cfg.max_len) throw Error("--max-length applies to --vocab (WordPiece) text, not to --spm");
       if (!src.empty()) throw Error("give token ids (--src, --src-file) or text (--text, --text-file), not both");
-      if (vocab.empty()) throw Error("--text/--text-file: --vocab FILE is required (the model's vocab.txt)");
+      pieces = halformer::SentencePieceText::load(spm);
+      const int vocab_size = cfg.arch == Arch::Decoder ? cfg.tgt_vocab : cfg.src_vocab;
+      if (pieces->size() > vocab_size)
+        throw Error("--spm " + spm + ": " + std::to_string(pieces->size()) + " pieces, more than the model's vocabulary of " +
+                    std::to_string(vocab_size) + " (is it this model's tokenizer?)");
+      // Decoder-only (Llama): bos first; encoder-decoder (Marian): eos last; as their tokenizers do.
+      for (const auto& t : texts) {
+        Sequence ids = pieces->encode(t);
+        if (cfg.arch == Arch::Decoder) ids.insert(ids.begin(), cfg.bos_id);
+        if (cfg.arch == Arch::EncoderDecoder) ids.push_back(cfg.eos_id);
+        src.push_back(std::move(ids));
+      }
+    } else if (text_mode) {
+      if (!src.empty()) throw Error("give token ids (--src, --src-file) or text (--text, --text-file), not both");
+      if (cfg.arch != Arch::Encoder) throw Error("--text/--text-file: --spm FILE is required (the model's SentencePiece model)");
+      if (vocab.empty()) throw Error("--text/--text-file: --vocab FILE (the model's vocab.txt) or --spm FILE is required");
       if (max_length < 2 || max_length > cfg.max_len)
         throw Error("--max-length " + std::to_string(max_length) + " is outside [2, " + std::to_string(cfg.max_len) +
                     "] (2: [CLS] and [SEP]; the model's max_len is " + std::to_string(cfg.max_len) + ")");
@@ -271,7 +298,8 @@ int halformer::run_cli(const ModelDescriptor& model_descriptor, int argc, char**
     }
     if (src.empty())
       throw Error(std::string("no input sequences: give --src \"ids\" or --src-file FILE") +
-                  (cfg.arch == Arch::Encoder ? ", or --text \"...\" / --text-file FILE with --vocab FILE" : ""));
+                  (cfg.arch == Arch::Encoder ? ", or --text \"...\" / --text-file FILE with --vocab FILE or --spm FILE"
+                                             : ", or --text \"...\" / --text-file FILE with --spm FILE"));
     if (!text_mode && (!vocab.empty() || max_length != cfg.max_len))
       throw Error(std::string(vocab.empty() ? "--max-length" : "--vocab") + " applies to text input: give --text or --text-file");
     auto tgt = read_sequences(tgt_args, tgt_file, "--tgt");
@@ -280,7 +308,7 @@ int halformer::run_cli(const ModelDescriptor& model_descriptor, int argc, char**
     if (!tgt.empty() && dump.empty())
       throw Error("--tgt: the teacher-forced head output is only written by --dump; add --dump FILE");
     // --dump replaces its file: never one of the user's inputs.
-    for (const std::string* input : {&weights, &src_file, &tgt_file, &text_file, &vocab}) {
+    for (const std::string* input : {&weights, &src_file, &tgt_file, &text_file, &vocab, &spm}) {
       std::error_code ec;
       if (!dump.empty() && !input->empty() && std::filesystem::equivalent(dump, *input, ec))
         throw Error("--dump " + dump + ": is the same file as the input " + *input + "; refusing to overwrite it");
@@ -395,13 +423,21 @@ int halformer::run_cli(const ModelDescriptor& model_descriptor, int argc, char**
       j["timing"] = {{"encoder_ms", median(enc_ms)}, {"step_ms", median(step_ms)}, {"repeat", repeat},
                      {"steps_ms", r.step_ms}, {"kv_cache", !no_cache}};
       const int V = cfg.tgt_vocab;
+      // Text out with --spm: the new tokens up to eos, decoded.
+      auto text_of = [&](const Sequence& t) {
+        Sequence body(t.begin(), std::find(t.begin(), t.end(), cfg.eos_id));
+        return pieces->decode(body);
+      };
       for (size_t b = 0; b < src.size(); ++b) {
         if (json) {
           nlohmann::json s = {{"source", src[b]}, {"tokens", r.tokens[b]}};
+          if (pieces) s["text"] = valid_utf8(text_of(r.tokens[b]));
           if (logits)
             s["logits"] = std::vector<float>(r.last_logits.data.begin() + b * V, r.last_logits.data.begin() + (b + 1) * V);
           if (gen.return_scores) s["token_logprobs"] = r.token_logprobs[b];
           j["sequences"].push_back(s);
+        } else if (!stream && pieces) {
+          std::printf("%s\n", text_of(r.tokens[b]).c_str());
         } else if (!stream) {
           print_ids(r.tokens[b]);
         }

@@ -18,6 +18,7 @@ APT_PACKAGES=(
   python3 python3-dev python3-venv python3-yaml python3-numpy python3-torch libopenblas0-pthread
   pocl-opencl-icd ocl-icd-opencl-dev
   libutf8proc-dev
+  libsentencepiece-dev python3-sentencepiece
   python3-nltk python3-sklearn python3-scipy python3-pil
 )
 missing=()

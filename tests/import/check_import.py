@@ -8,6 +8,9 @@
   minilm-compare SPEC HAND_SPEC BIN HAND_BIN
                                   the imported spec equals models/all-minilm-l6-v2.yaml (but for its
                                   name) and both binaries give bit-identical embeddings
+  spm DIR BIN WORK               text through a SentencePiece model: the binary's --spm --text
+                                  against transformers' generate() on the tokenizer's ids, decoded
+                                  by the same tokenizer (Llama: bos + pieces)
   refuse CASE HALFORMER WORK BASE_DIR...
                                   `halformer import` of a directory with one thing wrong fails,
                                   naming it, and writes nothing
@@ -518,6 +521,54 @@ def refuse(case, halformer, work, base_dirs):
     print(f"{case}: refused, naming it (exit {r.returncode})")
 
 
+def spm(hf_dir, binary, work):
+    """A BPE SentencePiece model of exactly the checkpoint's 1003 pieces (unk 0, bos 1, eos 2:
+    Llama's ids), trained now on random words, then text in and out of the binary."""
+    import sentencepiece as sp
+    import torch
+
+    os.makedirs(work, exist_ok=True)
+    rng = np.random.default_rng(11)
+    letters = list("abcdefghijklmnopqrstuvwxyz")
+    words = ["".join(rng.choice(letters, rng.integers(2, 8))) for _ in range(3000)]
+    corpus = os.path.join(work, "corpus.txt")
+    with open(corpus, "w") as f:
+        for _ in range(4000):
+            f.write(" ".join(rng.choice(words, rng.integers(3, 12))) + "\n")
+    prefix = os.path.join(work, "tokenizer")
+    sp.SentencePieceTrainer.train(input=corpus, model_prefix=prefix, vocab_size=VOCAB, model_type="bpe",
+                                  unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2)
+    tok = sp.SentencePieceProcessor(model_file=prefix + ".model")
+    assert tok.get_piece_size() == VOCAB, tok.get_piece_size()
+    model = llama_reference(hf_dir)
+    texts = [" ".join(words[i:i + n]) for i, n in ((0, 3), (10, 9), (40, 1))]
+    cmd = [binary, "--weights", os.path.join(hf_dir, "model.safetensors"), "--spm", prefix + ".model", "--json",
+           "--max-new-tokens", "12"]
+    for t in texts:
+        cmd += ["--text", t]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        raise SystemExit(f"{' '.join(cmd)} failed: {r.stderr}")
+    out = json.loads(r.stdout)["sequences"]
+    for t, row in zip(texts, out):
+        ids = [1] + tok.encode(t)
+        if row["source"] != ids:
+            raise SystemExit(f"{t!r}: the binary's ids {row['source']}, sentencepiece's {ids}")
+        with torch.no_grad():
+            gen = model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False, num_beams=1,
+                                 pad_token_id=2, attention_mask=torch.ones(1, len(ids), dtype=torch.long))
+        new = gen[0, len(ids):].tolist()
+        want = tok.decode(new[:new.index(2)] if 2 in new else new)
+        if row["tokens"] != new or row["text"] != want:
+            raise SystemExit(f"{t!r}: the binary gives {row['tokens']} {row['text']!r}, transformers + "
+                             f"sentencepiece {new} {want!r}")
+        print(f"{t!r} -> {row['text']!r}: ids and text equal transformers + sentencepiece")
+    plain = subprocess.run([a for a in cmd if a != "--json"], capture_output=True, text=True).stdout.splitlines()
+    if plain != [row["text"] for row in out]:
+        raise SystemExit(f"plain output {plain} is not the JSON's text")
+    print(f"spm: {len(texts)} texts through a {VOCAB}-piece SentencePiece model, plain output = JSON text")
+
+
 def main(argv):
     cmd = argv[1] if len(argv) > 1 else ""
     if cmd == "make" and len(argv) == 4:
@@ -533,6 +584,8 @@ def main(argv):
         minilm_import(argv[2], argv[3])
     elif cmd == "minilm-compare" and len(argv) == 6:
         minilm_compare(*argv[2:6])
+    elif cmd == "spm" and len(argv) == 5:
+        spm(argv[2], argv[3], argv[4])
     elif cmd == "refuse" and len(argv) >= 6:
         refuse(argv[2], argv[3], argv[4], argv[5:])
     else:
