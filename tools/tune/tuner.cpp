@@ -197,7 +197,7 @@ IoPlan io_plan(const PlannedKernel& k, const Shape& s) {
     return i;
   };
   const std::string& g = k.generator;
-  if (g == "linear" || g == "linear_residual") {
+  if (g == "linear" || g == "linear_residual" || g == "linear_gated") {
     const int K = geti(p, "in_features", 64), N = geti(p, "out_features", 64);
     io.inputs["x"] = uni({K, M});
     io.inputs["w"] = uni({halformer::kPanel, K, halformer::panel_count(N)}, 1.0f / std::sqrt(float(K)));  // packed_layout.h

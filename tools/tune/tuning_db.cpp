@@ -39,6 +39,7 @@ const std::map<std::string, std::vector<Knob>>& cpu_table() {
     return std::map<std::string, std::vector<Knob>>{
         {"linear", matmul},
         {"linear_residual", matmul},
+        {"linear_gated", matmul},
         {"attention", {{"vec", ints({4, 8, 16, 32}), "16"}, {"tile_q", ints({1, 2, 4, 8, 16, 32}), "8"}}},
         {"layernorm", {{"vec", ints({4, 8, 16, 32}), "16"}, {"rows_per_task", ints({1, 2, 4, 8, 16, 32}), "8"}}},
         {"embedding", vec_only},
@@ -61,6 +62,7 @@ const std::map<std::string, std::vector<Knob>>& gpu_table() {
     return std::map<std::string, std::vector<Knob>>{
         {"linear", matmul},
         {"linear_residual", matmul},
+        {"linear_gated", matmul},
         {"attention",
          {{"gpu_tile_q", ints({1, 2, 4, 8, 16, 32}), "8"}, {"gpu_key_lanes", ints({8, 16, 32, 64, 128}), "32"}}},
         {"layernorm", {{"gpu_threads", ints({32, 64, 128, 256}), "128"}}},
