@@ -162,7 +162,7 @@ def main():
     import torch
 
     torch.set_num_threads(a.threads)
-    repeat, new_tokens, batches = (2, 16, [1]) if a.quick else (5, 64, [1, 8])
+    repeat, new_tokens, batches = (2, 16, [1]) if a.quick else (3, 64, [1, 8])
     peak = json.loads(subprocess.run([str(PEAK), "--threads", str(a.threads)], capture_output=True, text=True,
                                      check=True).stdout)
     gbs = peak["read_gbs"][str(a.threads)]["best"]
