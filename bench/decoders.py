@@ -2,7 +2,10 @@
 (transformers' GPT2LMHeadModel / LlamaForCausalLM, KV cache) on the same random weights
 (issue 15's speed section; docs/bench.md).
 
-    .venv/bin/python bench/decoders.py [--quick] [--threads 2] [--out results.json]
+    bench/.venv/bin/python bench/decoders.py [--quick] [--threads 2] [--out results.json]
+
+(the bench venv, `bench/run --setup`: PyPI torch with MKL; Debian's torch in .venv has a
+generic BLAS, 5-10x slower, and would flatter halformer)
 
 Two models (random weights made once with transformers from a config, cached in
 bench/.cache/decoders/): "gpt2-small" (GPT-2 small: 12 layers, d 768, 12 heads, vocab
