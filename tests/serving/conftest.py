@@ -131,6 +131,17 @@ class Server:
 
 
 @pytest.fixture(scope="module")
+def api():
+    """The Python API's models, as the servers' configurations load them: the reference."""
+    import halformer
+
+    w, v = minilm_files()
+    return dict(reverse=halformer.Model(REVERSE_DIR, weights=REVERSE_WEIGHTS, threads=1),
+                embed=halformer.SentenceEmbedder(MINILM_DIR, w, v, threads=1),
+                pooled=halformer.Model(MINILM_DIR, weights=w, threads=1))
+
+
+@pytest.fixture(scope="module")
 def server_factory(tmp_path_factory):
     started = []
 

@@ -1,7 +1,6 @@
 """tritonclient HTTP and gRPC against a real `python -m halformer.serve`: every kind equals
 the Python API bit for bit; concurrent clients are batched (Triton's statistics) with
 results unchanged; bad requests get errors naming the problem and the server keeps serving."""
-import concurrent.futures as cf
 import json
 import urllib.error
 import urllib.request
@@ -12,8 +11,6 @@ import tritonclient.grpc as tg
 import tritonclient.http as th
 from tritonclient.utils import InferenceServerException
 
-import halformer
-from conftest import MINILM_DIR, REVERSE_DIR, REVERSE_WEIGHTS, minilm_files
 
 SOURCES = [[3, 7, 1, 9], [5, 4, 3], [1, 2, 3, 4, 5, 6, 7, 8], [13], [2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2]]
 GEN_OPTIONS = [{}, {"max_new_tokens": 3}, {"sampling_topk": 0, "sampling_temperature": 0.8, "seed": 7}]
@@ -26,14 +23,6 @@ ID_ROWS = [[101, 7592, 2088, 102], [101, 1037, 2158, 2003, 5983, 2833, 1012, 102
 def server(server_factory):
     # a 20 ms queue delay makes the batching test's batches certain on a loaded machine
     return server_factory(delay_us=20000, max_batch=16)
-
-
-@pytest.fixture(scope="module")
-def api():
-    w, v = minilm_files()
-    return dict(reverse=halformer.Model(REVERSE_DIR, weights=REVERSE_WEIGHTS, threads=1),
-                embed=halformer.SentenceEmbedder(MINILM_DIR, w, v, threads=1),
-                pooled=halformer.Model(MINILM_DIR, weights=w, threads=1))
 
 
 _open = {}

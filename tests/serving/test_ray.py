@@ -25,8 +25,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-import halformer
-from conftest import MINILM_DIR, REVERSE_DIR, REVERSE_WEIGHTS, free_ports, minilm_files, write_config
+from conftest import free_ports, write_config
 
 SOURCES = [[3, 7, 1, 9], [5, 4, 3], [1, 2, 3, 4, 5, 6, 7, 8], [13], [2] * 12]
 GEN_OPTIONS = [{}, {"max_new_tokens": 3}, {"sampling_topk": 0, "sampling_temperature": 0.8, "seed": 7}]
@@ -139,14 +138,6 @@ def server():
         yield s
     finally:
         s.kill()
-
-
-@pytest.fixture(scope="module")
-def api():
-    w, v = minilm_files()
-    return dict(reverse=halformer.Model(REVERSE_DIR, weights=REVERSE_WEIGHTS, threads=1),
-                embed=halformer.SentenceEmbedder(MINILM_DIR, w, v, threads=1),
-                pooled=halformer.Model(MINILM_DIR, weights=w, threads=1))
 
 
 def call(server, model, body=None, method="POST", raw=None, timeout=120):
