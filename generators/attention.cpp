@@ -239,6 +239,10 @@ class Attention : public Generator<Attention> {
       RVar rdo("rdo"), rdi("rdi");
       Var lane("lane");
       dot.compute_at(out, hb);
+      if (R > 0) {  // rotate the query row and the group's keys once, not once per score
+        q1.compute_at(out, hb).vectorize(d, dvec);
+        k1.compute_at(out, hb).vectorize(d, dvec);
+      }
       // Per key and head: dvec-wide partial sums along d, then one horizontal add.
       Func partial = dot.update().split(rd1.x, rdo, rdi, dvec).rfactor(rdi, lane);
       dot.update().reorder(rdi, h, j);
@@ -263,6 +267,7 @@ class Attention : public Generator<Attention> {
         .parallel(hb)
         .vectorize(d, dvec);
     kc.compute_at(out, hb).vectorize(d, dvec);
+    if (R > 0) qc.compute_at(out, io).vectorize(d, dvec);  // rotated once per query tile, not per key block
     kt.compute_at(out, hb).vectorize(j, vec, TailStrategy::GuardWithIf);
     Var jo("jo"), ji("ji"), iq("iq"), iqi("iqi");
     // Per block of vec keys, the vec x tile_q score block lives in registers over d (a
