@@ -556,7 +556,7 @@ struct Session {
   // Runs the decoder on `tokens` (T new positions; T > 1 only with B == 1) and returns
   // the last decoder hidden rows (d, T, B).
   Act decode_step(DecoderState& st, const Weights& w, const IBuf& tokens) {
-    const int d = cfg.d_model, hd = d / cfg.heads, H = cfg.heads, T = tokens.dim(0).extent();
+    const int d = cfg.d_model, hd = d / cfg.heads, T = tokens.dim(0).extent();
     const int B = st.B, row = st.row, len = st.len;
     if (len + T > st.Tmax) throw Error("decoder cache overflow (internal)");
     Act x = embed(kt.embed_tgt, tokens, w.tgt_embedding, cfg.tgt_vocab, w, len, false);
