@@ -8,7 +8,6 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <optional>
 #include <cctype>
 #include <charconv>
 #include <chrono>
@@ -19,6 +18,7 @@
 #include <iostream>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <nlohmann/json.hpp>
 
@@ -264,9 +264,10 @@ int halformer::run_cli(const ModelDescriptor& model_descriptor, int argc, char**
     std::optional<halformer::SentencePieceText> pieces;
     if (!spm.empty() && !vocab.empty()) throw Error("give one tokenizer: --vocab (WordPiece) or --spm (SentencePiece)");
     if (!spm.empty() && !text_mode) throw Error("--spm applies to text input: give --text or --text-file");
+    if (text_mode && !src.empty())
+      throw Error("give token ids (--src, --src-file) or text (--text, --text-file), not both");
     if (text_mode && !spm.empty()) {
       if (max_length != cfg.max_len) throw Error("--max-length applies to --vocab (WordPiece) text, not to --spm");
-      if (!src.empty()) throw Error("give token ids (--src, --src-file) or text (--text, --text-file), not both");
       pieces = halformer::SentencePieceText::load(spm);
       const int vocab_size = cfg.arch == Arch::Decoder ? cfg.tgt_vocab : cfg.src_vocab;
       if (pieces->size() > vocab_size)
@@ -280,7 +281,6 @@ int halformer::run_cli(const ModelDescriptor& model_descriptor, int argc, char**
         src.push_back(std::move(ids));
       }
     } else if (text_mode) {
-      if (!src.empty()) throw Error("give token ids (--src, --src-file) or text (--text, --text-file), not both");
       if (cfg.arch != Arch::Encoder) throw Error("--text/--text-file: --spm FILE is required (the model's SentencePiece model)");
       if (vocab.empty()) throw Error("--text/--text-file: --vocab FILE (the model's vocab.txt) or --spm FILE is required");
       if (max_length < 2 || max_length > cfg.max_len)
