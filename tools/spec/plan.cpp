@@ -63,9 +63,8 @@ class Planner {
     plan_.kernels.push_back(std::move(k));
   }
 
-  void linear(const std::string& role, bool residual, int64_t in, int64_t out, const char* act,
-              const char* residual_generator = "linear_residual") {
-    std::string gen = residual ? residual_generator : "linear";
+  // gen: "linear", "linear_residual" (+ residual) or "linear_gated" (* gate).
+  void linear(const std::string& role, const std::string& gen, int64_t in, int64_t out, const char* act) {
     std::string label = gen + "_" + std::to_string(in) + "x" + std::to_string(out) +
                         (std::string(act) == "none" ? "" : std::string("_") + act);
     bind(role, gen, label,
@@ -114,25 +113,25 @@ class Planner {
     if (enc) embedding("embed_src", s.src_vocab);
     if (dec) embedding("embed_tgt", s.tgt_vocab);
     const int KVH = int(s.kv_heads);
-    linear("qkv", false, s.d_model, s.d_model + 2 * KVH * (s.d_model / H), "none");
+    linear("qkv", "linear", s.d_model, s.d_model + 2 * KVH * (s.d_model / H), "none");
     if (enc) attention("encoder_self_attention", 0, H, H + KVH, false, true);
     if (dec) attention("decoder_self_attention", 0, H, H + KVH, s.causal, true);
     if (enc && dec) {
       attention("cross_attention", 0, 0, H, false, false);
-      linear("cross_q", false, s.d_model, s.d_model, "none");
-      linear("cross_kv", false, s.d_model, 2 * s.d_model, "none");
+      linear("cross_q", "linear", s.d_model, s.d_model, "none");
+      linear("cross_kv", "linear", s.d_model, 2 * s.d_model, "none");
     }
-    linear("attention_out", true, s.d_model, s.d_model, "none");
+    linear("attention_out", "linear_residual", s.d_model, s.d_model, "none");
     // Gated feed-forward: ff1 is the gate (with the activation), ff_up multiplies by it.
-    linear("ff1", false, s.d_model, s.d_ff, to_string(gate_activation(s.activation)));
-    if (is_gated(s.activation)) linear("ff_up", true, s.d_model, s.d_ff, "none", "linear_gated");
-    linear("ff2", true, s.d_ff, s.d_model, "none");
+    linear("ff1", "linear", s.d_model, s.d_ff, to_string(gate_activation(s.activation)));
+    if (is_gated(s.activation)) linear("ff_up", "linear_gated", s.d_model, s.d_ff, "none");
+    linear("ff2", "linear_residual", s.d_ff, s.d_model, "none");
     bind("layer_norm", "layernorm", "layernorm_" + std::to_string(s.d_model),
          {{"channels", std::to_string(s.d_model)},
           {"eps", format_float(s.norm_eps)},
           {"kind", to_string(s.norm_kind)}});
     if (dec) {
-      linear("generator", false, s.d_model, s.tgt_vocab, "none");
+      linear("generator", "linear", s.d_model, s.tgt_vocab, "none");
       if (s.head == HeadKind::LogSoftmax || s.head == HeadKind::Softmax)
         bind("head", "softmax", std::string(to_string(s.head)) + "_" + std::to_string(s.tgt_vocab),
              {{"classes", std::to_string(s.tgt_vocab)}, {"kind", to_string(s.head)}});
@@ -147,8 +146,8 @@ class Planner {
             {"normalize", normalize ? "true" : "false"}});
     }
     if (s.head == HeadKind::Classifier) {
-      if (s.pooler == Pooler::DenseTanh) linear("pooler", false, s.d_model, s.d_model, "tanh");
-      linear("classifier", false, s.d_model, s.num_classes, "none");
+      if (s.pooler == Pooler::DenseTanh) linear("pooler", "linear", s.d_model, s.d_model, "tanh");
+      linear("classifier", "linear", s.d_model, s.num_classes, "none");
     }
     return plan_;
   }
