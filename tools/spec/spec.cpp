@@ -648,9 +648,9 @@ void check_consistency(Context& cx, Spec& s, bool have_sizes) {
                   "position_offset " + std::to_string(s.position_offset) +
                       " shifts rows of a learned position table; positions are '" + name_of(s.positions) + "'");
   if (!cx.any_failed("embedding.positions") && s.positions != Positions::Rotary)
-    for (const char* key : {"embedding.rotary_dim", "embedding.rotary_theta", "embedding.rotary_layout"})
-      if (cx.given(key))
-        contradiction(key, std::string(key + 10) + " applies only to positions 'rotary'; positions are '" +
+    for (const char* name : {"rotary_dim", "rotary_theta", "rotary_layout"})
+      if (const std::string key = std::string("embedding.") + name; cx.given(key))
+        contradiction(key, std::string(name) + " applies only to positions 'rotary'; positions are '" +
                                name_of(s.positions) + "'");
   if (cx.given("layer.norm_weight_offset") && s.norm_weight_offset != 0 && !cx.any_failed("layer.norm_kind") &&
       s.norm_kind != NormKind::Rms)
@@ -934,7 +934,6 @@ const char* to_string(Precision v) { return name_of(v); }
 const char* to_string(Target v) { return name_of(v); }
 const char* to_string(RotaryLayout v) { return name_of(v); }
 
-bool is_gated(Activation a) { return a == Activation::Swiglu || a == Activation::Geglu || a == Activation::GegluTanh; }
 Activation gate_activation(Activation a) {
   switch (a) {
     case Activation::Swiglu: return Activation::Silu;
@@ -943,6 +942,7 @@ Activation gate_activation(Activation a) {
     default: return a;
   }
 }
+bool is_gated(Activation a) { return gate_activation(a) != a; }
 
 std::string Diagnostic::str() const {
   std::string s = file;
