@@ -22,6 +22,9 @@ inline const std::map<std::string, Act> kActNames = {{"none", Act::None},
                                                      {"tanh", Act::Tanh},
                                                      {"silu", Act::Silu}};
 
+// What a matmul's epilogue does with its second (N, M) input (linear*.cpp).
+enum class Epilogue { None, AddResidual, MultiplyGate };
+
 // erf-based GELU (torch's default) and its tanh approximation (torch approximate="tanh").
 inline Halide::Expr apply_activation(Act act, Halide::Expr v) {
   using namespace Halide;

@@ -16,9 +16,6 @@
 namespace halformer {
 using namespace Halide;
 
-// What the epilogue does with the second (N, M) input.
-enum class Epilogue { None, AddResidual, MultiplyGate };
-
 template <Epilogue kEpilogue>
 class Linear : public Generator<Linear<kEpilogue>> {
  public:

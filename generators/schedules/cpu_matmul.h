@@ -30,9 +30,11 @@ struct MatmulKnobs {
 
 // `panel`: the width of w's storage panels (halformer/packed_layout.h). A tile must lie
 // within one panel or cover whole panels, so that its loads stay dense vectors.
+// `rk_group`: an inner reduction over a small group of k summed within each output lane
+// (int8: the pair a vpmaddwd multiplies and adds), vectorised inside the lane.
 inline void schedule_cpu_matmul(Halide::Func out, Halide::Func acc, const Halide::Var& n,
                                 const Halide::Var& m, const Halide::RVar& rk, int N, Halide::Expr rows,
-                                MatmulKnobs k, int panel) {
+                                MatmulKnobs k, int panel, const Halide::RVar* rk_group = nullptr) {
   using namespace Halide;
   // Never a tile wider than the layer; keep the vector width a divisor of the tile.
   int vec = k.vec;
@@ -75,7 +77,11 @@ inline void schedule_cpu_matmul(Halide::Func out, Halide::Func acc, const Halide
       .vectorize(n, vec)
       .unroll(n)
       .unroll(m);
-  acc.update(0).reorder(n, m, rk).vectorize(n, vec).unroll(n).unroll(m);
+  if (!rk_group) {
+    acc.update(0).reorder(n, m, rk).vectorize(n, vec).unroll(n).unroll(m);
+    return;
+  }
+  acc.update(0).reorder(*rk_group, n, m, rk).atomic().vectorize(*rk_group).vectorize(n, vec).unroll(n).unroll(m);
 }
 
 }  // namespace halformer

@@ -184,4 +184,36 @@ inline std::vector<int32_t> argmax(const Vec& x, int M, int V) {
   return y;
 }
 
+// ---- int8 (generators/linear_int8.cpp). Symmetric quantization of one row: q in
+// [-127, 127], round half to even, the multiplier 127 / max|v| computed in float as the
+// kernel does; returns the scale max|v| / 127.
+inline float quantize_int8(const float* v, int n, int8_t* q) {
+  float amax = 0;
+  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(v[i]));
+  const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+  for (int i = 0; i < n; ++i) q[i] = int8_t(std::max(-127.0f, std::min(127.0f, std::nearbyint(v[i] * inv))));
+  return amax * (1.0f / 127.0f);
+}
+
+// y[m][n] = act(float(sum_k xq[m][k] * wq[n][k]) * sx[m] * sw[n] + b[n]), then + or *
+// `second` (residual / gate): x quantized per row here, wq [N][K] with scales sw. The
+// integer sum is exact; the float epilogue is the kernel's (one rounding per step).
+inline Vec linear_int8(const Vec& x, const std::vector<int8_t>& wq, const Vec& sw, const Vec& b, int M, int K,
+                       int N, const std::string& act = "none", const Vec* second = nullptr, bool gate = false) {
+  Vec y(size_t(M) * N);
+  std::vector<int8_t> xq(K);
+  for (int m = 0; m < M; ++m) {
+    const float sx = quantize_int8(&x[size_t(m) * K], K, xq.data());
+    for (int n = 0; n < N; ++n) {
+      int64_t acc = 0;
+      for (int k = 0; k < K; ++k) acc += int32_t(xq[k]) * int32_t(wq[size_t(n) * K + k]);
+      const float s = sx * sw[n];
+      double v = activate(act, double(float(acc) * s + b[n]));
+      if (second) v = gate ? v * (*second)[size_t(m) * N + n] : v + (*second)[size_t(m) * N + n];
+      y[size_t(m) * N + n] = float(v);
+    }
+  }
+  return y;
+}
+
 }  // namespace ref

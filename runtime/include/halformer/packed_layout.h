@@ -9,7 +9,10 @@
 // transformer-base's decode shapes (M = 1): 1.5x the bandwidth of the [K][N] layout.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 namespace halformer {
@@ -38,6 +41,50 @@ inline std::vector<float> pack_linear(const float* torch_w, int out_features, in
   std::vector<float> w(packed_size(in_features, out_features), 0.0f);
   pack_rows(torch_w, out_features, in_features, 0, w);
   return w;
+}
+
+// ---- int8 (generators/linear_int8.cpp)
+// Weights quantized per output channel n: scale(n) = max_k |w(n, k)| / 127 and
+// q(n, k) = round-half-even(w(n, k) * 127 / max_k |w(n, k)|), in [-127, 127]. Stored in
+// the same panels of kPanel features, K walked in groups of kInt8Group (zero-padded):
+// [panels][groups][kPanel][kInt8Group], so that one output lane's group is one int32.
+constexpr int kInt8Group = 2;
+
+inline int int8_groups(int in_features) { return (in_features + kInt8Group - 1) / kInt8Group; }
+
+inline size_t packed_int8_size(int in_features, int out_features) {
+  return size_t(panel_count(out_features)) * int8_groups(in_features) * kPanel * kInt8Group;
+}
+
+// Byte offset of weight (n, k) in the packed int8 layout.
+inline size_t packed_int8_index(int in_features, int n, int k) {
+  return ((size_t(n / kPanel) * int8_groups(in_features) + k / kInt8Group) * kPanel + n % kPanel) * kInt8Group +
+         k % kInt8Group;
+}
+
+// The symmetric quantization of one row of values (a weight channel, or an activation
+// row in the reference): q[i] in [-127, 127], returns the scale (max |v| / 127; 0 for an
+// all-zero row, whose q are 0). The multiplier is computed as the kernel does, in float.
+inline float quantize_row_int8(const float* v, int count, int8_t* q, size_t q_stride = 1) {
+  float amax = 0.0f;
+  for (int i = 0; i < count; ++i) amax = std::max(amax, std::fabs(v[i]));
+  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  for (int i = 0; i < count; ++i)
+    q[i * q_stride] = int8_t(std::max(-127.0f, std::min(127.0f, std::nearbyint(v[i] * inv))));
+  return amax * (1.0f / 127.0f);
+}
+
+// A torch-layout [N][K] weight, quantized and packed; `scales` gets N per-channel scales.
+inline std::vector<int8_t> pack_linear_int8(const float* torch_w, int out_features, int in_features,
+                                            std::vector<float>& scales) {
+  std::vector<int8_t> q(packed_int8_size(in_features, out_features), 0);
+  std::vector<int8_t> row(static_cast<size_t>(in_features));
+  scales.assign(size_t(out_features), 0.0f);
+  for (int n = 0; n < out_features; ++n) {
+    scales[n] = quantize_row_int8(torch_w + size_t(n) * in_features, in_features, row.data());
+    for (int k = 0; k < in_features; ++k) q[packed_int8_index(in_features, n, k)] = row[k];
+  }
+  return q;
 }
 
 }  // namespace halformer

@@ -1,0 +1,131 @@
+// The int8 linear kernels (generators/linear_int8.cpp) against the naive int8 reference
+// (tests/reference/layers.h): the integer accumulation bit-exact, the float epilogue
+// within 2e-5 of the output scale; on the awkward shapes of test_layers.cpp (1 row,
+// rows and features not multiples of the tiles, odd K). CPU only (the spec keeps int8
+// off GPU targets).
+#include <gtest/gtest.h>
+#include <HalideBuffer.h>
+
+#include <random>
+
+#include "halformer/packed_layout.h"
+#include "reference/layers.h"
+#include "test_int8_kernels.h"
+
+namespace {
+
+using Buf = Halide::Runtime::Buffer<float>;
+using ref::Vec;
+namespace hf = halformer;
+
+Vec random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  Vec v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+const int kRows[] = {1, 3, 8, 13, 35, 300};
+
+// The kernel's weight arguments, as the runtime makes them: packed int8, (bias | scale).
+struct Int8Weights {
+  std::vector<int8_t> packed;
+  Vec bias_scale;
+  Halide::Runtime::Buffer<int8_t> w;
+  Buf b;
+  Int8Weights(const Vec& w_torch, const Vec& bias, int K, int N) {
+    Vec scales;
+    packed = hf::pack_linear_int8(w_torch.data(), N, K, scales);
+    bias_scale = bias;
+    bias_scale.insert(bias_scale.end(), scales.begin(), scales.end());
+    w = Halide::Runtime::Buffer<int8_t>(packed.data(), {hf::kInt8Group, hf::kPanel, hf::int8_groups(K), hf::panel_count(N)});
+    b = Buf(bias_scale.data(), {N, 2});
+  }
+};
+
+// The reference's own quantization of the same weights: [N][K] and N scales.
+void reference_weights(const Vec& w, int K, int N, std::vector<int8_t>& wq, Vec& sw) {
+  wq.assign(size_t(N) * K, 0);
+  sw.assign(N, 0.0f);
+  for (int n = 0; n < N; ++n) sw[n] = ref::quantize_int8(&w[size_t(n) * K], K, &wq[size_t(n) * K]);
+}
+
+void expect_close(const Vec& got, const Vec& want, const char* what, double rel = 2e-5) {
+  ASSERT_EQ(got.size(), want.size());
+  double scale = 1, err = 0;
+  for (float w : want) scale = std::max(scale, double(std::abs(w)));
+  for (size_t i = 0; i < got.size(); ++i) err = std::max(err, double(std::abs(got[i] - want[i])));
+  EXPECT_LE(err, rel * scale) << what << ": max abs error " << err << " (scale " << scale << ")";
+}
+
+enum class Second { None, Residual, Gate };
+
+template <typename Fn>
+void check(Fn fn, int K, int N, const char* act, Second second) {
+  Vec w = random_vec(size_t(N) * K, 2, 0.2f), b = random_vec(N, 3);
+  Int8Weights kw(w, b, K, N);
+  std::vector<int8_t> wq;
+  Vec sw;
+  reference_weights(w, K, N, wq, sw);
+  // The runtime's packing holds the reference's quantized weights and scales.
+  for (int n = 0; n < N; ++n) {
+    ASSERT_EQ(kw.bias_scale[N + n], sw[n]) << "scale of channel " << n;
+    for (int k = 0; k < K; ++k)
+      ASSERT_EQ(kw.packed[hf::packed_int8_index(K, n, k)], wq[size_t(n) * K + k]) << "w(" << n << ", " << k << ")";
+  }
+  for (int M : kRows) {
+    SCOPED_TRACE("M=" + std::to_string(M));
+    Vec x = random_vec(size_t(M) * K, 1), res = random_vec(size_t(M) * N, 4), out(size_t(M) * N, -7.0f);
+    x[0] = 0;  // a row of zeros must give bias only (scale 0), not NaN
+    if (M > 1) std::fill(x.begin() + K, x.begin() + 2 * K, 0.0f);
+    Buf xb(x.data(), {K, M}), ob(out.data(), {N, M}), rb(res.data(), {N, M});
+    int rc;
+    if constexpr (std::is_invocable_v<Fn, halide_buffer_t*, halide_buffer_t*, halide_buffer_t*, halide_buffer_t*,
+                                      halide_buffer_t*>)
+      rc = fn(xb, kw.w, kw.b, rb, ob);
+    else
+      rc = fn(xb, kw.w, kw.b, ob);
+    ASSERT_EQ(rc, 0);
+    expect_close(out, ref::linear_int8(x, wq, sw, b, M, K, N, act, second == Second::None ? nullptr : &res,
+                                       second == Second::Gate),
+                 act);
+  }
+}
+
+TEST(LinearInt8, ReluK60N36) { check(test_linear_int8_relu, 60, 36, "relu", Second::None); }
+TEST(LinearInt8, GeluOddK17N100) { check(test_linear_int8_gelu, 17, 100, "gelu", Second::None); }
+TEST(LinearInt8, WholePanelsK40N192) { check(test_linear_int8_panels, 40, 192, "none", Second::None); }
+TEST(LinearInt8, ResidualK60N36) { check(test_linear_int8_residual, 60, 36, "none", Second::Residual); }
+TEST(LinearInt8, GatedK60N36) { check(test_linear_int8_gated, 60, 36, "none", Second::Gate); }
+
+// Integer accumulation bit-exact: integer activations whose row maximum is 127 quantize
+// to themselves, unit weight scales, no bias: the kernel's output is float(acc) * c, c
+// the float 127 * (1/127), exactly as the reference computes it -- an accumulator off by
+// one would show. K = 1023 (odd, > 2^9 products of up to 127^2 each: |acc| > 2^16).
+TEST(LinearInt8, IntegerAccumulationExact) {
+  const int K = 1023, N = 100;
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> d(-127, 127);
+  Vec w(size_t(N) * K), b(N, 0.0f);
+  for (float& v : w) v = float(d(rng));
+  for (int n = 0; n < N; ++n) w[size_t(n) * K + n] = 127.0f;  // every channel's max is 127: scale 1
+  Int8Weights kw(w, b, K, N);
+  for (int n = 0; n < N; ++n) ASSERT_EQ(kw.bias_scale[N + n], 1.0f);
+  for (int M : {1, 5, 40}) {
+    Vec x(size_t(M) * K), out(size_t(M) * N);
+    for (float& v : x) v = float(d(rng));
+    for (int m = 0; m < M; ++m) x[size_t(m) * K + m] = -127.0f;
+    Buf xb(x.data(), {K, M}), ob(out.data(), {N, M});
+    ASSERT_EQ(test_linear_int8_exact(xb, kw.w, kw.b, ob), 0);
+    const float c = 127.0f * (1.0f / 127.0f);
+    for (int m = 0; m < M; ++m)
+      for (int n = 0; n < N; ++n) {
+        int64_t acc = 0;
+        for (int k = 0; k < K; ++k) acc += int64_t(x[size_t(m) * K + k]) * int64_t(w[size_t(n) * K + k]);
+        ASSERT_EQ(out[size_t(m) * N + n], float(acc) * c) << "m " << m << " n " << n << " acc " << acc;
+      }
+  }
+}
+
+}  // namespace
