@@ -33,6 +33,7 @@ namespace halformer {
 struct WeightBuffers {
   std::mutex lock;
   std::map<std::pair<const float*, int>, std::unique_ptr<Halide::Runtime::Buffer<float>>> bufs;
+  std::map<const int8_t*, std::unique_ptr<Halide::Runtime::Buffer<int8_t>>> int8_bufs;
   // The tensor v as (inner, rows) -- a 1-D vector when rows == 0 (biases, norms; a table
   // of one row stays 2-D) -- or, with panels > 0, as the
   // packed linear weight (kPanel, inner, panels).
@@ -46,6 +47,20 @@ struct WeightBuffers {
       b = std::make_unique<Halide::Runtime::Buffer<float>>(const_cast<float*>(v.data()),
                                                            panels > 0 ? 3 : rows > 0 ? 2 : 1, dims);
       b->set_host_dirty();
+    }
+    return b->raw_buffer();
+  }
+  // An int8 linear's weights (kInt8Group, kPanel, groups, panels); CPU only.
+  halide_buffer_t* get_int8(const std::vector<int8_t>& q, int in, int out) {
+    std::lock_guard<std::mutex> guard(lock);
+    auto& b = int8_bufs[q.data()];
+    if (!b) {
+      const int groups = int8_groups(in);
+      halide_dimension_t dims[4] = {{0, kInt8Group, 1},
+                                    {0, kPanel, kInt8Group},
+                                    {0, groups, kInt8Group * kPanel},
+                                    {0, panel_count(out), kInt8Group * kPanel * groups}};
+      b = std::make_unique<Halide::Runtime::Buffer<int8_t>>(const_cast<int8_t*>(q.data()), 4, dims);
     }
     return b->raw_buffer();
   }
@@ -332,14 +347,20 @@ struct Session {
   }
 
   // ---- one call per layer kind
+  // A linear's weight and bias arguments: fp32 packed and [N], or (int8 kernels, whose
+  // signature is the same) int8 packed and (N, 2) = bias | per-channel scale.
+  std::pair<halide_buffer_t*, halide_buffer_t*> linear_args(const LinearWeights& w) {
+    if (w.int8()) return {wbufs.get_int8(w.q, w.in, w.out), weight(w.b, w.out, 2)};
+    return {weight(w.w, w.in, w.out, panel_count(w.out)), weight(w.b, w.out, 0)};
+  }
   void linear(LinearFn fn, const char* name, View x, const LinearWeights& w, View out) {
-    halide_buffer_t *wb = weight(w.w, w.in, w.out, panel_count(w.out)), *bb = weight(w.b, w.out, 0);
+    auto [wb, bb] = linear_args(w);
     KernelTimer timer(name, iface);
     run(fn(x.raw(), wb, bb, out.raw()), name);
   }
   void linear_residual(LinearResidualFn fn, const char* name, View x, const LinearWeights& w, View residual,
                        View out) {
-    halide_buffer_t *wb = weight(w.w, w.in, w.out, panel_count(w.out)), *bb = weight(w.b, w.out, 0);
+    auto [wb, bb] = linear_args(w);
     KernelTimer timer(name, iface);
     run(fn(x.raw(), wb, bb, residual.raw(), out.raw()), name);
   }

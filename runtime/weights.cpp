@@ -496,10 +496,22 @@ LayerWeights load_layer(Loader& ld, const ModelConfig& c, const std::string& sta
   L.ff2 = ld.linear(p + "ff2", c.d_ff, d);
   L.self_norm = ld.norm(p + "self_norm", d);
   L.ff_norm = ld.norm(p + "ff_norm", d);
+  // Quantized layer by layer, so that the fp32 copies of only one layer are ever alive.
+  if (c.int8_layers)
+    for (LinearWeights* l : {&L.qkv, &L.attn_out, &L.ff1, &L.ff2, &L.ff_gate, &L.cross_q, &L.cross_kv, &L.cross_out})
+      quantize_int8(*l);
   return L;
 }
 
 }  // namespace
+
+void quantize_int8(LinearWeights& l) {
+  if (l.w.empty()) return;  // absent (no such layer) or already quantized
+  std::vector<float> scales;
+  l.q = quantize_packed_int8(l.w, l.in, l.out, scales);
+  l.b.insert(l.b.end(), scales.begin(), scales.end());
+  std::vector<float>().swap(l.w);
+}
 
 Weights load_weights(const ModelConfig& c, const std::string& path) {
   Loader ld(c, path);
@@ -545,9 +557,11 @@ Weights load_weights(const ModelConfig& c, const std::string& path) {
       w.generator = ld.linear("generator", d, c.tgt_vocab);
     }
   }
+  if (dec && c.int8_generator) quantize_int8(w.generator);
   if (c.head == HeadOutput::Classifier) {
     if (c.pooler) w.pooler = ld.linear("pooler", d, d);
     w.classifier = ld.linear("classifier", d, c.num_classes);
+    if (c.int8_layers) quantize_int8(w.pooler), quantize_int8(w.classifier);
   } else if (is_hf(c.preset) && hf_family(c.preset).model.count("pooler")) {
     ld.alias("pooler.weight");  // BertModel always carries a pooler; only classifiers use it
     ld.alias("pooler.bias");

@@ -10,7 +10,9 @@
 // HALFORMER_WEIGHTS (the weights the reference used), HALFORMER_DEVICE (optional:
 // opencl / cuda runs the model's GPU build, same tolerance).
 // Tolerance: max |halformer - torch| <= 1e-4 * max |torch| over non-padded positions
-// (fp32; the two sum in different orders), and identical greedy tokens.
+// (fp32; the two sum in different orders), and identical greedy tokens. A reduced-
+// precision build sets HALFORMER_TOLERANCE (docs/precision.md) and reports its greedy
+// agreement instead.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -83,7 +85,8 @@ class ModelVsTorch : public ::testing::Test {
     // Every file this run writes carries the device tag: the CPU and GPU runs of one
     // model share the reference directory and may run at the same time (ctest -j).
     const char* device = std::getenv("HALFORMER_DEVICE");  // cpu (default), opencl, cuda
-    const std::string tag = device ? std::string("_") + device : "";
+    const char* run_tag = std::getenv("HALFORMER_RUN_TAG");  // another build of the model (int8)
+    const std::string tag = run_tag ? std::string("_") + run_tag : device ? std::string("_") + device : "";
     write(dir_ + "/src" + tag + ".txt", "src", "src_lengths");
     std::string cmd = "'" + bin_ + "' --weights '" + env("HALFORMER_WEIGHTS") + "' --src-file '" + dir_ + "/src" +
                       tag + ".txt'";
@@ -135,8 +138,17 @@ class ModelVsTorch : public ::testing::Test {
       }
     std::printf("%s: max abs error %.3g, scale %.3g, relative %.3g\n", name.c_str(), err, scale, err / scale);
     EXPECT_GT(scale, 0.0) << name << " reference is all zeros";
-    EXPECT_LE(err, 1e-4 * scale) << name;
+    EXPECT_LE(err, tolerance() * scale) << name;
   }
+
+  // HALFORMER_TOLERANCE: a reduced-precision build's relative bound (fp32: 1e-4).
+  static double tolerance() {
+    const char* t = std::getenv("HALFORMER_TOLERANCE");
+    return t ? std::atof(t) : 1e-4;
+  }
+  // Reduced precision may flip near-ties between tokens: then the tests report how many
+  // tokens agree with fp32 PyTorch instead of requiring identity.
+  static bool exact_tokens() { return !std::getenv("HALFORMER_TOLERANCE"); }
 
   // Rows of a -1 padded [.., N] token matrix, unpadded.
   static std::vector<std::vector<int32_t>> rows(const std::vector<int32_t>& m, int64_t N) {
@@ -167,14 +179,21 @@ TEST_F(ModelVsTorch, GreedyTokensIdentical) {
   auto want = rows(ref_.i32.at("greedy"), ref_.shape.at("greedy")[1]);
   auto have = rows(out_.i32.at("greedy"), out_.shape.at("greedy")[1]);
   ASSERT_EQ(have.size(), want.size());
+  size_t same = 0, total = 0;
   for (size_t b = 0; b < want.size(); ++b) {
-    EXPECT_EQ(have[b], want[b]) << "sequence " << b;
+    if (exact_tokens()) EXPECT_EQ(have[b], want[b]) << "sequence " << b;
     EXPECT_FALSE(want[b].empty());
+    // Tokens up to the first disagreement (after it, the two decode different prefixes).
+    size_t i = 0;
+    while (i < want[b].size() && i < have[b].size() && have[b][i] == want[b][i]) ++i;
+    same += i, total += want[b].size();
   }
+  std::printf("greedy: %zu of %zu tokens identical before the first difference\n", same, total);
 }
 
 TEST_F(ModelVsTorch, BeamHypothesesIdentical) {
   if (!ref_.has("beam_tokens")) GTEST_SKIP() << "no beam search reference for this model";
+  if (!exact_tokens()) GTEST_SKIP() << "reduced precision: beam hypotheses are compared at fp32 only";
   ASSERT_TRUE(out_.has("beam_tokens"));
   const auto& rs = ref_.shape.at("beam_tokens");
   auto want = rows(ref_.i32.at("beam_tokens"), rs[2]);

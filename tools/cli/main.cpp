@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <vector>
 
@@ -39,10 +40,20 @@ std::string env_or(const char* name, const char* fallback) {
 }
 
 // Parses, validates and checks that the spec can be built; prints every problem.
+// `halformer build --precision P` replaces the spec's `precision:` (its
+// precision_overrides stay); the plan step, run by CMake, gets it as HALFORMER_PRECISION.
 std::optional<Spec> load(const std::string& path, bool quiet_ok = false) {
   ParseResult r = parse_spec_file(path);
   for (const auto& d : r.diagnostics) std::cerr << d.str() << "\n";
   if (!r.ok()) return std::nullopt;
+  if (const char* p = std::getenv("HALFORMER_PRECISION"); p && *p) {
+    const std::map<std::string, Precision> known{{"fp32", Precision::Fp32}, {"bf16", Precision::Bf16}, {"int8", Precision::Int8}};
+    if (!known.count(p)) {
+      std::cerr << "halformer: HALFORMER_PRECISION '" << p << "' is not one of fp32, bf16, int8\n";
+      return std::nullopt;
+    }
+    r.spec->precision = known.at(p);
+  }
   auto unsupported = check_supported(*r.spec);
   for (const auto& d : unsupported) std::cerr << d.str() << "\n";
   if (!unsupported.empty()) return std::nullopt;
@@ -185,6 +196,8 @@ int build(const Spec& spec, const std::string& spec_path, const std::string& out
      << "set(HALFORMER_BUILD_DIR \"" << build_dir << "\")\n";
   // `halformer plan` (run at configure time) reads the database choice from the environment.
   if (!db_env.empty()) cm << "set(ENV{HALFORMER_TUNING_DB} \"" << db_env << "\")\n";
+  if (const char* p = std::getenv("HALFORMER_PRECISION"); p && *p) cm << "set(ENV{HALFORMER_PRECISION} \"" << p << "\")\n";
+  cm << "# precision: " << to_string(spec.precision) << "\n";
   cm << "# tuning database: " << (db.path.empty() ? "none" : db.path)
      << (db.path.empty() ? "" : fs::exists(db.path, ec) ? " (present)" : " (absent)") << "\n"
      << "include(\"" << source_dir << "/cmake/Halformer.cmake\")\n";
@@ -315,6 +328,9 @@ int run_cli(int argc, char** argv) {
   bool no_db = false;
   auto* db_opt = bld->add_option("--db", build_db, "tuning database to use (default: the spec's tuning.db)");
   bld->add_flag("--no-db", no_db, "ignore any tuning database: hand schedules only")->excludes(db_opt);
+  std::string build_precision;
+  bld->add_option("--precision", build_precision, "build at this precision instead of the spec's (docs/precision.md)")
+      ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
 
   auto* tune = app.add_subcommand("tune", "search schedules for the spec's kernels on this machine and record them "
                                           "in a tuning database (docs/tuning.md); see `halformer tune --help`");
@@ -363,6 +379,7 @@ int run_cli(int argc, char** argv) {
     std::cerr << "halformer tune: cannot run " << tuner.string() << " (build it: cmake --build build)\n";
     return 1;
   }
+  if (!build_precision.empty()) setenv("HALFORMER_PRECISION", build_precision.c_str(), 1);
   auto spec = load(build_spec, true);
   if (!spec) return 1;
   return build(*spec, build_spec, build_out, jobs, no_db ? "none" : build_db);

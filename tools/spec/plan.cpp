@@ -47,7 +47,7 @@ class Planner {
     for (const auto& [key, value] : spec_.schedule) {
       auto dot = key.find('.');
       std::string kind = key.substr(0, dot);
-      if (kind == generator || (kind == "linear" && (generator == "linear_residual" || generator == "linear_gated")))
+      if (kind == generator || kind == linear_family(generator))
         params.emplace_back(key.substr(dot + 1), value);
     }
     for (const auto& k : plan_.kernels) {
@@ -63,8 +63,19 @@ class Planner {
     plan_.kernels.push_back(std::move(k));
   }
 
-  // gen: "linear", "linear_residual" (+ residual) or "linear_gated" (* gate).
-  void linear(const std::string& role, const std::string& gen, int64_t in, int64_t out, const char* act) {
+  // "linear_residual" -> "linear", "linear_int8_gated" -> "linear_int8": the kind whose
+  // schedule knobs ("linear.tile_m") a variant shares; other generators: "".
+  static std::string linear_family(const std::string& generator) {
+    if (generator.rfind("linear_int8", 0) == 0) return "linear_int8";
+    if (generator.rfind("linear", 0) == 0) return "linear";
+    return "";
+  }
+
+  // gen: "linear", "linear_residual" (+ residual) or "linear_gated" (* gate); the role's
+  // precision picks the fp32 generator or its int8 twin (linear_int8, linear_int8_residual, ...).
+  void linear(const std::string& role, std::string gen, int64_t in, int64_t out, const char* act) {
+    const Precision p = role == "generator" ? spec_.output_precision() : spec_.precision;
+    if (p == Precision::Int8) gen.insert(6, "_int8");
     std::string label = gen + "_" + std::to_string(in) + "x" + std::to_string(out) +
                         (std::string(act) == "none" ? "" : std::string("_") + act);
     bind(role, gen, label,
@@ -339,7 +350,9 @@ void write_plan(const Spec& spec, const Plan& plan, const std::string& dir) {
     << "      /*position_offset*/ " << s.position_offset << ",\n"
     << "      /*kv_heads*/ " << s.kv_heads << ", /*rms_norm*/ " << b(s.norm_kind == NormKind::Rms)
     << ", /*norm_weight_offset*/ " << Planner::format_float(s.norm_weight_offset) << ", /*gated_ff*/ "
-    << b(is_gated(s.activation)) << "};\n\n";
+    << b(is_gated(s.activation)) << ",\n"
+    << "      /*int8_layers*/ " << b(s.precision == Precision::Int8) << ", /*int8_generator*/ "
+    << b(s.output_precision() == Precision::Int8) << "};\n\n";
   static const char* kRoles[] = {"embed_src", "embed_tgt", "qkv", "encoder_self_attention",
                                  "decoder_self_attention", "cross_attention", "attention_out",
                                  "cross_q", "cross_kv", "ff1", "ff2", "layer_norm", "generator",

@@ -96,7 +96,7 @@ const Names<WeightPreset>& names(WeightPreset) {
   return n;
 }
 const Names<Precision>& names(Precision) {
-  static const Names<Precision> n{{Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}};
+  static const Names<Precision> n{{Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}, {Precision::Int8, "int8"}};
   return n;
 }
 const Names<Target>& names(Target) {
@@ -116,7 +116,8 @@ const std::map<std::string, std::vector<std::string>>& schema() {
   static const std::map<std::string, std::vector<std::string>> s{
       {"",
        {"name", "architecture", "sizes", "layer", "embedding", "attention", "head", "tokens", "decoding", "weights",
-        "precision", "targets", "cuda_capability", "schedule", "tuning"}},
+        "precision", "precision_overrides", "targets", "cuda_capability", "schedule", "tuning"}},
+      {"precision_overrides", {"generator"}},
       {"sizes",
        {"d_model", "heads", "d_ff", "encoder_layers", "decoder_layers", "src_vocab", "tgt_vocab", "max_len",
         "type_vocab", "kv_heads"}},
@@ -817,6 +818,12 @@ ParseResult parse_root(const YAML::Node& root, const std::string& file) {
   read_decoding(top.section("decoding"), spec);
   read_weights(top.section("weights"), spec);
   top.read("precision", spec.precision, "precision");
+  Section overrides = top.section("precision_overrides");
+  if (overrides.has("generator")) {
+    Precision p = spec.precision;
+    overrides.read("generator", p, "precision");
+    spec.generator_precision = p;
+  }
   read_targets(top, spec);
   top.read("cuda_capability", spec.cuda_capability, 50, 120);
   read_schedule(top.section("schedule", /*free_form=*/true), spec);
@@ -914,6 +921,14 @@ std::vector<Diagnostic> check_supported(const Spec& s) {
     unsupported("sizes.kv_heads", "grouped-query attention (kv_heads " + std::to_string(s.kv_heads) +
                                       " != heads) in an encoder-decoder (its cross-attention)");
   if (s.precision == Precision::Bf16) unsupported("precision", "precision 'bf16'");
+  if (s.generator_precision == Precision::Bf16)
+    unsupported("precision_overrides.generator", "precision 'bf16'");
+  // int8 kernels are CPU only (generators/linear_int8.cpp).
+  const bool int8 = s.precision == Precision::Int8 || s.output_precision() == Precision::Int8;
+  for (Target t : s.targets)
+    if (int8 && t != Target::Host)
+      unsupported("targets", std::string("precision 'int8' with target '") + name_of(t) +
+                                 "' (int8 kernels are CPU only)");
   if (std::find(s.targets.begin(), s.targets.end(), Target::Host) == s.targets.end())
     unsupported("targets", "a target list without 'host' (the CPU build is the reference and the fallback-free default)");
   sort_by_position(out);

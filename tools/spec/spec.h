@@ -36,7 +36,7 @@ enum class WeightPreset {
   HuggingfaceLlama,
   Explicit
 };
-enum class Precision { Fp32, Bf16 };
+enum class Precision { Fp32, Bf16, Int8 };
 enum class Target { Host, Cuda, OpenCL };
 
 struct Diagnostic {
@@ -109,6 +109,9 @@ struct Spec {
   std::map<std::string, std::string> weight_map;  // explicit: canonical name -> file name
 
   Precision precision = Precision::Fp32;
+  // precision_overrides.generator: the output projection's own precision (absent: precision)
+  std::optional<Precision> generator_precision;
+  Precision output_precision() const { return generator_precision.value_or(precision); }
   std::vector<Target> targets = {Target::Host};
   int64_t cuda_capability = 80;
 

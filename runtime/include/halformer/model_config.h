@@ -79,6 +79,10 @@ struct ModelConfig {
   bool rms_norm;              // every norm is RMSNorm (gamma only)
   double norm_weight_offset;  // norms scale by offset + weight (Gemma: 1)
   bool gated_ff;              // ff1 is the gate (with the activation), ff_up the up projection
+  // int8 linears (generators/linear_int8.cpp): their weights are quantized per channel at
+  // load, and their kernels take w as packed int8 and b as (bias | scale), see weights.h.
+  bool int8_layers;     // every linear of the layers, the pooler and the classifier
+  bool int8_generator;  // the output projection (precision_overrides.generator)
 };
 
 struct KernelTable {
@@ -103,7 +107,7 @@ struct KernelTable {
 // A built model as a value: what the generated <name>_model.cpp exports, under a name
 // derived from the model's (extern "C" halformer_model_<name>(), see model.h), so that
 // any number of models link into one program.
-constexpr int kDescriptorVersion = 4;  // bumped when ModelConfig / KernelTable change
+constexpr int kDescriptorVersion = 5;  // bumped when ModelConfig / KernelTable change
 struct ModelDescriptor {
   int version;              // kDescriptorVersion of the halformer that generated it
   const ModelConfig* config;

@@ -74,6 +74,23 @@ inline float quantize_row_int8(const float* v, int count, int8_t* q, size_t q_st
   return amax * (1.0f / 127.0f);
 }
 
+// The fp32 packed weight (pack_linear's layout), quantized per channel into the int8
+// packed layout; `scales` gets N per-channel scales.
+inline std::vector<int8_t> quantize_packed_int8(const std::vector<float>& packed, int in_features,
+                                                int out_features, std::vector<float>& scales) {
+  std::vector<int8_t> q(packed_int8_size(in_features, out_features), 0);
+  std::vector<float> channel(static_cast<size_t>(in_features));
+  std::vector<int8_t> row(static_cast<size_t>(in_features));
+  scales.assign(size_t(out_features), 0.0f);
+  for (int n = 0; n < out_features; ++n) {
+    const float* src = packed.data() + size_t(n / kPanel) * in_features * kPanel + n % kPanel;
+    for (int k = 0; k < in_features; ++k) channel[k] = src[size_t(k) * kPanel];
+    scales[n] = quantize_row_int8(channel.data(), in_features, row.data());
+    for (int k = 0; k < in_features; ++k) q[packed_int8_index(in_features, n, k)] = row[k];
+  }
+  return q;
+}
+
 // A torch-layout [N][K] weight, quantized and packed; `scales` gets N per-channel scales.
 inline std::vector<int8_t> pack_linear_int8(const float* torch_w, int out_features, int in_features,
                                             std::vector<float>& scales) {

@@ -6,6 +6,7 @@
 // stores: packed (torch in_proj_weight) or separate (HF query/key/value).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -15,9 +16,14 @@ namespace halformer {
 
 struct LinearWeights {
   int in = 0, out = 0;
-  std::vector<float> w;  // packed: [panel_count(out)][in][kPanel]
-  std::vector<float> b;  // [out]
+  std::vector<float> w;  // packed: [panel_count(out)][in][kPanel]; empty once quantized
+  std::vector<float> b;  // [out]; int8: [out] biases, then [out] per-channel weight scales
+  std::vector<int8_t> q;  // int8 only: packed_int8 layout (halformer/packed_layout.h)
+  bool int8() const { return !q.empty(); }
 };
+// Quantizes a loaded linear to int8 in place (per output channel, symmetric): w -> q,
+// the scales appended to b; w is freed.
+void quantize_int8(LinearWeights& l);
 struct NormWeights {
   std::vector<float> gamma, beta;
 };
