@@ -6,8 +6,8 @@
 //   out(n, m) = epilogue(acc(n, m) * sx(m) * sw(n) + b(n))   sx = max|x| / 127, sw per channel
 //
 // Weights are quantized per output channel at load (runtime/weights.cpp,
-// halformer/packed_layout.h: quantize_linear_int8) and stored as panels of kPanel
-// features whose K is walked in groups of kInt8Group: w(j, n % kPanel, k / kInt8Group,
+// halformer/packed_layout.h: quantize_packed_int8) and stored as panels of kInt8Panel
+// features whose K is walked in groups of kInt8Group: w(j, n % kInt8Panel, k / kInt8Group,
 // panel), j = k % kInt8Group. Both operands are signed (range +-127), so the product of a
 // k group is one multiply-add per lane: AVX2's vpmaddwd (two int16 products summed into
 // int32) after sign-extending the bytes. The weights travel as bytes (4x fewer than fp32:
@@ -42,7 +42,7 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
   GP<bool> parallel{"parallel", true};
 
   In<Buffer<float, 2>> x{"x"};         // (K, M)
-  In<Buffer<int8_t, 4>> w{"w"};        // (kInt8Group, kPanel, groups, panels)
+  In<Buffer<int8_t, 4>> w{"w"};        // (kInt8Group, kInt8Panel, groups, panels)
   In<Buffer<float, 2>> b{"b"};         // (N, 2): bias, weight scale
   Out<Buffer<float, 2>> out{"out"};    // (N, M)
   In<Buffer<float, 2>>* residual = nullptr;  // (N, M), _residual / _gated only
@@ -54,7 +54,7 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
 
   void generate() {
     const int K = in_features, N = out_features, G = kInt8Group;
-    const int groups = int8_groups(K), P = panel_count(N);
+    const int groups = int8_groups(K), P = int8_panel_count(N);
     Var n("n"), m("m"), k("kk"), j("j"), l("l");
     Expr M = x.dim(1).extent();
 
@@ -73,7 +73,7 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
 
     RDom r(0, G, 0, groups, "r");
     Func wf("w_func"), acc("acc");
-    wf(j, n, k) = cast<int16_t>(w(j, n % kPanel, k, n / kPanel));
+    wf(j, n, k) = cast<int16_t>(w(j, n % kInt8Panel, k, n / kInt8Panel));
     acc(n, m) = 0;
     acc(n, m) += cast<int32_t>(xq(r.x, r.y, m)) * cast<int32_t>(wf(r.x, n, r.y));
 
@@ -86,9 +86,9 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
     // ---- shapes the runtime must honour
     x.dim(0).set_bounds(0, K);
     x.dim(1).set_min(0);
-    w.dim(0).set_bounds(0, G).dim(1).set_bounds(0, kPanel).set_stride(G);
-    w.dim(2).set_bounds(0, groups).set_stride(G * kPanel);
-    w.dim(3).set_bounds(0, P).set_stride(G * kPanel * groups);
+    w.dim(0).set_bounds(0, G).dim(1).set_bounds(0, kInt8Panel).set_stride(G);
+    w.dim(2).set_bounds(0, groups).set_stride(G * kInt8Panel);
+    w.dim(3).set_bounds(0, P).set_stride(G * kInt8Panel * groups);
     b.dim(0).set_bounds(0, N).dim(1).set_bounds(0, 2).set_stride(N);
     out.dim(0).set_bounds(0, N);
     out.dim(1).set_min(0);
@@ -96,7 +96,7 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
     // ---- schedule
     if (this->using_autoscheduler()) {
       x.set_estimates({{0, K}, {0, 128}});
-      w.set_estimates({{0, G}, {0, kPanel}, {0, groups}, {0, P}});
+      w.set_estimates({{0, G}, {0, kInt8Panel}, {0, groups}, {0, P}});
       b.set_estimates({{0, N}, {0, 2}});
       if (kResidual) residual->set_estimates({{0, N}, {0, 128}});
       out.set_estimates({{0, N}, {0, 128}});
@@ -113,7 +113,7 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
     inv.compute_at(xq, m);
     // The k group is reduced inside each lane: vectorising r.x (atomic, as the group's
     // sum is associative in int32) is what turns into vpmaddwd.
-    schedule_cpu_matmul(out, acc, n, m, r.y, N, M, MatmulKnobs{vec, tile_n, tile_m, parallel}, kPanel, &r.x);
+    schedule_cpu_matmul(out, acc, n, m, r.y, N, M, MatmulKnobs{vec, tile_n, tile_m, parallel}, kInt8Panel, &r.x);
   }
 };
 

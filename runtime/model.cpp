@@ -50,16 +50,16 @@ struct WeightBuffers {
     }
     return b->raw_buffer();
   }
-  // An int8 linear's weights (kInt8Group, kPanel, groups, panels); CPU only.
+  // An int8 linear's weights (kInt8Group, kInt8Panel, groups, panels); CPU only.
   halide_buffer_t* get_int8(const std::vector<int8_t>& q, int in, int out) {
     std::lock_guard<std::mutex> guard(lock);
     auto& b = int8_bufs[q.data()];
     if (!b) {
       const int groups = int8_groups(in);
       halide_dimension_t dims[4] = {{0, kInt8Group, 1},
-                                    {0, kPanel, kInt8Group},
-                                    {0, groups, kInt8Group * kPanel},
-                                    {0, panel_count(out), kInt8Group * kPanel * groups}};
+                                    {0, kInt8Panel, kInt8Group},
+                                    {0, groups, kInt8Group * kInt8Panel},
+                                    {0, int8_panel_count(out), kInt8Group * kInt8Panel * groups}};
       b = std::make_unique<Halide::Runtime::Buffer<int8_t>>(const_cast<int8_t*>(q.data()), 4, dims);
     }
     return b->raw_buffer();

@@ -39,7 +39,7 @@ struct Int8Weights {
     packed = hf::pack_linear_int8(w_torch.data(), N, K, scales);
     bias_scale = bias;
     bias_scale.insert(bias_scale.end(), scales.begin(), scales.end());
-    w = Halide::Runtime::Buffer<int8_t>(packed.data(), {hf::kInt8Group, hf::kPanel, hf::int8_groups(K), hf::panel_count(N)});
+    w = Halide::Runtime::Buffer<int8_t>(packed.data(), {hf::kInt8Group, hf::kInt8Panel, hf::int8_groups(K), hf::int8_panel_count(N)});
     b = Buf(bias_scale.data(), {N, 2});
   }
 };

@@ -43,8 +43,10 @@ from typing import Any, Dict, List, Optional
 from . import report
 from .common import (BENCH_DIR, ROOT, load_spec_light, log, median, model_descriptor_args, read_json, write_json)
 
-PEERS = [("halformer-python", "halbench.peer_halformer_python"), ("pytorch", "halbench.peer_torch"),
-         ("onnxruntime", "halbench.peer_ort"), ("ctranslate2", "halbench.peer_ct2")]
+PEERS = [("halformer-python", "halbench.peer_halformer_python", {}), ("pytorch", "halbench.peer_torch", {}),
+         ("onnxruntime", "halbench.peer_ort", {}), ("ctranslate2", "halbench.peer_ct2", {})]
+# Peers at a reduced precision (--precision), each a system of its own in the table.
+REDUCED_PEERS = {"int8": [("ctranslate2-int8", "halbench.peer_ct2", {"ct2_compute_type": "int8_float32"})]}
 
 
 def parse_args(argv=None):
@@ -72,6 +74,10 @@ def parse_args(argv=None):
                     "hits all systems alike (default 2; --quick 1)")
     ap.add_argument("--peers", default="halformer-python,pytorch,onnxruntime,ctranslate2",
                     help="comma-separated subset of halformer-python,pytorch,onnxruntime,ctranslate2 ('' for none)")
+    ap.add_argument("--precision", default="fp32",
+                    help="comma-separated precisions, fp32 first (the reference the others are checked against): "
+                         "fp32,int8 adds halformer built with --precision int8 ('halformer-int8') and CTranslate2 "
+                         "int8_float32 ('ctranslate2-int8') to the same run (default fp32)")
     ap.add_argument("--no-matmul", action="store_true", help="skip the matmul-in-isolation scenarios")
     ap.add_argument("--no-profile", action="store_true",
                     help="skip the HALFORMER_PROFILE=1 run that saves halformer's per-kernel table")
@@ -210,19 +216,20 @@ def make_inputs(work: str, spec: Dict, batches: List[int], src_len: int, seed: i
     return out
 
 
-def build_model(cfg, spec_path: str, name: str, work: str, model_dir: Optional[str]) -> str:
+def build_model(cfg, spec_path: str, name: str, work: str, model_dir: Optional[str], precision: str = "fp32") -> str:
+    suffix = "" if precision == "fp32" else "-" + precision
     if model_dir:
         log(f"model: {model_dir} (--model-dir: not rebuilt)")
     else:
-        model_dir = os.path.join(work, "model")
+        model_dir = os.path.join(work, "model" + suffix)
         t0 = time.time()
-        log(f"halformer build {os.path.relpath(spec_path, ROOT)} -> {model_dir}")
-        run([cfg["halformer"], "build", spec_path, "-o", model_dir])
+        log(f"halformer build {os.path.relpath(spec_path, ROOT)} --precision {precision} -> {model_dir}")
+        run([cfg["halformer"], "build", spec_path, "--precision", precision, "-o", model_dir])
         log(f"model built ({time.time() - t0:.1f} s)")
     lib = os.path.join(model_dir, f"lib{name}.a")
     if not os.path.exists(lib):
         raise SystemExit(f"bench: {lib} was not produced by halformer build")
-    driver = os.path.join(work, "halformer_model_bench")
+    driver = os.path.join(work, "halformer_model_bench" + suffix)
     lib = os.path.abspath(lib)
     src = os.path.join(BENCH_DIR, "cpp", "model_bench.cpp")
     if (not os.path.exists(driver) or os.path.getmtime(driver) < max(os.path.getmtime(lib), os.path.getmtime(src))):
@@ -254,12 +261,12 @@ def run_peak(cfg, quick: bool, threads: int) -> Dict[str, Any]:
     return peak
 
 
-def run_halformer(driver, weights, inputs, batches, st, out_dir, profile: bool, dump_outputs: bool = True
-                  ) -> Dict[str, Any]:
-    res: Dict[str, Any] = {"system": "halformer", "status": "ok", "runs": {}, "dumps": {}, "profiles": {}}
+def run_halformer(driver, weights, inputs, batches, st, out_dir, profile: bool, dump_outputs: bool = True,
+                  system: str = "halformer") -> Dict[str, Any]:
+    res: Dict[str, Any] = {"system": system, "status": "ok", "runs": {}, "dumps": {}, "profiles": {}}
     for b in batches:
         dump = os.path.join(st["work"], f"halformer_b{b}.safetensors")
-        log(f"halformer: batch {b}: {st['warmup']} warm-up + {st['repeat_encoder']} encoder runs, "
+        log(f"{system}: batch {b}: {st['warmup']} warm-up + {st['repeat_encoder']} encoder runs, "
             f"{st['warmup']} + {st['repeat_decode']} decodes of {st['new_tokens']} tokens")
         base = [driver, "--weights", weights, "--src-file", inputs[str(b)], "--threads", str(st["threads"]),
                 "--warmup", str(st["warmup"]), "--repeat", str(st["repeat_encoder"]),
@@ -278,7 +285,7 @@ def run_halformer(driver, weights, inputs, batches, st, out_dir, profile: bool, 
         res["runs"][str(b)] = enc
         res["dumps"][str(b)] = dump
         steps = [len(r["step_ms"]) for r in dec["decode"]]
-        log(f"halformer: b{b}: encoder median {median(enc['encoder_ms']):.3f} ms, decode step mean "
+        log(f"{system}: b{b}: encoder median {median(enc['encoder_ms']):.3f} ms, decode step mean "
             f"{median([sum(r['step_ms']) / len(r['step_ms']) for r in dec['decode']]):.3f} ms ({steps[0]} steps)")
         if profile:
             # Per-kernel tables (HALFORMER_PROFILE=1), encoder and decode in separate processes
@@ -441,7 +448,13 @@ def main(argv=None) -> int:
 
     weights = resolve_weights(args, spec_path, name, work, env)
     inputs = make_inputs(work, spec, batches, src_len, args.seed)
+    precisions = [p.strip() for p in args.precision.split(",") if p.strip()]
+    if not precisions or precisions[0] != "fp32" or not set(precisions) <= {"fp32", "int8"}:
+        raise SystemExit(f"bench: --precision {args.precision!r}: give fp32 first, then int8 (e.g. fp32,int8)")
+    if len(precisions) > 1 and args.model_dir:
+        raise SystemExit("bench: --precision with more than fp32 builds the model itself; drop --model-dir")
     driver = build_model(cfg, spec_path, name, work, args.model_dir and os.path.abspath(args.model_dir))
+    reduced = {p: build_model(cfg, spec_path, name, work, None, p) for p in precisions[1:]}
     peak = run_peak(cfg, q, args.threads)
     rounds = max(1, args.rounds or (1 if q else 2))
     if rounds > 1:
@@ -451,6 +464,9 @@ def main(argv=None) -> int:
             f"{st['repeat_decode']} decodes per system per round")
     st["rounds"] = rounds
     hal = run_halformer(driver, weights, inputs, batches, st, out_dir, profile=not (q or args.no_profile))
+    # The same model at reduced precision, as systems of their own (checked against fp32).
+    variants = {p: run_halformer(d, weights, inputs, batches, st, out_dir, profile=False, dump_outputs=False,
+                                 system="halformer-" + p) for p, d in reduced.items()}
 
     task = {"spec": spec_path, "weights": weights, "work": work, "threads": args.threads, "batches": batches,
             "scenarios": ["encoder", "decode"], "new_tokens": new_tokens, "src_len": src_len,
@@ -467,10 +483,15 @@ def main(argv=None) -> int:
             log(f"round {rnd + 1}/{rounds}")
             merge_halformer(hal, run_halformer(driver, weights, inputs, batches, st, out_dir, profile=False,
                                                dump_outputs=False))
-        for pname, module in PEERS:
-            if pname not in wanted or (pname in peers and peers[pname]["status"] != "ok"):
+            for p, d in reduced.items():
+                merge_halformer(variants[p], run_halformer(d, weights, inputs, batches, st, out_dir, profile=False,
+                                                           dump_outputs=False, system="halformer-" + p))
+        for pname, module, extra in PEERS + [v for p in precisions[1:] for v in REDUCED_PEERS[p]]:
+            if pname not in wanted and pname.replace("-int8", "") not in wanted:
                 continue
-            r = run_peer(pname, module, task, st, timeout=600 if q else 3600)
+            if pname in peers and peers[pname]["status"] != "ok":
+                continue
+            r = run_peer(pname, module, dict(task, system=pname, **extra), st, timeout=600 if q else 3600)
             peers[pname] = merge_peer(peers[pname], r) if pname in peers else r
     peers = list(peers.values())
 
@@ -486,7 +507,7 @@ def main(argv=None) -> int:
     results = report.assemble(
         spec=spec, spec_path=os.path.relpath(spec_path, ROOT), weights=weights, weights_bytes=weights_bytes,
         settings={k: v for k, v in st.items() if k != "work"}, machine=machine, git=git_info(), peak=peak,
-        halformer=hal, peers=peers, matmul=matmul, cfg=cfg, python_env=args.python_env,
+        halformer=hal, halformer_variants=variants, peers=peers, matmul=matmul, cfg=cfg, python_env=args.python_env,
         elapsed_s=time.time() - t_start)
     write_json(os.path.join(out_dir, "results.json"), results)
     table = report.table(results)

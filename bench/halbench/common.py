@@ -112,17 +112,19 @@ def decode_step_flops(sz: Dict[str, int], batch: int, src_len: int, new_tokens: 
     return L * per_layer + 2.0 * batch * d * V
 
 
-def decode_weight_bytes(sz: Dict[str, int], final_norm: bool = False) -> int:
+def decode_weight_bytes(sz: Dict[str, int], final_norm: bool = False, precision: str = "fp32") -> int:
     """Weight bytes one decoder step must read: every decoder weight except the
     cross-attention K/V projections (applied once per source, before decoding), plus the
-    output projection. KV-cache and memory reads are activations, not counted here."""
+    output projection. KV-cache and memory reads are activations, not counted here.
+    int8: matrices at one byte per weight, plus an fp32 scale per output channel; biases
+    and norms stay fp32."""
     d, f, L, V = sz["d_model"], sz["d_ff"], sz["decoder_layers"], sz["tgt_vocab"]
-    per_layer = ((3 * d * d + 3 * d) + (d * d + d)       # self-attention qkv, out
-                 + (d * d + d) + (d * d + d)             # cross-attention q, out
-                 + (2 * d * f + f + d)                   # feed-forward
-                 + 3 * 2 * d)                            # three LayerNorms
-    total = L * per_layer + (V * d + V) + (2 * d if final_norm else 0)
-    return 4 * total
+    matrices = L * (3 * d * d + d * d + d * d + d * d + 2 * d * f) + V * d  # qkv, out, cross q/out, ff; output
+    channels = L * (3 * d + d + d + d + f + d) + V                         # biases (one per output channel)
+    norms = L * 3 * 2 * d + (2 * d if final_norm else 0)                   # three LayerNorms per layer
+    if precision == "int8":
+        return matrices + 4 * (2 * channels + norms)
+    return 4 * (matrices + channels + norms)
 
 
 def decode_cache_bytes(sz: Dict[str, int], batch: int, src_len: int, new_tokens: int) -> int:
@@ -139,7 +141,17 @@ ENCODER_REL_TOL = 1e-3   # max |peer - halformer| <= ENCODER_REL_TOL * max |half
 MARGIN_TOL = 1e-3        # a greedy divergence is accepted only at a near-tie (top1 - top2 < this)
 
 
-def check_encoder(peer, ref) -> Dict[str, Any]:
+# Reduced-precision runs (bench/run --precision int8) are checked against halformer's fp32
+# outputs with this bound instead; their greedy tokens are reported, not required equal.
+REDUCED_ENCODER_REL_TOL = 0.05
+
+
+def reduced_precision_check(result: Dict[str, Any]) -> Dict[str, Any]:
+    """A token check of a reduced-precision system: recorded, never failed (see above)."""
+    return dict(result, ok=True, detail="reduced precision, agreement with fp32 reported only: " + result["detail"])
+
+
+def check_encoder(peer, ref, rel_tol: float = ENCODER_REL_TOL) -> Dict[str, Any]:
     """peer, ref: numpy arrays [B, S, d]."""
     import numpy as np
 
@@ -151,9 +163,9 @@ def check_encoder(peer, ref) -> Dict[str, Any]:
         return {"ok": False, "detail": "encoder output has NaN/inf"}
     err = float(np.max(np.abs(peer - ref)))
     scale = float(np.max(np.abs(ref)))
-    ok = err <= ENCODER_REL_TOL * scale
+    ok = err <= rel_tol * scale
     return {"ok": bool(ok), "max_abs_err": err, "scale": scale,
-            "detail": f"encoder max |err| {err:.2e} (scale {scale:.2f}, tol {ENCODER_REL_TOL:g} x scale)"}
+            "detail": f"encoder max |err| {err:.2e} (scale {scale:.2f}, tol {rel_tol:g} x scale)"}
 
 
 def truncate_at_eos(tokens: Sequence[int], eos: int) -> List[int]:
@@ -262,7 +274,7 @@ def peer_main(system: str, body) -> None:
     if len(sys.argv) != 3:
         raise SystemExit(f"usage: python -m halbench.peer_{system} TASK.json RESULT.json")
     task = read_json(sys.argv[1])
-    res = PeerResult(system)
+    res = PeerResult(task.get("system", system))  # e.g. "ctranslate2-int8" for a reduced-precision run
     try:
         body(task, res)
     except Unavailable as e:

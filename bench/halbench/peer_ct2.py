@@ -1,4 +1,5 @@
-"""CTranslate2 peer: CPU, compute_type float32, intra_threads = `threads`, inter_threads 1.
+"""CTranslate2 peer: CPU, compute_type float32 (task "ct2_compute_type": int8_float32 for
+bench/run --precision int8), intra_threads = `threads`, inter_threads 1.
 
 The model is built with CTranslate2's Python spec API from the same safetensors weights
 (no checkpoint converter fits a bare torch.nn.Transformer state_dict):
@@ -32,8 +33,9 @@ import os
 import sys
 import time
 
-from .common import (TOOLS_DIR, Unavailable, Unsupported, check_encoder, check_tokens, conversion_stamp, is_current,
-                     load_reference, peer_main, read_sources, record_step_times, timed_runs)
+from .common import (ENCODER_REL_TOL, REDUCED_ENCODER_REL_TOL, TOOLS_DIR, Unavailable, Unsupported, check_encoder,
+                     check_tokens, conversion_stamp, is_current, load_reference, peer_main, read_sources,
+                     record_step_times, reduced_precision_check, timed_runs)
 
 
 def vocabulary(v, pad, bos, eos):
@@ -169,11 +171,13 @@ def body(task, res):
     ct2_dir = os.path.join(task["work"], "ct2")
     build(task["spec"], task["weights"], ct2_dir, res.note)
     th = task["threads"]
-    translator = ctranslate2.Translator(os.path.join(ct2_dir, "seq2seq"), device="cpu", compute_type="float32",
+    ctype = task.get("ct2_compute_type", "float32")
+    reduced = ctype != "float32"
+    translator = ctranslate2.Translator(os.path.join(ct2_dir, "seq2seq"), device="cpu", compute_type=ctype,
                                         intra_threads=th, inter_threads=1)
-    encoder = ctranslate2.Encoder(os.path.join(ct2_dir, "encoder"), device="cpu", compute_type="float32",
+    encoder = ctranslate2.Encoder(os.path.join(ct2_dir, "encoder"), device="cpu", compute_type=ctype,
                                   intra_threads=th, inter_threads=1)
-    res.data["versions"] = {"ctranslate2": ctranslate2.__version__, "compute_type": "float32",
+    res.data["versions"] = {"ctranslate2": ctranslate2.__version__, "compute_type": ctype,
                             "intra_threads": th, "CT2_USE_MKL": os.environ.get("CT2_USE_MKL", "(default)")}
     s = task["sizes"]
     vocab = vocabulary(s["src_vocab"], task["pad"], task["bos"], task["eos"])
@@ -193,7 +197,7 @@ def body(task, res):
             def run_enc():
                 return encoder.forward_batch(ids)
             out = np.array(run_enc().last_hidden_state)
-            if res.check("encoder", b, check_encoder(out, ref_enc)):
+            if res.check("encoder", b, check_encoder(out, ref_enc, REDUCED_ENCODER_REL_TOL if reduced else ENCODER_REL_TOL)):
                 res.timing("encoder", b, timed_runs(run_enc, task["warmup"], task["repeat_encoder"]))
 
         if "decode" in task["scenarios"]:
@@ -208,7 +212,8 @@ def body(task, res):
                 with open(mpath) as f:
                     m = json.load(f)
                 margins, paths = m["margins"], m["tokens"]
-            if res.check("decode", b, check_tokens(hyps, ref_greedy.tolist(), eos, margins, paths)):
+            tok = check_tokens(hyps, ref_greedy.tolist(), eos, margins, paths)
+            if res.check("decode", b, reduced_precision_check(tok) if reduced else tok):
                 forced = translate(n, True)
                 if any(len(r.hypotheses[0]) != n for r in forced):
                     res.note(f"forced decode b{b} returned {[len(r.hypotheses[0]) for r in forced]} tokens, "

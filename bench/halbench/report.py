@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 
 from .common import (decode_cache_bytes, decode_step_flops, decode_weight_bytes, encoder_flops, fmt_num, median)
 
-SYSTEM_ORDER = ["halformer", "halformer-python", "pytorch", "onnxruntime", "ctranslate2", "torch", "numpy"]
+SYSTEM_ORDER = ["halformer", "halformer-int8", "halformer-python", "pytorch", "onnxruntime", "ctranslate2", "ctranslate2-int8", "torch", "numpy"]
 
 
 def _row(system, kind, batch, scenario, samples, flops, peak, bw_bytes=None, tokens=None, **extra):
@@ -46,10 +46,13 @@ def _status_row(system, kind, batch, scenario, status, note):
 
 
 def assemble(*, spec, spec_path, weights, weights_bytes, settings, machine, git, peak, halformer, peers, matmul,
-             cfg, python_env, elapsed_s) -> Dict[str, Any]:
+             cfg, python_env, elapsed_s, halformer_variants=None) -> Dict[str, Any]:
     sz = spec["sizes"]
     S, N = settings["src_len"], settings["new_tokens"]
     wbytes = decode_weight_bytes(sz, spec["final_norm"])
+    # Reduced-precision systems ("halformer-int8", "ctranslate2-int8"): their own bandwidth
+    # bound (bytes per weight); % peak stays relative to the measured fp32 FMA peak.
+    wbytes_int8 = decode_weight_bytes(sz, spec["final_norm"], "int8")
     rows: List[Dict[str, Any]] = []
     scen_enc = {b: f"encoder b{b} s{S}" for b in settings["batches"]}
     scen_dec = {b: f"decode b{b} ({N} tok)" for b in settings["batches"]}
@@ -60,21 +63,28 @@ def assemble(*, spec, spec_path, weights, weights_bytes, settings, machine, git,
             return _row(system, "encoder", b, scen_enc[b], samples, encoder_flops(sz, b, S), peak, tokens=b * S,
                         **extra)
         return _row(system, "decode", b, scen_dec[b], samples, decode_step_flops(sz, b, S, N), peak,
-                    bw_bytes=wbytes, tokens=b, **extra)
+                    bw_bytes=wbytes_int8 if system.endswith("-int8") else wbytes, tokens=b, **extra)
 
-    # halformer
+    # halformer, then its reduced-precision builds
     rss = 0
-    for b in settings["batches"]:
-        r = halformer["runs"][str(b)]
-        rows.append(model_row("halformer", "encoder", b, r["encoder_ms"]))
-        means = [sum(d["step_ms"]) / len(d["step_ms"]) for d in r["decode"]]
-        steps = min(len(d["step_ms"]) for d in r["decode"])
-        extra = {"steps": steps}
-        if steps < N:
-            extra["note"] = f"stopped after {steps} steps (every sequence emitted eos)"
-            notes.append(f"halformer decode b{b}: {extra['note']}; per-step means are over {steps} steps")
-        rows.append(model_row("halformer", "decode", b, means, **extra))
-        rss = max(rss, r.get("max_rss_bytes", 0), r.get("max_rss_bytes_decode", 0))
+    variant_rss = {}
+    for hal in [halformer] + list((halformer_variants or {}).values()):
+        system = hal["system"]
+        for b in settings["batches"]:
+            r = hal["runs"][str(b)]
+            rows.append(model_row(system, "encoder", b, r["encoder_ms"]))
+            means = [sum(d["step_ms"]) / len(d["step_ms"]) for d in r["decode"]]
+            steps = min(len(d["step_ms"]) for d in r["decode"])
+            extra = {"steps": steps}
+            if steps < N:
+                extra["note"] = f"stopped after {steps} steps (every sequence emitted eos)"
+                notes.append(f"{system} decode b{b}: {extra['note']}; per-step means are over {steps} steps")
+            rows.append(model_row(system, "decode", b, means, **extra))
+            peak_rss = max(r.get("max_rss_bytes", 0), r.get("max_rss_bytes_decode", 0))
+            if hal is halformer:
+                rss = max(rss, peak_rss)
+            else:
+                variant_rss[system] = max(variant_rss.get(system, 0), peak_rss)
 
     # model peers
     peer_status = {}
@@ -123,6 +133,9 @@ def assemble(*, spec, spec_path, weights, weights_bytes, settings, machine, git,
             notes.append(f"{name}: {p['status']}: {p.get('reason')}")
     notes.append(f"halformer peak resident memory {rss / 2**20:.0f} MiB = {rss / weights_bytes:.2f} x the weights "
                  f"file ({weights_bytes / 2**20:.0f} MiB)")
+    for system, v in variant_rss.items():
+        notes.append(f"{system} peak resident memory {v / 2**20:.0f} MiB = {v / weights_bytes:.2f} x the fp32 "
+                     f"weights file")
     return {
         "schema": "halformer-bench/1",
         "created": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -143,6 +156,8 @@ def assemble(*, spec, spec_path, weights, weights_bytes, settings, machine, git,
         "halformer": {"peak_rss_bytes": rss, "rss_over_weights": rss / weights_bytes,
                       "profiles": halformer.get("profiles", {}),
                       "raw": halformer["runs"]},
+        "halformer_variants": {s: {"peak_rss_bytes": v, "rss_over_weights": v / weights_bytes}
+                               for s, v in variant_rss.items()},
         "peers": peer_status,
         "rows": sorted(rows, key=_order),
         "notes": notes,

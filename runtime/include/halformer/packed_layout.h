@@ -46,19 +46,25 @@ inline std::vector<float> pack_linear(const float* torch_w, int out_features, in
 // ---- int8 (generators/linear_int8.cpp)
 // Weights quantized per output channel n: scale(n) = max_k |w(n, k)| / 127 and
 // q(n, k) = round-half-even(w(n, k) * 127 / max_k |w(n, k)|), in [-127, 127]. Stored in
-// the same panels of kPanel features, K walked in groups of kInt8Group (zero-padded):
-// [panels][groups][kPanel][kInt8Group], so that one output lane's group is one int32.
+// panels of kInt8Panel features, K walked in groups of kInt8Group (zero-padded):
+// [panels][groups][kInt8Panel][kInt8Group], so that one output lane's group is one int32.
+// Panels are as wide as the int8 kernel's register tile (4 vectors of 8 int32 lanes), so
+// that a tile's weight loads are dense vectors (a 64-wide panel split into 32-wide tiles
+// made Halide gather them byte by byte: 306 vpinsrb per kernel, 2x slower than fp32).
 constexpr int kInt8Group = 2;
+constexpr int kInt8Panel = 32;
+
+inline int int8_panel_count(int out_features) { return (out_features + kInt8Panel - 1) / kInt8Panel; }
 
 inline int int8_groups(int in_features) { return (in_features + kInt8Group - 1) / kInt8Group; }
 
 inline size_t packed_int8_size(int in_features, int out_features) {
-  return size_t(panel_count(out_features)) * int8_groups(in_features) * kPanel * kInt8Group;
+  return size_t(int8_panel_count(out_features)) * int8_groups(in_features) * kInt8Panel * kInt8Group;
 }
 
 // Byte offset of weight (n, k) in the packed int8 layout.
 inline size_t packed_int8_index(int in_features, int n, int k) {
-  return ((size_t(n / kPanel) * int8_groups(in_features) + k / kInt8Group) * kPanel + n % kPanel) * kInt8Group +
+  return ((size_t(n / kInt8Panel) * int8_groups(in_features) + k / kInt8Group) * kInt8Panel + n % kInt8Panel) * kInt8Group +
          k % kInt8Group;
 }
 
