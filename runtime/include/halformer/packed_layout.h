@@ -71,12 +71,12 @@ inline size_t packed_int8_index(int in_features, int n, int k) {
 // The symmetric quantization of one row of values (a weight channel, or an activation
 // row in the reference): q[i] in [-127, 127], returns the scale (max |v| / 127; 0 for an
 // all-zero row, whose q are 0). The multiplier is computed as the kernel does, in float.
-inline float quantize_row_int8(const float* v, int count, int8_t* q, size_t q_stride = 1) {
+inline float quantize_row_int8(const float* v, int count, int8_t* q) {
   float amax = 0.0f;
   for (int i = 0; i < count; ++i) amax = std::max(amax, std::fabs(v[i]));
   const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
   for (int i = 0; i < count; ++i)
-    q[i * q_stride] = int8_t(std::max(-127.0f, std::min(127.0f, std::nearbyint(v[i] * inv))));
+    q[i] = int8_t(std::max(-127.0f, std::min(127.0f, std::nearbyint(v[i] * inv))));
   return amax * (1.0f / 127.0f);
 }
 
@@ -100,14 +100,7 @@ inline std::vector<int8_t> quantize_packed_int8(const std::vector<float>& packed
 // A torch-layout [N][K] weight, quantized and packed; `scales` gets N per-channel scales.
 inline std::vector<int8_t> pack_linear_int8(const float* torch_w, int out_features, int in_features,
                                             std::vector<float>& scales) {
-  std::vector<int8_t> q(packed_int8_size(in_features, out_features), 0);
-  std::vector<int8_t> row(static_cast<size_t>(in_features));
-  scales.assign(size_t(out_features), 0.0f);
-  for (int n = 0; n < out_features; ++n) {
-    scales[n] = quantize_row_int8(torch_w + size_t(n) * in_features, in_features, row.data());
-    for (int k = 0; k < in_features; ++k) q[packed_int8_index(in_features, n, k)] = row[k];
-  }
-  return q;
+  return quantize_packed_int8(pack_linear(torch_w, out_features, in_features), in_features, out_features, scales);
 }
 
 }  // namespace halformer
