@@ -27,12 +27,12 @@ class Linear : public Generator<Linear<kEpilogue>> {
   GP<int> in_features{"in_features", 64};    // K
   GP<int> out_features{"out_features", 64};  // N
   GP<Act> activation{"activation", Act::None, kActNames};
-  // Schedule knobs (the tuner sets these; schedules/cpu_matmul.h). Default register tile
-  // 6 rows x 4 vectors of 16 = one weight panel: 128x512x2048 at 245 GFLOP/s on one
-  // thread (87% of a core's FMA peak) and 420 on two, this 2-core Zen5 (matmul bench).
-  GP<int> vec{"vec", 16};
-  GP<int> tile_n{"tile_n", 4};
-  GP<int> tile_m{"tile_m", 6};
+  // Schedule knobs (the tuner sets these; schedules/cpu_matmul.h). 0 = the register tile
+  // chosen for the target's ISA (matmul_knobs_for: AVX-512 6 rows x 4 vectors of 16, AVX2
+  // 6 rows x 16).
+  GP<int> vec{"vec", 0};
+  GP<int> tile_n{"tile_n", 0};
+  GP<int> tile_m{"tile_m", 0};
   GP<bool> parallel{"parallel", true};
   // GPU (schedules/gpu.h): a block of gpu_tile_n x gpu_tile_m outputs, gpu_reg_n x
   // gpu_reg_m of them per thread; calls of at most gpu_split_rows rows: gpu_slice_n
@@ -122,7 +122,8 @@ class Linear : public Generator<Linear<kEpilogue>> {
                           GpuMatmulKnobs{gpu_tile_n, gpu_tile_m, gpu_reg_n, gpu_reg_m, gpu_slice_n, gpu_split_rows, gpu_unroll_k});
       return;
     }
-    schedule_cpu_matmul(out, acc, n, m, r.x, N, M, MatmulKnobs{vec, tile_n, tile_m, parallel}, kPanel);
+    const Target& t = this->get_target();
+    schedule_cpu_matmul(out, acc, n, m, r.x, N, M, matmul_knobs_for(t, false, MatmulKnobs{vec, tile_n, tile_m, parallel}), kPanel);
   }
 };
 

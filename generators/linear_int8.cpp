@@ -35,10 +35,11 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
   GP<int> in_features{"in_features", 64};    // K
   GP<int> out_features{"out_features", 64};  // N
   GP<Act> activation{"activation", Act::None, kActNames};
-  // Schedule knobs, as linear's (schedules/cpu_matmul.h); vec counts int32 lanes.
-  GP<int> vec{"vec", 8};
-  GP<int> tile_n{"tile_n", 4};
-  GP<int> tile_m{"tile_m", 4};
+  // Schedule knobs, as linear's (0 = the target's tile, schedules/cpu_matmul.h); vec
+  // counts int32 lanes.
+  GP<int> vec{"vec", 0};
+  GP<int> tile_n{"tile_n", 0};
+  GP<int> tile_m{"tile_m", 0};
   GP<bool> parallel{"parallel", true};
 
   In<Buffer<float, 2>> x{"x"};         // (K, M)
@@ -113,7 +114,9 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
     inv.compute_at(xq, m);
     // The k group is reduced inside each lane: vectorising r.x (atomic, as the group's
     // sum is associative in int32) is what turns into vpmaddwd.
-    schedule_cpu_matmul(out, acc, n, m, r.y, N, M, MatmulKnobs{vec, tile_n, tile_m, parallel}, kInt8Panel, &r.x);
+    const Target& t = this->get_target();
+    schedule_cpu_matmul(out, acc, n, m, r.y, N, M, matmul_knobs_for(t, true, MatmulKnobs{vec, tile_n, tile_m, parallel}), kInt8Panel,
+                        &r.x);
   }
 };
 

@@ -19,14 +19,36 @@
 
 #include "Halide.h"
 
+#include <algorithm>
+
 namespace halformer {
 
 struct MatmulKnobs {
-  int vec = 16;     // vector width in floats
+  int vec = 16;     // vector width in 32-bit lanes (floats, or int32 sums for int8)
   int tile_n = 2;   // vectors per tile along n
   int tile_m = 8;   // rows per tile
   bool parallel = true;
 };
+
+// The hand schedule's register tile for a target; a knob left at 0 takes this value.
+// The tile's accumulators must fit the register file with room for the weight vectors
+// and a broadcast:
+//   AVX-512 (32 zmm): 6 rows x 4 vectors of 16 = 24 accumulators (fp32 128x512x2048 at 87%
+//     of a Zen 5 core's FMA peak); int8 the same shape (vpdpwssd adds in place).
+//   AVX2 (16 ymm): 6 rows x 2 ymm = 12 accumulators. The AVX-512 tile spills there:
+//     fp32 512x2048 at 128 rows 4.7 -> 1.9 ms, int8 2.2 -> 1.1 ms (2-core Zen 3).
+inline MatmulKnobs matmul_knobs_for(const Halide::Target& t, bool int8, MatmulKnobs requested) {
+  const bool avx512 = t.has_feature(Halide::Target::AVX512);
+  MatmulKnobs d;
+  d.vec = avx512 ? 16 : (int8 ? 8 : 16);
+  d.tile_n = avx512 ? 4 : (int8 ? 2 : 1);
+  d.tile_m = 6;
+  d.parallel = requested.parallel;
+  if (requested.vec > 0) d.vec = requested.vec;
+  if (requested.tile_n > 0) d.tile_n = requested.tile_n;
+  if (requested.tile_m > 0) d.tile_m = requested.tile_m;
+  return d;
+}
 
 // `panel`: the width of w's storage panels (halformer/packed_layout.h). A tile must lie
 // within one panel or cover whole panels, so that its loads stay dense vectors.
@@ -47,7 +69,7 @@ inline void schedule_cpu_matmul(Halide::Func out, Halide::Func acc, const Halide
   // weights, which stay in that core's cache (one task per panel and 8 tiles instead of
   // one per tile: 128x512x512 0.18 -> 0.15 ms, 128x512x2048 0.70 -> 0.62 ms); its
   // accumulator tile covers `sub` columns at a time.
-  auto tiles = [&](Stage s, int tm, int sub) {
+  auto tiles = [&](Stage s, int tm, int width, int sub) {
     const TailStrategy n_tail = (N % width == 0) ? TailStrategy::RoundUp : TailStrategy::ShiftInwards;
     s.split(n, no, ni, width, n_tail)
         .split(ni, nio, nii, sub)
@@ -66,11 +88,23 @@ inline void schedule_cpu_matmul(Halide::Func out, Halide::Func acc, const Halide
   //     weight is streamed from memory once, by one core, and the second tile finds the
   //     panel in cache (8x512x2048: 0.113 -> 0.075 ms);
   //   more: the tile_m x tile_n tile, each panel reused from L2 by all row tiles.
-  const int small_m = 8, small_tile = 4, sub = (width % panel == 0) ? panel : width;
+  // `width` doubled up to `lanes`, staying within N and panel-aligned.
+  auto widened = [&](int lanes) {
+    int w = width;
+    while (w < lanes && 2 * w <= N && (panel % (2 * w) == 0 || (2 * w) % panel == 0)) w *= 2;
+    return w;
+  };
+  // One row has no rows to reuse a weight over: its tile is at least 64 lanes wide (8 ymm
+  // or 4 zmm accumulators), enough independent sums to keep loads in flight (AVX2's 2-ymm
+  // tile alone: vocabulary head 512x32000 at 1 row 2.4 -> 4.6 ms, 2-core Zen 3).
+  const int width1 = widened(64);
+  tiles(out.specialize(rows == 1), 1, width1, (width1 % panel == 0) ? panel : width1);
+  // A few rows: a task covers a whole panel where it can, walked in `width` strips, so
+  // that one core reads each panel.
+  const int small_m = 8, small_tile = 4;
   const bool small_regime = k.tile_m < small_m;
-  tiles(out.specialize(rows == 1), 1, sub);
-  if (small_regime) tiles(out.specialize(rows <= small_m), small_tile, sub);
-  tiles(out, k.tile_m, width);
+  if (small_regime) tiles(out.specialize(rows <= small_m), small_tile, widened(panel), width);
+  tiles(out, k.tile_m, width, width);
   Expr acc_rows = select(rows == 1, 1, small_regime ? select(rows <= small_m, small_tile, k.tile_m) : k.tile_m);
   acc.compute_at(out, nio)
       .bound_extent(m, acc_rows)

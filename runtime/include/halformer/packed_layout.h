@@ -48,11 +48,12 @@ inline std::vector<float> pack_linear(const float* torch_w, int out_features, in
 // q(n, k) = round-half-even(w(n, k) * 127 / max_k |w(n, k)|), in [-127, 127]. Stored in
 // panels of kInt8Panel features, K walked in groups of kInt8Group (zero-padded):
 // [panels][groups][kInt8Panel][kInt8Group], so that one output lane's group is one int32.
-// Panels are as wide as the int8 kernel's register tile (4 vectors of 8 int32 lanes), so
-// that a tile's weight loads are dense vectors (a 64-wide panel split into 32-wide tiles
-// made Halide gather them byte by byte: 306 vpinsrb per kernel, 2x slower than fp32).
+// Panels are as narrow as the int8 kernel's narrowest register tile (AVX2: 2 vectors of 8
+// int32 lanes; wider tiles cover whole panels), so that a tile's weight loads are dense
+// vectors: a tile narrower than its panel made Halide gather the weights byte by byte
+// (306 vpinsrb per kernel, 2x slower than fp32).
 constexpr int kInt8Group = 2;
-constexpr int kInt8Panel = 32;
+constexpr int kInt8Panel = 16;
 
 inline int int8_panel_count(int out_features) { return (out_features + kInt8Panel - 1) / kInt8Panel; }
 
