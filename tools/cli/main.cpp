@@ -47,12 +47,12 @@ std::optional<Spec> load(const std::string& path, bool quiet_ok = false) {
   for (const auto& d : r.diagnostics) std::cerr << d.str() << "\n";
   if (!r.ok()) return std::nullopt;
   if (const char* p = std::getenv("HALFORMER_PRECISION"); p && *p) {
-    const std::map<std::string, Precision> known{{"fp32", Precision::Fp32}, {"bf16", Precision::Bf16}, {"int8", Precision::Int8}};
-    if (!known.count(p)) {
+    const auto precision = parse_precision(p);
+    if (!precision) {
       std::cerr << "halformer: HALFORMER_PRECISION '" << p << "' is not one of fp32, bf16, int8\n";
       return std::nullopt;
     }
-    r.spec->precision = known.at(p);
+    r.spec->precision = *precision;
   }
   auto unsupported = check_supported(*r.spec);
   for (const auto& d : unsupported) std::cerr << d.str() << "\n";

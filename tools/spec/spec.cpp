@@ -946,6 +946,11 @@ const char* to_string(Pooler v) { return name_of(v); }
 const char* to_string(DecodeStrategy v) { return name_of(v); }
 const char* to_string(WeightPreset v) { return name_of(v); }
 const char* to_string(Precision v) { return name_of(v); }
+std::optional<Precision> parse_precision(const std::string& text) {
+  for (const auto& [e, n] : names(Precision{}))
+    if (text == n) return e;
+  return std::nullopt;
+}
 const char* to_string(Target v) { return name_of(v); }
 const char* to_string(RotaryLayout v) { return name_of(v); }
 

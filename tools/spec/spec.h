@@ -156,6 +156,8 @@ const char* to_string(Pooler);
 const char* to_string(DecodeStrategy);
 const char* to_string(WeightPreset);
 const char* to_string(Precision);
+// "fp32" | "bf16" | "int8" (the spec's spelling); nullopt for anything else.
+std::optional<Precision> parse_precision(const std::string&);
 const char* to_string(Target);
 const char* to_string(RotaryLayout);
 

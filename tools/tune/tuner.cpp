@@ -164,7 +164,7 @@ struct Arg {
 };
 
 struct InputSpec {
-  enum Kind { Uniform, Tokens, Mask, Valid, Scalar } kind = Uniform;
+  enum Kind { Uniform, Tokens, Mask, Valid, Scalar, Int8 } kind = Uniform;  // Int8: quantized weights in [-127, 127]
   std::vector<int> extents;
   float scale = 1;
   int range = 1;       // Tokens: ids in [0, range)
@@ -202,6 +202,16 @@ IoPlan io_plan(const PlannedKernel& k, const Shape& s) {
     io.inputs["x"] = uni({K, M});
     io.inputs["w"] = uni({halformer::kPanel, K, halformer::panel_count(N)}, 1.0f / std::sqrt(float(K)));  // packed_layout.h
     io.inputs["b"] = uni({N}, 0.1f);
+    io.inputs["residual"] = uni({N, M});
+    io.out_extents = {N, M};
+  } else if (g == "linear_int8" || g == "linear_int8_residual" || g == "linear_int8_gated") {
+    const int K = geti(p, "in_features", 64), N = geti(p, "out_features", 64);
+    io.inputs["x"] = uni({K, M});
+    InputSpec w;  // halformer/packed_layout.h
+    w.kind = InputSpec::Int8;
+    w.extents = {halformer::kInt8Group, halformer::kInt8Panel, halformer::int8_groups(K), halformer::int8_panel_count(N)};
+    io.inputs["w"] = w;
+    io.inputs["b"] = uni({N, 2}, 0.1f);  // bias | per-channel scale (signed here: any scale works)
     io.inputs["residual"] = uni({N, M});
     io.out_extents = {N, M};
   } else if (g == "attention") {
@@ -372,7 +382,7 @@ struct Job {
 struct Timing;
 
 struct Options {
-  std::string spec_path, target = "host", budget = "10m", db_path, kernel_filter;
+  std::string spec_path, target = "host", budget = "10m", db_path, kernel_filter, precision;
   bool report = false, no_autoschedulers = false;
   std::vector<int> seq_lens, batch_sizes;
   unsigned seed = 1;
@@ -506,6 +516,11 @@ bool Tuner::prepare(Job& j) {
         if (spec.kind == InputSpec::Scalar) {
           a.is_buffer = false;
           a.scalar = spec.scalar;
+        } else if (spec.kind == InputSpec::Int8) {
+          Buffer<int8_t> b(spec.extents);
+          std::uniform_int_distribution<int> u(-127, 127);
+          b.for_each_value([&](int8_t& v) { v = int8_t(u(rng)); });
+          a.buf = b;
         } else if (spec.kind == InputSpec::Tokens) {
           Buffer<int32_t> b(spec.extents);
           std::uniform_int_distribution<int> u(0, std::max(1, spec.range) - 1);
@@ -997,6 +1012,8 @@ int main(int argc, char** argv) {
   app.add_option("--batch-sizes", o.batch_sizes, "batch sizes (default: the spec's tuning.batch_sizes, else 1)")
       ->delimiter(',');
   app.add_option("--kernel", o.kernel_filter, "only kernels whose name contains this text");
+  app.add_option("--precision", o.precision, "tune the kernels of this precision instead of the spec's (as halformer build --precision)")
+      ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
   app.add_flag("--no-autoschedulers", o.no_autoschedulers, "only knob candidates");
   app.add_option("--autoscheduler-beam", o.autoscheduler_beam,
                  "beam size of Adams2019 / Anderson2021 (default 1: greedy; 32 is their own default, much slower)")
@@ -1011,6 +1028,7 @@ int main(int argc, char** argv) {
   halformer::ParseResult r = halformer::parse_spec_file(o.spec_path);
   for (const auto& d : r.diagnostics) std::cerr << d.str() << "\n";
   if (!r.ok()) return 1;
+  if (!o.precision.empty()) r.spec->precision = *halformer::parse_precision(o.precision);
   const Spec& spec = *r.spec;
   auto unsupported = halformer::check_supported(spec);
   for (const auto& d : unsupported) std::cerr << d.str() << "\n";

@@ -31,15 +31,20 @@ std::vector<std::string> ints(std::initializer_list<int> v) {
 
 const std::map<std::string, std::vector<Knob>>& cpu_table() {
   static const std::map<std::string, std::vector<Knob>> t = [] {
-    std::vector<Knob> matmul{{"vec", ints({8, 16, 32}), "16"},
-                             {"tile_n", ints({1, 2, 3, 4}), "2"},
-                             {"tile_m", ints({1, 2, 4, 6, 8, 12}), "8"},
+    // The matmul's hand tile depends on the ISA (generators/schedules/cpu_matmul.h:
+    // matmul_knobs_for); "0" is that default.
+    std::vector<Knob> matmul{{"vec", ints({8, 16, 32}), "0"},
+                             {"tile_n", ints({1, 2, 3, 4}), "0"},
+                             {"tile_m", ints({1, 2, 4, 5, 6, 8, 12}), "0"},
                              {"parallel", {"false", "true"}, "true"}};
     std::vector<Knob> vec_only{{"vec", ints({4, 8, 16, 32}), "16"}};
     return std::map<std::string, std::vector<Knob>>{
         {"linear", matmul},
         {"linear_residual", matmul},
         {"linear_gated", matmul},
+        {"linear_int8", matmul},
+        {"linear_int8_residual", matmul},
+        {"linear_int8_gated", matmul},
         {"attention", {{"vec", ints({4, 8, 16, 32}), "16"}, {"tile_q", ints({1, 2, 4, 8, 16, 32}), "8"}}},
         {"layernorm", {{"vec", ints({4, 8, 16, 32}), "16"}, {"rows_per_task", ints({1, 2, 4, 8, 16, 32}), "8"}}},
         {"embedding", vec_only},
