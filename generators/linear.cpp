@@ -67,21 +67,24 @@ class Linear : public Generator<Linear<kEpilogue>> {
     const bool gpu = this->get_target().has_gpu_feature() && !this->using_autoscheduler();
     Func xc("x_clamped"), wf("w_func");
     xc(k, m) = x(k, min(m, M - 1));
-    // A GPU thread tile may reach past N in the last panel: its panel index is clamped
-    // (panels are zero-padded to 64 features already), as is its bias read below.
-    wf(n, k) = w(n % kPanel, k, gpu ? min(n / kPanel, P - 1) : n / kPanel);
+    // A last tile that reaches past N (whole register tiles keep the loads dense vectors;
+    // its extra outputs are not stored) reads a clamped panel index (panels are zero-padded
+    // to kPanel features already) and bias. Only then: a clamped bias is a gather.
+    const MatmulKnobs knobs = matmul_knobs_for(this->get_target(), false, MatmulKnobs{vec, tile_n, tile_m, parallel});
+    const bool overhang = gpu || matmul_widths(N, knobs, kPanel).overhangs(N);
+    wf(n, k) = w(n % kPanel, k, overhang ? min(n / kPanel, P - 1) : n / kPanel);
+    Func bc("b_clamped");
+    bc(n) = b(overhang ? min(n, N - 1) : n);
 
     const int ks = (K + kGpuSlices - 1) / kGpuSlices;  // GPU few-row path: K per slice
     RDom rs(0, ks, "ks"), ru(0, kGpuSlices, "u");
     Func acc("acc");
     Func big("acc_big"), part("acc_part"), small("acc_small");
     if (!gpu) {
-      acc(n, m) = b(n);
+      acc(n, m) = bc(n);
       acc(n, m) += xc(r, m) * wf(n, r);
     } else {
       // GPU: two schedules picked at run time by the row count (schedules/gpu.h).
-      Func bc("b_clamped");
-      bc(n) = b(min(n, N - 1));
       // Many rows: register tiles, each thread walking all of K.
       big(n, m) = bc(n);
       big(n, m) += xc(r, m) * wf(n, r);
@@ -122,8 +125,7 @@ class Linear : public Generator<Linear<kEpilogue>> {
                           GpuMatmulKnobs{gpu_tile_n, gpu_tile_m, gpu_reg_n, gpu_reg_m, gpu_slice_n, gpu_split_rows, gpu_unroll_k});
       return;
     }
-    const Target& t = this->get_target();
-    schedule_cpu_matmul(out, acc, n, m, r.x, N, M, matmul_knobs_for(t, false, MatmulKnobs{vec, tile_n, tile_m, parallel}), kPanel);
+    schedule_cpu_matmul(out, acc, n, m, r.x, N, M, knobs, kPanel);
   }
 };
 

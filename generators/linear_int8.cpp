@@ -74,12 +74,17 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
 
     RDom r(0, G, 0, groups, "r");
     Func wf("w_func"), acc("acc");
-    wf(j, n, k) = cast<int16_t>(w(j, n % kInt8Panel, k, n / kInt8Panel));
+    // A last register tile that reaches past N (its extra outputs are not stored) reads a
+    // clamped panel index (panels are zero-padded) and bias / scale.
+    const MatmulKnobs knobs = matmul_knobs_for(this->get_target(), true, MatmulKnobs{vec, tile_n, tile_m, parallel});
+    const bool overhang = matmul_widths(N, knobs, kInt8Panel).overhangs(N);
+    wf(j, n, k) = cast<int16_t>(w(j, n % kInt8Panel, k, overhang ? min(n / kInt8Panel, P - 1) : n / kInt8Panel));
     acc(n, m) = 0;
     acc(n, m) += cast<int32_t>(xq(r.x, r.y, m)) * cast<int32_t>(wf(r.x, n, r.y));
 
-    Expr scale = row_max(min(m, M - 1)) * (1.0f / 127.0f) * b(n, 1);
-    Expr y = apply_activation(activation, cast<float>(acc(n, m)) * scale + b(n, 0));
+    Expr nc = overhang ? min(n, N - 1) : n;
+    Expr scale = row_max(min(m, M - 1)) * (1.0f / 127.0f) * b(nc, 1);
+    Expr y = apply_activation(activation, cast<float>(acc(n, m)) * scale + b(nc, 0));
     if (kEpilogue == Epilogue::AddResidual) y += (*residual)(n, m);
     if (kEpilogue == Epilogue::MultiplyGate) y *= (*residual)(n, m);
     out(n, m) = y;
@@ -114,9 +119,7 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
     inv.compute_at(xq, m);
     // The k group is reduced inside each lane: vectorising r.x (atomic, as the group's
     // sum is associative in int32) is what turns into vpmaddwd.
-    const Target& t = this->get_target();
-    schedule_cpu_matmul(out, acc, n, m, r.y, N, M, matmul_knobs_for(t, true, MatmulKnobs{vec, tile_n, tile_m, parallel}), kInt8Panel,
-                        &r.x);
+    schedule_cpu_matmul(out, acc, n, m, r.y, N, M, knobs, kInt8Panel, &r.x);
   }
 };
 

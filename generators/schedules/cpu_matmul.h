@@ -50,6 +50,37 @@ inline MatmulKnobs matmul_knobs_for(const Halide::Target& t, bool int8, MatmulKn
   return d;
 }
 
+// The tile widths (in output features) of the three row regimes of schedule_cpu_matmul
+// for N features stored in panels of `panel`; each lies within one panel or covers whole
+// panels, so that its weight loads are dense vectors.
+struct MatmulWidths {
+  int vec = 1;     // lanes per vector (the knob, never wider than N or the panel)
+  int width = 1;   // many rows (and the strips of the few-row tasks)
+  int row1 = 1;    // one row: at least 64 lanes where N allows
+  int few = 1;     // 2..8 rows: a whole panel where N allows
+  // True when some tile reaches past N: its reads past N must be clamped by the caller.
+  bool overhangs(int N) const { return N % width || N % row1 || N % few; }
+};
+
+inline MatmulWidths matmul_widths(int N, const MatmulKnobs& k, int panel) {
+  MatmulWidths w;
+  // Never a tile wider than the layer; keep the vector width a divisor of the tile.
+  w.vec = k.vec;
+  while (w.vec > 1 && (w.vec > N || panel % w.vec != 0)) w.vec /= 2;
+  int tn = std::max(1, std::min(k.tile_n, N / w.vec));
+  while (tn > 1 && panel % (w.vec * tn) != 0 && (w.vec * tn) % panel != 0) --tn;
+  w.width = w.vec * tn;
+  // `width` doubled up to `lanes`, staying within N and panel-aligned.
+  auto widened = [&](int lanes) {
+    int x = w.width;
+    while (x < lanes && 2 * x <= N && (panel % (2 * x) == 0 || (2 * x) % panel == 0)) x *= 2;
+    return x;
+  };
+  w.row1 = widened(64);
+  w.few = widened(panel);
+  return w;
+}
+
 // `panel`: the width of w's storage panels (halformer/packed_layout.h). A tile must lie
 // within one panel or cover whole panels, so that its loads stay dense vectors.
 // `rk_group`: an inner reduction over a small group of k summed within each output lane
@@ -58,19 +89,20 @@ inline void schedule_cpu_matmul(Halide::Func out, Halide::Func acc, const Halide
                                 const Halide::Var& m, const Halide::RVar& rk, int N, Halide::Expr rows,
                                 MatmulKnobs k, int panel, const Halide::RVar* rk_group = nullptr) {
   using namespace Halide;
-  // Never a tile wider than the layer; keep the vector width a divisor of the tile.
-  int vec = k.vec;
-  while (vec > 1 && (vec > N || panel % vec != 0)) vec /= 2;
-  int tn = std::max(1, std::min(k.tile_n, N / vec));
-  while (tn > 1 && panel % (vec * tn) != 0 && (vec * tn) % panel != 0) --tn;
-  const int width = vec * tn;
+  const MatmulWidths widths = matmul_widths(N, k, panel);
+  const int vec = widths.vec, width = widths.width;
   Var no("no"), ni("ni"), nio("nio"), nii("nii"), mo("mo"), moo("moo"), moi("moi"), mi("mi"), tile("tile");
   // A task covers `width` columns and up to 8 row tiles, walked in turn over the same
   // weights, which stay in that core's cache (one task per panel and 8 tiles instead of
   // one per tile: 128x512x512 0.18 -> 0.15 ms, 128x512x2048 0.70 -> 0.62 ms); its
   // accumulator tile covers `sub` columns at a time.
+  // N not a multiple of the task width: the last task's stores are guarded, but its
+  // accumulator tiles stay whole (the caller clamps reads past N). Shifting the last task
+  // inwards instead would start tiles off the panel grid: Halide then gathers the weights
+  // element by element in every tile (GPT-2's 50257-word head: 96 vinsertps, int8 156
+  // vpinsrb).
   auto tiles = [&](Stage s, int tm, int width, int sub) {
-    const TailStrategy n_tail = (N % width == 0) ? TailStrategy::RoundUp : TailStrategy::ShiftInwards;
+    const TailStrategy n_tail = (N % width == 0) ? TailStrategy::RoundUp : TailStrategy::GuardWithIf;
     s.split(n, no, ni, width, n_tail)
         .split(ni, nio, nii, sub)
         .split(m, mo, mi, tm, TailStrategy::GuardWithIf)
@@ -88,26 +120,22 @@ inline void schedule_cpu_matmul(Halide::Func out, Halide::Func acc, const Halide
   //     weight is streamed from memory once, by one core, and the second tile finds the
   //     panel in cache (8x512x2048: 0.113 -> 0.075 ms);
   //   more: the tile_m x tile_n tile, each panel reused from L2 by all row tiles.
-  // `width` doubled up to `lanes`, staying within N and panel-aligned.
-  auto widened = [&](int lanes) {
-    int w = width;
-    while (w < lanes && 2 * w <= N && (panel % (2 * w) == 0 || (2 * w) % panel == 0)) w *= 2;
-    return w;
-  };
   // One row has no rows to reuse a weight over: its tile is at least 64 lanes wide (8 ymm
   // or 4 zmm accumulators), enough independent sums to keep loads in flight (AVX2's 2-ymm
   // tile alone: vocabulary head 512x32000 at 1 row 2.4 -> 4.6 ms, 2-core Zen 3).
-  const int width1 = widened(64);
+  const int width1 = widths.row1;
   tiles(out.specialize(rows == 1), 1, width1, (width1 % panel == 0) ? panel : width1);
   // A few rows: a task covers a whole panel where it can, walked in `width` strips, so
   // that one core reads each panel.
   const int small_m = 8, small_tile = 4;
   const bool small_regime = k.tile_m < small_m;
-  if (small_regime) tiles(out.specialize(rows <= small_m), small_tile, widened(panel), width);
+  if (small_regime) tiles(out.specialize(rows <= small_m), small_tile, widths.few, width);
   tiles(out, k.tile_m, width, width);
   Expr acc_rows = select(rows == 1, 1, small_regime ? select(rows <= small_m, small_tile, k.tile_m) : k.tile_m);
+  Expr acc_cols = select(rows == 1, (width1 % panel == 0) ? panel : width1, width);
   acc.compute_at(out, nio)
       .bound_extent(m, acc_rows)
+      .bound_extent(n, acc_cols)
       .vectorize(n, vec)
       .unroll(n)
       .unroll(m);
