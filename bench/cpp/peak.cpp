@@ -4,6 +4,7 @@
 //   halformer_peak [--threads 1,2] [--seconds 0.3] [--samples 5] [--bytes 536870912]
 //   -> one JSON object on stdout:
 //      {"isa": "avx512", "fma_gflops": {"1": {"best": .., "median": ..}, "2": {...}},
+//       "int8_instruction": "vpmaddwd", "int8_gops": {...},
 //       "read_gbs": {"1": {...}, "2": {...}}, "buffer_bytes": N}
 //
 // Design decisions
@@ -99,6 +100,52 @@ float fma_loop(int64_t iters) {
 }
 #endif
 
+// The int8 kernels' inner instruction (generators/linear_int8.cpp multiplies int16 pairs
+// of quantized values, summed in int32): vpdpwssd on AVX-512 VNNI, else vpmaddwd + vpaddd.
+// The loop body is a register tile like the kernel's: rows x columns accumulators, each adding the
+// product of its own (row, column) operand pair. Written in assembly: compilers hoist or
+// share such loop-invariant products, or spill the accumulators (GCC -O2 did: 3x slower).
+// One accumulator update = kLanes int32 lanes x 2 products x (multiply + add) = 4 ops.
+#if defined(__AVX512VNNI__)
+// 16 accumulators (4 x 4): vpdpwssd adds in place, so each chain waits for its own latency.
+constexpr int kInt8Updates = 16;
+constexpr const char* kInt8Instruction = "vpdpwssd";
+#define HF_INT8_ROW(X, A0, A1, A2, A3)                                                            \
+  "vpdpwssd %%zmm0, %%zmm" #X ", %%zmm" #A0 "\n vpdpwssd %%zmm1, %%zmm" #X ", %%zmm" #A1 "\n"       \
+  "vpdpwssd %%zmm2, %%zmm" #X ", %%zmm" #A2 "\n vpdpwssd %%zmm3, %%zmm" #X ", %%zmm" #A3 "\n"
+#define HF_INT8_TILE \
+  HF_INT8_ROW(4, 8, 9, 10, 11) HF_INT8_ROW(5, 12, 13, 14, 15) HF_INT8_ROW(6, 16, 17, 18, 19) HF_INT8_ROW(7, 20, 21, 22, 23)
+#define HF_INT8_CLOBBER "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", \
+  "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23"
+#elif defined(__AVX2__)
+constexpr int kInt8Updates = 8;  // 4 x 2, the AVX2 kernel's shape (16 ymm registers)
+constexpr const char* kInt8Instruction = "vpmaddwd";
+#define HF_INT8_UPDATE(X, W, T, A) "vpmaddwd %%ymm" #W ", %%ymm" #X ", %%ymm" #T "\n vpaddd %%ymm" #T ", %%ymm" #A ", %%ymm" #A "\n"
+#define HF_INT8_TILE                                                                             \
+  HF_INT8_UPDATE(4, 0, 2, 8) HF_INT8_UPDATE(4, 1, 3, 9) HF_INT8_UPDATE(5, 0, 2, 10) HF_INT8_UPDATE(5, 1, 3, 11) \
+  HF_INT8_UPDATE(6, 0, 2, 12) HF_INT8_UPDATE(6, 1, 3, 13) HF_INT8_UPDATE(7, 0, 2, 14) HF_INT8_UPDATE(7, 1, 3, 15)
+#define HF_INT8_CLOBBER "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15"
+#endif
+#ifdef HF_INT8_TILE
+int32_t int8_loop(int64_t iters) {
+  // Operands: whatever the registers hold (the throughput does not depend on values).
+  for (int64_t it = 0; it < iters; ++it) __asm__ volatile(HF_INT8_TILE ::: HF_INT8_CLOBBER);
+  return 0;
+}
+#else
+constexpr int kInt8Updates = 8;
+constexpr const char* kInt8Instruction = "scalar";
+int32_t int8_loop(int64_t iters) {
+  int32_t a[kInt8Updates] = {};
+  volatile int16_t x = 3, w = -2;
+  for (int64_t it = 0; it < iters; ++it)
+    for (auto& v : a) v += int32_t(x) * w + int32_t(w) * x;
+  int32_t r = 0;
+  for (int32_t v : a) r += v;
+  return r;
+}
+#endif
+
 // Sum of floats in [p, p + n): vector loads, 4 accumulators.
 float read_sum(const float* p, size_t n) {
 #if defined(__AVX512F__)
@@ -163,12 +210,14 @@ Stat summarize(std::vector<double> v) {
 
 volatile float g_sink;  // keeps results alive
 
-Stat measure_fma(int threads, double seconds, int samples) {
+// Operations per second (1e9) of `loop` (ops_per_iter per iteration) on `threads` threads.
+template <typename Loop>
+Stat measure_compute(Loop loop, double ops_per_iter, int threads, double seconds, int samples) {
   // Calibrate the iteration count on one thread so that a sample lasts ~`seconds`.
   int64_t iters = 1 << 16;
   for (;;) {
     auto t0 = Clock::now();
-    g_sink = fma_loop(iters);
+    g_sink = float(loop(iters));
     double s = std::chrono::duration<double>(Clock::now() - t0).count();
     if (s > 0.05 || iters > (int64_t(1) << 40)) {
       iters = std::max<int64_t>(1, int64_t(iters * seconds / s));
@@ -176,15 +225,24 @@ Stat measure_fma(int threads, double seconds, int samples) {
     }
     iters *= 4;
   }
-  const double flops_per_thread = double(iters) * kChains * kLanes * 2.0;
-  std::vector<double> gflops;
+  const double ops_per_thread = double(iters) * ops_per_iter;
+  std::vector<double> gops;
   std::vector<float> sink(threads);
   for (int s = 0; s < samples; ++s) {
-    double secs = run_threads(threads, [&](int t) { sink[t] = fma_loop(iters); });
-    gflops.push_back(flops_per_thread * threads / secs * 1e-9);
+    double secs = run_threads(threads, [&](int t) { sink[t] = float(loop(iters)); });
+    gops.push_back(ops_per_thread * threads / secs * 1e-9);
   }
   for (float v : sink) g_sink = g_sink + v;
-  return summarize(gflops);
+  return summarize(gops);
+}
+
+Stat measure_fma(int threads, double seconds, int samples) {
+  return measure_compute(fma_loop, double(kChains) * kLanes * 2.0, threads, seconds, samples);
+}
+
+// int8 "GOP/s": one int8 x int8 product + its add = 2 ops, as the bench counts a matmul's.
+Stat measure_int8(int threads, double seconds, int samples) {
+  return measure_compute(int8_loop, double(kInt8Updates) * kLanes * 4.0, threads, seconds, samples);
 }
 
 Stat measure_read(int threads, const float* buf, size_t n, int samples) {
@@ -243,22 +301,22 @@ int main(int argc, char** argv) {
   }
   for (size_t i = 0; i < n; ++i) buf[i] = float(i & 1023) * 1e-3f;  // touch every page
 
-  std::string fma = "{", rd = "{";
+  std::string fma = "{", i8 = "{", rd = "{";
+  auto add = [](std::string& json, size_t k, int t, Stat st) {
+    char tmp[256];
+    std::snprintf(tmp, sizeof tmp, "%s\"%d\": {\"best\": %.3f, \"median\": %.3f}", k ? ", " : "", t, st.best,
+                  st.median);
+    json += tmp;
+  };
   for (size_t k = 0; k < threads.size(); ++k) {
     int t = std::max(1, threads[k]);
-    Stat f = measure_fma(t, seconds, samples);
-    Stat r = measure_read(t, buf, n, samples);
-    char tmp[256];
-    std::snprintf(tmp, sizeof tmp, "%s\"%d\": {\"best\": %.3f, \"median\": %.3f}", k ? ", " : "", t, f.best,
-                  f.median);
-    fma += tmp;
-    std::snprintf(tmp, sizeof tmp, "%s\"%d\": {\"best\": %.3f, \"median\": %.3f}", k ? ", " : "", t, r.best,
-                  r.median);
-    rd += tmp;
+    add(fma, k, t, measure_fma(t, seconds, samples));
+    add(i8, k, t, measure_int8(t, seconds, samples));
+    add(rd, k, t, measure_read(t, buf, n, samples));
   }
   std::free(buf);
-  std::printf("{\"isa\": \"%s\", \"lanes\": %d, \"chains\": %d, \"fma_gflops\": %s}, \"read_gbs\": %s}, "
-              "\"buffer_bytes\": %zu}\n",
-              kIsa, kLanes, kChains, fma.c_str(), rd.c_str(), n * sizeof(float));
+  std::printf("{\"isa\": \"%s\", \"lanes\": %d, \"chains\": %d, \"fma_gflops\": %s}, "
+              "\"int8_instruction\": \"%s\", \"int8_gops\": %s}, \"read_gbs\": %s}, \"buffer_bytes\": %zu}\n",
+              kIsa, kLanes, kChains, fma.c_str(), kInt8Instruction, i8.c_str(), rd.c_str(), n * sizeof(float));
   return 0;
 }

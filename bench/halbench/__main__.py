@@ -252,11 +252,14 @@ def run_peak(cfg, quick: bool, threads: int) -> Dict[str, Any]:
     # threads cannot have less capability; a lower figure means another process took a core).
     peak["gflops"] = max(peak["fma_gflops"][t]["best"], peak["fma_gflops"]["1"]["best"])
     peak["gbs"] = max(peak["read_gbs"][t]["best"], peak["read_gbs"]["1"]["best"])
+    if "int8_gops" in peak:  # the int8 kernels' instruction, the denominator of int8 rows
+        peak["int8_peak_gops"] = max(peak["int8_gops"][t]["best"], peak["int8_gops"]["1"]["best"])
     if peak["gflops"] > peak["fma_gflops"][t]["best"] or peak["gbs"] > peak["read_gbs"][t]["best"]:
         peak["note"] = (f"{threads}-thread measurement below the 1-thread one (machine busy): "
                         f"the 1-thread figure is used")
         log("peak: " + peak["note"])
-    log(f"peak ({peak['isa']}): {peak['gflops']:.0f} GFLOP/s fp32, {peak['gbs']:.1f} GB/s read at {threads} threads "
+    int8 = f", int8 {peak['int8_peak_gops']:.0f} GOP/s ({peak['int8_instruction']})" if "int8_peak_gops" in peak else ""
+    log(f"peak ({peak['isa']}): {peak['gflops']:.0f} GFLOP/s fp32{int8}, {peak['gbs']:.1f} GB/s read at {threads} threads "
         f"(1 thread: {peak['fma_gflops']['1']['best']:.0f} GFLOP/s, {peak['read_gbs']['1']['best']:.1f} GB/s)")
     return peak
 

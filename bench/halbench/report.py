@@ -8,7 +8,9 @@ Columns (docs/bench.md explains each):
               decode: tokens generated per second (B / step time)
   ratio       this system's median / halformer's for the same scenario (> 1: halformer faster)
   GFLOP/s     counted matmul FLOPs / time (common.encoder_flops, decode_step_flops, 2MKN)
-  % peak      GFLOP/s / measured FP32 FMA peak at the same thread count
+  % peak      GFLOP/s / the measured peak of the system's precision at the same thread count:
+              fp32 FMA loop; int8 systems: the int8 kernels' instruction loop (vpmaddwd /
+              vpdpwssd, bench/cpp/peak.cpp), GOP/s
   % BW bound  decode and M <= 8 matmuls: (weight bytes read / measured read bandwidth) / time
 """
 from __future__ import annotations
@@ -21,14 +23,15 @@ from .common import (decode_cache_bytes, decode_step_flops, decode_weight_bytes,
 SYSTEM_ORDER = ["halformer", "halformer-int8", "halformer-python", "pytorch", "onnxruntime", "ctranslate2", "ctranslate2-int8", "torch", "numpy"]
 
 
-def _row(system, kind, batch, scenario, samples, flops, peak, bw_bytes=None, tokens=None, **extra):
+def _row(system, kind, batch, scenario, samples, flops, peak, bw_bytes=None, tokens=None, compute_peak=None,
+         **extra):
     ms = median(samples) if samples else None
     row = {"system": system, "kind": kind, "batch": batch, "scenario": scenario, "status": "ok",
            "median_ms": ms, "samples_ms": samples, "tokens_per_s": None, "ratio": None,
            "gflops": None, "pct_peak": None, "pct_bw_bound": None}
     if ms:
         row["gflops"] = flops / (ms * 1e-3) * 1e-9
-        row["pct_peak"] = 100.0 * row["gflops"] / peak["gflops"]
+        row["pct_peak"] = 100.0 * row["gflops"] / (compute_peak or peak["gflops"])
         if tokens:
             row["tokens_per_s"] = tokens / (ms * 1e-3)
         if bw_bytes:
@@ -51,7 +54,7 @@ def assemble(*, spec, spec_path, weights, weights_bytes, settings, machine, git,
     S, N = settings["src_len"], settings["new_tokens"]
     wbytes = decode_weight_bytes(sz, spec["final_norm"])
     # Reduced-precision systems ("halformer-int8", "ctranslate2-int8"): their own bandwidth
-    # bound (bytes per weight); % peak stays relative to the measured fp32 FMA peak.
+    # bound (bytes per weight) and compute peak (the int8 instruction loop, where measured).
     wbytes_int8 = decode_weight_bytes(sz, spec["final_norm"], "int8")
     rows: List[Dict[str, Any]] = []
     scen_enc = {b: f"encoder b{b} s{S}" for b in settings["batches"]}
@@ -59,11 +62,13 @@ def assemble(*, spec, spec_path, weights, weights_bytes, settings, machine, git,
     notes: List[str] = []
 
     def model_row(system, scenario, b, samples, **extra):
+        int8 = system.endswith("-int8")
+        compute_peak = peak.get("int8_peak_gops") if int8 else None
         if scenario == "encoder":
             return _row(system, "encoder", b, scen_enc[b], samples, encoder_flops(sz, b, S), peak, tokens=b * S,
-                        **extra)
+                        compute_peak=compute_peak, **extra)
         return _row(system, "decode", b, scen_dec[b], samples, decode_step_flops(sz, b, S, N), peak,
-                    bw_bytes=wbytes_int8 if system.endswith("-int8") else wbytes, tokens=b, **extra)
+                    bw_bytes=wbytes_int8 if int8 else wbytes, tokens=b, compute_peak=compute_peak, **extra)
 
     # halformer, then its reduced-precision builds
     rss = 0
@@ -185,7 +190,9 @@ def table(res: Dict[str, Any]) -> str:
         f"halformer benchmark ({res['mode']}): {res['spec']['name']}, {st['threads']} threads, "
         f"commit {(res['git'].get('commit') or '?')[:12]}, {res['created']}",
         f"machine: {m.get('cpu')}, {m.get('cores_online')} cores; measured peak {pk['gflops']:.0f} GFLOP/s fp32 "
-        f"({pk['isa']} FMA), {pk['gbs']:.1f} GB/s read; load average {m.get('loadavg_start', ['?'])[0]:.2f} -> "
+        f"({pk['isa']} FMA)"
+        + (f", {pk['int8_peak_gops']:.0f} GOP/s int8 ({pk['int8_instruction']})" if pk.get("int8_peak_gops") else "")
+        + f", {pk['gbs']:.1f} GB/s read; load average {m.get('loadavg_start', ['?'])[0]:.2f} -> "
         f"{m.get('loadavg_end', ['?'])[0]:.2f}",
         f"decode bound: {res['work']['decode_weight_bytes_per_step'] / 1e6:.3g} MB of weights per step / "
         f"{pk['gbs']:.1f} GB/s = {res['work']['decode_weight_bytes_per_step'] / (pk['gbs'] * 1e9) * 1e3:.2f} ms",
