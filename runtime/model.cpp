@@ -22,6 +22,7 @@
 #include <string>
 #include <thread>
 
+#include "cpu_features.h"
 #include "halformer/error.h"
 #include "halformer/packed_layout.h"
 #include "halformer/weights.h"
@@ -1045,9 +1046,18 @@ Model Model::load(const ModelDescriptor& desc, const std::string& weights_path, 
                 std::to_string(kDescriptorVersion) + ": rebuild the model with this halformer");
   const ModelConfig& cfg = *desc.config;
   const std::string& device = options.device;
-  if (!desc.kernels_for(device.c_str()))
+  const KernelTable* kernels = desc.kernels_for(device.c_str());
+  if (!kernels)
     throw Error("device '" + device + "': this model was built for: " + desc.devices +
                 " (add it to the spec's targets, e.g. targets: [host, cuda], and rebuild)");
+  // Refuse, naming what is missing, rather than die of an illegal instruction in a kernel.
+  const std::string target = kernels->metadata()->target;
+  if (auto missing = missing_cpu_features(target); !missing.empty()) {
+    std::string list;
+    for (const auto& f : missing) list += (list.empty() ? "" : ", ") + f;
+    throw Error("model '" + std::string(cfg.name) + "' was compiled for " + target + ", but this CPU lacks " + list +
+                ": rebuild it on this machine (halformer build) to run it here");
+  }
   reserve_threads(options.threads);
   Model m(desc, std::make_unique<Weights>(load_weights(cfg, weights_path)), device,
           std::max(0, options.threads));

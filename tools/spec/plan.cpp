@@ -364,6 +364,7 @@ void write_plan(const Spec& spec, const Plan& plan, const std::string& dir) {
       std::string fn = (it == plan.roles.end() || it->second.empty()) ? "nullptr" : variant_fn(it->second, device);
       c << "    /*" << role << "*/ " << fn << ",\n";
     }
+    c << "    /*metadata*/ " << variant_fn(plan.kernels.front().function, device) << "_metadata,\n";
     c << "};\n";
   }
   c << "\nstatic const halformer::KernelTable* kernels_for(const char* device) {\n"

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 struct halide_buffer_t;
+struct halide_filter_metadata_t;
 
 namespace halformer {
 
@@ -102,12 +103,15 @@ struct KernelTable {
   LinearFn pooler;              // d -> d, tanh
   LinearFn classifier;          // d -> num_classes
   LinearResidualFn ff_up;       // gated feed-forward: (x W_up + b) * gate, d -> d_ff
+  // The metadata of one of these kernels: its Halide target string names the instruction
+  // set they were all compiled for, which Model::load checks against the CPU.
+  const halide_filter_metadata_t* (*metadata)();
 };
 
 // A built model as a value: what the generated <name>_model.cpp exports, under a name
 // derived from the model's (extern "C" halformer_model_<name>(), see model.h), so that
 // any number of models link into one program.
-constexpr int kDescriptorVersion = 5;  // bumped when ModelConfig / KernelTable change
+constexpr int kDescriptorVersion = 6;  // bumped when ModelConfig / KernelTable change
 struct ModelDescriptor {
   int version;              // kDescriptorVersion of the halformer that generated it
   const ModelConfig* config;
