@@ -27,6 +27,51 @@
 namespace halformer {
 namespace {
 
+// Floating-point dtypes a checkpoint may store (many Hugging Face files are F16 or BF16):
+// widened to fp32 as they are read, exactly (every F16 and BF16 value is an fp32 value).
+enum class FloatKind { None, F32, F16, BF16 };
+FloatKind float_kind(const std::string& dtype) {
+  if (dtype == "F32") return FloatKind::F32;
+  if (dtype == "F16") return FloatKind::F16;
+  if (dtype == "BF16") return FloatKind::BF16;
+  return FloatKind::None;
+}
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);  // inf / nan
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);  // normal: rebias 15 -> 127
+  } else {
+    float f = std::ldexp(float(mant), -24);  // zero or subnormal: mant * 2^-24
+    std::memcpy(&bits, &f, 4);
+    bits |= sign;
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// n values of `kind` at `src` (any alignment) -> fp32 at `dst`.
+void to_f32(FloatKind kind, const uint8_t* src, size_t n, float* dst) {
+  if (kind == FloatKind::F32) {
+    std::memcpy(dst, src, n * sizeof(float));
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t v;
+    std::memcpy(&v, src + 2 * i, 2);
+    if (kind == FloatKind::BF16) {
+      const uint32_t bits = uint32_t(v) << 16;
+      std::memcpy(dst + i, &bits, 4);
+    } else {
+      dst[i] = half_to_float(v);
+    }
+  }
+}
+
 struct Source {
   std::string name;  // in the file
   int part = -1;     // 0, 1, 2: that third of a packed tensor's outputs; -1: the whole tensor
@@ -318,16 +363,18 @@ class Loader {
     // With an explicit map, say which canonical tensor the file name was mapped from.
     std::string label = c_.preset == Preset::Explicit && src.name != canonical ? src.name + " (" + canonical + ")"
                                                                                 : src.name;
-    if (!first_use && (!t || t->dtype != "F32" || t->shape != file_shape)) return false;  // reported once
+    const FloatKind kind = t ? float_kind(t->dtype) : FloatKind::None;
+    if (!first_use && (!t || kind == FloatKind::None || t->shape != file_shape)) return false;  // reported once
     if (!t) {
       missing_.push_back(label + " " + shape_str(file_shape));
       return false;
     }
-    if (t->dtype != "F32" || t->shape != file_shape) {
-      mismatched_.push_back(label + ": expected F32 " + shape_str(file_shape) + ", found " + t->dtype + " " +
-                            shape_str(t->shape));
+    if (kind == FloatKind::None || t->shape != file_shape) {
+      mismatched_.push_back(label + ": expected F32 (or F16 / BF16) " + shape_str(file_shape) + ", found " + t->dtype +
+                            " " + shape_str(t->shape));
       return false;
     }
+    const size_t esize = kind == FloatKind::F32 ? 4 : 2;
     bool finite = true;
     auto emit = [&](int64_t r) {
       for (float x : buf) finite = finite && std::isfinite(x);
@@ -336,8 +383,8 @@ class Loader {
     if (src.transposed && shape.size() == 2) {
       // [in, parts * out] in the file: output r of this part is column part * out + r.
       std::vector<float> all(size_t(t->numel()));
-      std::memcpy(all.data(), t->data, all.size() * sizeof(float));
-      file_.release(t->data, all.size() * sizeof(float));
+      to_f32(kind, t->data, all.size(), all.data());
+      file_.release(t->data, all.size() * esize);
       const size_t width = size_t(file_shape[1]), first = size_t(std::max(src.part, 0)) * size_t(rows);
       for (int64_t r = 0; r < rows; ++r) {
         for (size_t i = 0; i < cols; ++i) buf[i] = all[i * width + first + size_t(r)];
@@ -345,18 +392,18 @@ class Loader {
       }
     } else {
       const size_t skip = (src.part >= 0 ? size_t(src.part) * n : 0) + size_t(src.row_offset) * cols;
-      const uint8_t* data = t->data + skip * sizeof(float);
-      const size_t row_bytes = cols * sizeof(float), chunk = size_t(4) << 20;
+      const uint8_t* data = t->data + skip * esize;
+      const size_t row_bytes = cols * esize, chunk = size_t(4) << 20;
       size_t released = 0;  // bytes of the tensor whose pages were dropped
       for (int64_t r = 0; r < rows; ++r) {
-        std::memcpy(buf.data(), data + size_t(r) * row_bytes, row_bytes);
+        to_f32(kind, data + size_t(r) * row_bytes, cols, buf.data());
         emit(r);
         // Drop pages as the rows are consumed, so that even the largest tensor (an
         // embedding table) is never resident twice.
         const size_t done = size_t(r + 1) * row_bytes;
         if (done - released >= chunk) file_.release(data + released, done - released), released = done;
       }
-      file_.release(data + released, n * sizeof(float) - released);
+      file_.release(data + released, n * esize - released);
     }
     if (!finite) nonfinite_.push_back(label);
     return true;

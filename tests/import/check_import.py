@@ -411,7 +411,7 @@ def minilm_compare(spec, hand_spec, binary, hand_binary):
 # ---------------------------------------------------------------- refusals
 # name: (base family dir, config.json changes, output, regex the error must match)
 #   changes: {field: value} merged into config.json (value None: the field removed);
-#   special: "no-config", "f16", "bin-only", "output-is-input", "exists", "not-a-dir"
+#   special: "no-config", "f64", "bin-only", "output-is-input", "exists", "not-a-dir"
 REFUSALS = {
     "bert_relative_positions": ("bert", {"position_embedding_type": "relative_key"},
                                 r'position_embedding_type: found "relative_key"'),
@@ -453,7 +453,7 @@ REFUSALS = {
     "model_type_unknown": ("bert", {"model_type": "wavenet"}, r'model_type: found "wavenet"; supported: bert'),
     "missing_config": ("bert", "no-config", r"config.json: no such file"),
     "not_a_directory": ("bert", "not-a-dir", r"not a directory"),
-    "f16_weights": ("bert", "f16", r"tensors are not F32, e\.g\. .* \(F16\)"),
+    "f64_weights": ("bert", "f64", r"tensors are not F32, F16 or BF16, e\.g\. .* \(F64\)"),
     "pytorch_bin_only": ("bert", "bin-only", r"only pytorch_model\.bin is there"),
     "output_is_input": ("bert", "output-is-input", r"output .*config\.json is the input .*config\.json; refusing"),
     "output_exists": ("bert", "exists", r"exists; add --force to replace it"),
@@ -484,12 +484,12 @@ def refuse(case, halformer, work, base_dirs):
         os.remove(os.path.join(hf, "config.json"))
     elif change == "not-a-dir":
         src = os.path.join(hf, "config.json")
-    elif change == "f16":
+    elif change == "f64":
         from safetensors.numpy import load_file, save_file
 
         tensors = load_file(os.path.join(base, "model.safetensors"))
         name = next(k for k in sorted(tensors) if k.endswith("word_embeddings.weight"))
-        tensors[name] = tensors[name].astype(np.float16)
+        tensors[name] = tensors[name].astype(np.float64)
         os.remove(os.path.join(hf, "model.safetensors"))
         save_file(tensors, os.path.join(hf, "model.safetensors"))
     elif change == "bin-only":

@@ -263,22 +263,29 @@ std::vector<Case> cases() {
 
   // ---- the file is a valid safetensors file, the tensors do not fit the spec
   const size_t first_spec_level = c.size();
-  add("wrong_dtype_f16", [] { return serialize(with_tensor(valid_doc(), kNorm0, "F16", {64}, 2)); },
-      {"wrong dtype or shape", kNorm0 + ": expected F32 [64], found F16 [64]"});
-  add("wrong_dtype_bf16", [] { return serialize(with_tensor(valid_doc(), kQkv, "BF16", {192, 64}, 2)); },
-      {"wrong dtype or shape", kQkv + ": expected F32 [192, 64], found BF16 [192, 64]"});
+  // F16 and BF16 load (widened to fp32; tests/check_half_weights.py), but not I8 / F64 /
+  // I32, and their infinities are refused like fp32's.
+  add("wrong_dtype_i8", [] { return serialize(with_tensor(valid_doc(), kQkv, "I8", {192, 64}, 1)); },
+      {"wrong dtype or shape", kQkv + ": expected F32 (or F16 / BF16) [192, 64], found I8 [192, 64]"});
+  add("inf_in_f16_weight", [] {
+        Doc d = with_tensor(valid_doc(), kNorm0, "F16", {64}, 2);
+        const size_t at = d.header[kNorm0]["data_offsets"][0].get<size_t>() + 2 * 5;
+        d.data[at] = '\x00', d.data[at + 1] = '\x7c';  // F16 +inf
+        return serialize(d);
+      },
+      {"containing NaN or Inf (1)", kNorm0});
   add("wrong_dtype_f64", [] { return serialize(with_tensor(valid_doc(), kGenBias, "F64", {16}, 8)); },
-      {"wrong dtype or shape", kGenBias + ": expected F32 [16], found F64 [16]"});
+      {"wrong dtype or shape", kGenBias + ": expected F32 (or F16 / BF16) [16], found F64 [16]"});
   add("wrong_dtype_i32", [] { return serialize(with_tensor(valid_doc(), kGenBias, "I32", {16}, 4)); },
-      {"wrong dtype or shape", kGenBias + ": expected F32 [16], found I32 [16]"});
+      {"wrong dtype or shape", kGenBias + ": expected F32 (or F16 / BF16) [16], found I32 [16]"});
   add("wrong_shape_transposed", [] { return serialize(with_tensor(valid_doc(), kFf1, "F32", {64, 256}, 4)); },
-      {"wrong dtype or shape", kFf1 + ": expected F32 [256, 64], found F32 [64, 256]"});
+      {"wrong dtype or shape", kFf1 + ": expected F32 (or F16 / BF16) [256, 64], found F32 [64, 256]"});
   add("wrong_shape_extra_dim", [] { return serialize(with_tensor(valid_doc(), kNorm0, "F32", {64, 1}, 4)); },
-      {"wrong dtype or shape", kNorm0 + ": expected F32 [64], found F32 [64, 1]"});
+      {"wrong dtype or shape", kNorm0 + ": expected F32 (or F16 / BF16) [64], found F32 [64, 1]"});
   add("wrong_shape_scalar", [] { return serialize(with_tensor(valid_doc(), kNorm0, "F32", {}, 4)); },
-      {"wrong dtype or shape", kNorm0 + ": expected F32 [64], found F32 []"});
+      {"wrong dtype or shape", kNorm0 + ": expected F32 (or F16 / BF16) [64], found F32 []"});
   add("wrong_shape_empty", [] { return serialize(with_tensor(valid_doc(), kNorm0, "F32", {0}, 4)); },
-      {"wrong dtype or shape", kNorm0 + ": expected F32 [64], found F32 [0]"});
+      {"wrong dtype or shape", kNorm0 + ": expected F32 (or F16 / BF16) [64], found F32 [0]"});
   add("missing_tensor", header_edit([](json& h) { h.erase(kGenBias); }),
       {"missing (1)", kGenBias + " [16]"});
   add("missing_many", header_edit([](json& h) {
@@ -318,7 +325,7 @@ std::vector<Case> cases() {
         Doc d = with_value(kFf1, 0, nan);
         return serialize(with_tensor(d, kNorm0, "F32", {65}, 4));
       },
-      {"containing NaN or Inf (1)", kFf1, "wrong dtype or shape (1)", kNorm0 + ": expected F32 [64], found F32 [65]"});
+      {"containing NaN or Inf (1)", kFf1, "wrong dtype or shape (1)", kNorm0 + ": expected F32 (or F16 / BF16) [64], found F32 [65]"});
   for (size_t i = first_spec_level; i < c.size(); ++i) c[i].spec_level = true;
   return c;
 }

@@ -653,8 +653,11 @@ std::string check_weights(const fs::path& dir, const FamilyInfo& fam, const Mode
     const TensorInfo* embedding = nullptr;
     std::string probe_name;
     for (const auto& [name, info] : st.tensors()) {
-      const bool floats = info.dtype.find('F') != std::string::npos;  // F16, BF16, F64, F8_*; not I64 buffers
-      if (floats && info.dtype != "F32") not_f32.push_back(name + " (" + info.dtype + ")");
+      // The loader widens F16 and BF16 to fp32; F64 and F8_* it does not read (I64 buffers
+      // are not weights).
+      const bool floats = info.dtype.find('F') != std::string::npos;
+      if (floats && info.dtype != "F32" && info.dtype != "F16" && info.dtype != "BF16")
+        not_f32.push_back(name + " (" + info.dtype + ")");
       const std::string probe = fam.probe;
       if (!embedding && (name == probe || (name.size() > probe.size() &&
                                            name.compare(name.size() - probe.size() - 1, std::string::npos,
@@ -663,8 +666,8 @@ std::string check_weights(const fs::path& dir, const FamilyInfo& fam, const Mode
     }
     if (!not_f32.empty())
       pr.add(file.string(), "",
-             std::to_string(not_f32.size()) + " tensors are not F32, e.g. " + not_f32.front() +
-                 "; halformer reads float32 weights (precision fp32): save with model.float().save_pretrained(...)");
+             std::to_string(not_f32.size()) + " tensors are not F32, F16 or BF16, e.g. " + not_f32.front() +
+                 "; save with model.float().save_pretrained(...)");
     if (!embedding)
       pr.add(file.string(), "", std::string("no tensor named ") + fam.probe + " (under any prefix): not a " +
                                     fam.model_type + " checkpoint");
