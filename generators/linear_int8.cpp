@@ -1,9 +1,14 @@
 // linear_int8 (+ _residual, _gated): the int8 form of generators/linear.cpp, the same
 // contract with 8-bit weights.
 //
-//   xq(k, m)  = round(x(k, m) * 127 / max_k |x(k, m)|)       per-row symmetric, at run time
+//   xq(k, m)  = round(x(k, m) * L / max_k |x(k, m)|)         per-row symmetric int16, at run time
 //   acc(n, m) = sum_k xq(k, m) * wq(n, k)                    exact, in int32
-//   out(n, m) = epilogue(acc(n, m) * sx(m) * sw(n) + b(n))   sx = max|x| / 127, sw per channel
+//   out(n, m) = epilogue(acc(n, m) * sx(m) * sw(n) + b(n))   sx = max|x| / L, sw per channel
+//
+// L = int8_activation_levels(K) (32767 up to K = 4128): the pair multiply-add takes int16
+// operands, so activations keep 16 bits for free; only the weights are 8-bit (8-bit
+// activations cost all-MiniLM-L6-v2 a worst cosine of 0.981 against fp32; 16-bit: see
+// docs/precision.md).
 //
 // Weights are quantized per output channel at load (runtime/weights.cpp,
 // halformer/packed_layout.h: quantize_packed_int8) and stored as panels of kInt8Panel
@@ -67,7 +72,8 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
     part_max(l, m) = 0.0f;
     part_max(l, m) = max(part_max(l, m), abs(xc(rp * lanes + l, m)));
     row_max(m) = maximum(part_max(rl, m));
-    inv(m) = select(row_max(m) > 0.0f, 127.0f / row_max(m), 0.0f);
+    const int levels = int8_activation_levels(K);
+    inv(m) = select(row_max(m) > 0.0f, float(levels) / row_max(m), 0.0f);
     // Quantized activations as int16 pairs (the operand vpmaddwd wants); k past K is 0.
     Expr kk = k * G + j;
     xq(j, k, m) = select(kk < K, cast<int16_t>(round(xc(kk, m) * inv(m))), cast<int16_t>(0));
@@ -83,7 +89,7 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
     acc(n, m) += cast<int32_t>(xq(r.x, r.y, m)) * cast<int32_t>(wf(r.x, n, r.y));
 
     Expr nc = overhang ? min(n, N - 1) : n;
-    Expr scale = row_max(min(m, M - 1)) * (1.0f / 127.0f) * b(nc, 1);
+    Expr scale = row_max(min(m, M - 1)) * (1.0f / float(levels)) * b(nc, 1);
     Expr y = apply_activation(activation, cast<float>(acc(n, m)) * scale + b(nc, 0));
     if (kEpilogue == Epilogue::AddResidual) y += (*residual)(n, m);
     if (kEpilogue == Epilogue::MultiplyGate) y *= (*residual)(n, m);

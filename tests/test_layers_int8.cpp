@@ -87,7 +87,8 @@ void check(Fn fn, int K, int N, const char* act, Second second) {
     else
       rc = fn(xb, kw.w, kw.b, ob);
     ASSERT_EQ(rc, 0);
-    expect_close(out, ref::linear_int8(x, wq, sw, b, M, K, N, act, second == Second::None ? nullptr : &res,
+    expect_close(out, ref::linear_int8(x, wq, sw, b, M, K, N, hf::int8_activation_levels(K), act,
+                                       second == Second::None ? nullptr : &res,
                                        second == Second::Gate),
                  act);
   }
@@ -100,30 +101,36 @@ TEST(LinearInt8, NarrowK40N3) { check(test_linear_int8_narrow, 40, 3, "none", Se
 TEST(LinearInt8, ResidualK60N36) { check(test_linear_int8_residual, 60, 36, "none", Second::Residual); }
 TEST(LinearInt8, GatedK60N36) { check(test_linear_int8_gated, 60, 36, "none", Second::Gate); }
 
-// Integer accumulation bit-exact: integer activations whose row maximum is 127 quantize
-// to themselves, unit weight scales, no bias: the kernel's output is float(acc) * c, c
-// the float 127 * (1/127), exactly as the reference computes it -- an accumulator off by
-// one would show. K = 1023 (odd, > 2^9 products of up to 127^2 each: |acc| > 2^16).
+// Integer accumulation bit-exact, up to the int32 limit: integer activations whose row
+// maximum is the activation levels L quantize to themselves, weights whose channels reach
+// 127 have unit scales, no bias: the kernel's output is float(acc) * c, c the float
+// L * (1/L), exactly as computed here -- an accumulator off by one, or wrapped, would show.
+// K = 1023 (odd, padded to 1024): L = 16513 (1024 * 16513 * 127 = 2147482624 < 2^31); the
+// row of all +L against the channel of all +127 sums to 1023 * 16513 * 127 = 2145385473.
 TEST(LinearInt8, IntegerAccumulationExact) {
-  const int K = 1023, N = 100;
+  const int K = 1023, N = 100, L = hf::int8_activation_levels(K);
+  ASSERT_EQ(L, 16513);
   std::mt19937 rng(7);
-  std::uniform_int_distribution<int> d(-127, 127);
+  std::uniform_int_distribution<int> dw(-127, 127), dx(-L, L);
   Vec w(size_t(N) * K), b(N, 0.0f);
-  for (float& v : w) v = float(d(rng));
+  for (float& v : w) v = float(dw(rng));
   for (int n = 0; n < N; ++n) w[size_t(n) * K + n] = 127.0f;  // every channel's max is 127: scale 1
+  for (int k = 0; k < K; ++k) w[size_t(N - 1) * K + k] = 127.0f;  // the extreme channel
   Int8Weights kw(w, b, K, N);
   for (int n = 0; n < N; ++n) ASSERT_EQ(kw.bias_scale[N + n], 1.0f);
   for (int M : {1, 5, 40}) {
     Vec x(size_t(M) * K), out(size_t(M) * N);
-    for (float& v : x) v = float(d(rng));
-    for (int m = 0; m < M; ++m) x[size_t(m) * K + m] = -127.0f;
+    for (float& v : x) v = float(dx(rng));
+    for (int m = 0; m < M; ++m) x[size_t(m) * K + m] = -float(L);
+    for (int k = 0; k < K; ++k) x[size_t(M - 1) * K + k] = float(L);  // the extreme row
     Buf xb(x.data(), {K, M}), ob(out.data(), {N, M});
     ASSERT_EQ(test_linear_int8_exact(xb, kw.w, kw.b, ob), 0);
-    const float c = 127.0f * (1.0f / 127.0f);
+    const float c = float(L) * (1.0f / float(L));
     for (int m = 0; m < M; ++m)
       for (int n = 0; n < N; ++n) {
         int64_t acc = 0;
         for (int k = 0; k < K; ++k) acc += int64_t(x[size_t(m) * K + k]) * int64_t(w[size_t(n) * K + k]);
+        ASSERT_LE(acc, int64_t(INT32_MAX));
         ASSERT_EQ(out[size_t(m) * N + n], float(acc) * c) << "m " << m << " n " << n << " acc " << acc;
       }
   }

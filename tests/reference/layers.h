@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -195,18 +196,32 @@ inline float quantize_int8(const float* v, int n, int8_t* q) {
   return amax * (1.0f / 127.0f);
 }
 
+// An activation row quantized to [-levels, levels] (int16), as the kernel does; returns
+// the scale max|v| / levels.
+inline float quantize_levels(const float* v, int n, int levels, int32_t* q) {
+  float amax = 0;
+  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(v[i]));
+  const float inv = amax > 0 ? float(levels) / amax : 0.0f;
+  const float l = float(levels);
+  for (int i = 0; i < n; ++i) q[i] = int32_t(std::max(-l, std::min(l, std::nearbyint(v[i] * inv))));
+  return amax * (1.0f / float(levels));
+}
+
 // y[m][n] = act(float(sum_k xq[m][k] * wq[n][k]) * sx[m] * sw[n] + b[n]), then + or *
-// `second` (residual / gate): x quantized per row here, wq [N][K] with scales sw. The
-// integer sum is exact; the float epilogue is the kernel's (one rounding per step).
+// `second` (residual / gate): x quantized per row here to `levels`
+// (halformer::int8_activation_levels), wq [N][K] with scales sw. The integer sum is
+// exact (and must fit int32); the float epilogue is the kernel's (one rounding per step).
 inline Vec linear_int8(const Vec& x, const std::vector<int8_t>& wq, const Vec& sw, const Vec& b, int M, int K,
-                       int N, const std::string& act = "none", const Vec* second = nullptr, bool gate = false) {
+                       int N, int levels, const std::string& act = "none", const Vec* second = nullptr,
+                       bool gate = false) {
   Vec y(size_t(M) * N);
-  std::vector<int8_t> xq(K);
+  std::vector<int32_t> xq(K);
   for (int m = 0; m < M; ++m) {
-    const float sx = quantize_int8(&x[size_t(m) * K], K, xq.data());
+    const float sx = quantize_levels(&x[size_t(m) * K], K, levels, xq.data());
     for (int n = 0; n < N; ++n) {
       int64_t acc = 0;
-      for (int k = 0; k < K; ++k) acc += int32_t(xq[k]) * int32_t(wq[size_t(n) * K + k]);
+      for (int k = 0; k < K; ++k) acc += int64_t(xq[k]) * int64_t(wq[size_t(n) * K + k]);
+      if (acc > INT32_MAX || acc < INT32_MIN) throw std::runtime_error("int8 reference: int32 sum overflows");
       const float s = sx * sw[n];
       double v = activate(act, double(float(acc) * s + b[n]));
       if (second) v = gate ? v * (*second)[size_t(m) * N + n] : v + (*second)[size_t(m) * N + n];

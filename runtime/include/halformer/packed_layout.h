@@ -69,6 +69,14 @@ inline size_t packed_int8_index(int in_features, int n, int k) {
          k % kInt8Group;
 }
 
+// Activations are quantized per row to int16 levels [-L, L] (the kernel multiplies int16
+// pairs, vpmaddwd / vpdpwssd, whatever their range: 8-bit activations would be no faster),
+// L = 32767, fewer for K > 4128 inputs so that no int32 sum can overflow: K * L * 127 < 2^31.
+inline int int8_activation_levels(int in_features) {
+  const int64_t k = int64_t(int8_groups(in_features)) * kInt8Group;
+  return int(std::min<int64_t>(32767, ((int64_t(1) << 31) - 1) / (k * 127)));
+}
+
 // The symmetric quantization of one row of values (a weight channel, or an activation
 // row in the reference): q[i] in [-127, 127], returns the scale (max |v| / 127; 0 for an
 // all-zero row, whose q are 0). The multiplier is computed as the kernel does, in float.
