@@ -16,12 +16,17 @@
 namespace halformer {
 using namespace Halide;
 
-template <Epilogue kEpilogue>
-class Linear : public Generator<Linear<kEpilogue>> {
+// kBf16: linear_bf16 (+ _residual, _gated), the same kernel over weights stored as bf16
+// (the upper 16 bits of each fp32, rounded at load: halformer/packed_layout.h), widened
+// in registers by a 16-bit shift; the arithmetic stays fp32. Half the weight bytes of fp32:
+// decode, bound by streaming the weights, reads half as much.
+template <Epilogue kEpilogue, bool kBf16 = false>
+class Linear : public Generator<Linear<kEpilogue, kBf16>> {
  public:
   template <typename T> using GP = GeneratorParam<T>;
-  template <typename T> using In = typename Generator<Linear<kEpilogue>>::template Input<T>;
-  template <typename T> using Out = typename Generator<Linear<kEpilogue>>::template Output<T>;
+  template <typename T> using In = typename Generator<Linear<kEpilogue, kBf16>>::template Input<T>;
+  template <typename T> using Out = typename Generator<Linear<kEpilogue, kBf16>>::template Output<T>;
+  using WeightType = std::conditional_t<kBf16, uint16_t, float>;
 
   // Algorithm parameters.
   GP<int> in_features{"in_features", 64};    // K
@@ -46,7 +51,7 @@ class Linear : public Generator<Linear<kEpilogue>> {
   GP<int> gpu_unroll_k{"gpu_unroll_k", 4};
 
   In<Buffer<float, 2>> x{"x"};        // (K, M)
-  In<Buffer<float, 3>> w{"w"};        // (kPanel, K, panels): halformer/packed_layout.h
+  In<Buffer<WeightType, 3>> w{"w"};   // (kPanel, K, panels): halformer/packed_layout.h
   In<Buffer<float, 1>> b{"b"};        // (N)
   Out<Buffer<float, 2>> out{"out"};   // (N, M)
   In<Buffer<float, 2>>* residual = nullptr;  // (N, M), linear_residual / linear_gated only
@@ -72,7 +77,8 @@ class Linear : public Generator<Linear<kEpilogue>> {
     // to kPanel features already) and bias. Only then: a clamped bias is a gather.
     const MatmulKnobs knobs = matmul_knobs_for(this->get_target(), false, MatmulKnobs{vec, tile_n, tile_m, parallel});
     const bool overhang = gpu || matmul_widths(N, knobs, kPanel).overhangs(N);
-    wf(n, k) = w(n % kPanel, k, overhang ? min(n / kPanel, P - 1) : n / kPanel);
+    Expr wv = w(n % kPanel, k, overhang ? min(n / kPanel, P - 1) : n / kPanel);
+    wf(n, k) = kBf16 ? reinterpret<float>(cast<uint32_t>(wv) << 16) : wv;
     Func bc("b_clamped");
     bc(n) = b(overhang ? min(n, N - 1) : n);
 
@@ -129,8 +135,16 @@ class Linear : public Generator<Linear<kEpilogue>> {
   }
 };
 
+// (One name each: the registration macro takes no template argument lists.)
+using LinearBf16 = Linear<Epilogue::None, true>;
+using LinearBf16Residual = Linear<Epilogue::AddResidual, true>;
+using LinearBf16Gated = Linear<Epilogue::MultiplyGate, true>;
+
 }  // namespace halformer
 
 HALIDE_REGISTER_GENERATOR(halformer::Linear<halformer::Epilogue::None>, linear)
 HALIDE_REGISTER_GENERATOR(halformer::Linear<halformer::Epilogue::AddResidual>, linear_residual)
 HALIDE_REGISTER_GENERATOR(halformer::Linear<halformer::Epilogue::MultiplyGate>, linear_gated)
+HALIDE_REGISTER_GENERATOR(halformer::LinearBf16, linear_bf16)
+HALIDE_REGISTER_GENERATOR(halformer::LinearBf16Residual, linear_bf16_residual)
+HALIDE_REGISTER_GENERATOR(halformer::LinearBf16Gated, linear_bf16_gated)

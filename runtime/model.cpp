@@ -35,6 +35,7 @@ struct WeightBuffers {
   std::mutex lock;
   std::map<std::pair<const float*, int>, std::unique_ptr<Halide::Runtime::Buffer<float>>> bufs;
   std::map<const int8_t*, std::unique_ptr<Halide::Runtime::Buffer<int8_t>>> int8_bufs;
+  std::map<const uint16_t*, std::unique_ptr<Halide::Runtime::Buffer<uint16_t>>> bf16_bufs;
   // The tensor v as (inner, rows) -- a 1-D vector when rows == 0 (biases, norms; a table
   // of one row stays 2-D) -- or, with panels > 0, as the
   // packed linear weight (kPanel, inner, panels).
@@ -62,6 +63,16 @@ struct WeightBuffers {
                                     {0, groups, kInt8Group * kInt8Panel},
                                     {0, int8_panel_count(out), kInt8Group * kInt8Panel * groups}};
       b = std::make_unique<Halide::Runtime::Buffer<int8_t>>(const_cast<int8_t*>(q.data()), 4, dims);
+    }
+    return b->raw_buffer();
+  }
+  // A bf16 linear's weights: fp32's packed layout (kPanel, in, panels), bf16 bits; CPU only.
+  halide_buffer_t* get_bf16(const std::vector<uint16_t>& h, int in, int out) {
+    std::lock_guard<std::mutex> guard(lock);
+    auto& b = bf16_bufs[h.data()];
+    if (!b) {
+      halide_dimension_t dims[3] = {{0, kPanel, 1}, {0, in, kPanel}, {0, panel_count(out), kPanel * in}};
+      b = std::make_unique<Halide::Runtime::Buffer<uint16_t>>(const_cast<uint16_t*>(h.data()), 3, dims);
     }
     return b->raw_buffer();
   }
@@ -349,9 +360,11 @@ struct Session {
 
   // ---- one call per layer kind
   // A linear's weight and bias arguments: fp32 packed and [N], or (int8 kernels, whose
-  // signature is the same) int8 packed and (N, 2) = bias | per-channel scale.
+  // signature is the same) int8 packed and (N, 2) = bias | per-channel scale, or (bf16)
+  // bf16 packed and [N].
   std::pair<halide_buffer_t*, halide_buffer_t*> linear_args(const LinearWeights& w) {
     if (w.int8()) return {wbufs.get_int8(w.q, w.in, w.out), weight(w.b, w.out, 2)};
+    if (w.bf16()) return {wbufs.get_bf16(w.h, w.in, w.out), weight(w.b, w.out, 0)};
     return {weight(w.w, w.in, w.out, panel_count(w.out)), weight(w.b, w.out, 0)};
   }
   void linear(LinearFn fn, const char* name, View x, const LinearWeights& w, View out) {

@@ -13,6 +13,7 @@
 // position_offset rows (RoBERTa). All presets then share one loader that checks and packs.
 #include "halformer/weights.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -543,20 +544,24 @@ LayerWeights load_layer(Loader& ld, const ModelConfig& c, const std::string& sta
   L.ff2 = ld.linear(p + "ff2", c.d_ff, d);
   L.self_norm = ld.norm(p + "self_norm", d);
   L.ff_norm = ld.norm(p + "ff_norm", d);
-  // Quantized layer by layer, so that the fp32 copies of only one layer are ever alive.
-  if (c.int8_layers)
-    for (LinearWeights* l : {&L.qkv, &L.attn_out, &L.ff1, &L.ff2, &L.ff_gate, &L.cross_q, &L.cross_kv, &L.cross_out})
-      quantize_int8(*l);
+  // Converted layer by layer, so that the fp32 copies of only one layer are ever alive.
+  for (LinearWeights* l : {&L.qkv, &L.attn_out, &L.ff1, &L.ff2, &L.ff_gate, &L.cross_q, &L.cross_kv, &L.cross_out})
+    convert_linear(*l, c.layer_weights);
   return L;
 }
 
 }  // namespace
 
-void quantize_int8(LinearWeights& l) {
-  if (l.w.empty()) return;  // absent (no such layer) or already quantized
-  std::vector<float> scales;
-  l.q = quantize_packed_int8(l.w, l.in, l.out, scales);
-  l.b.insert(l.b.end(), scales.begin(), scales.end());
+void convert_linear(LinearWeights& l, WeightFormat format) {
+  if (l.w.empty() || format == WeightFormat::Fp32) return;  // absent, already converted, or fp32
+  if (format == WeightFormat::Int8) {
+    std::vector<float> scales;
+    l.q = quantize_packed_int8(l.w, l.in, l.out, scales);
+    l.b.insert(l.b.end(), scales.begin(), scales.end());
+  } else {
+    l.h.resize(l.w.size());
+    std::transform(l.w.begin(), l.w.end(), l.h.begin(), to_bf16);
+  }
   std::vector<float>().swap(l.w);
 }
 
@@ -604,11 +609,11 @@ Weights load_weights(const ModelConfig& c, const std::string& path) {
       w.generator = ld.linear("generator", d, c.tgt_vocab);
     }
   }
-  if (dec && c.int8_generator) quantize_int8(w.generator);
+  if (dec) convert_linear(w.generator, c.generator_weights);
   if (c.head == HeadOutput::Classifier) {
     if (c.pooler) w.pooler = ld.linear("pooler", d, d);
     w.classifier = ld.linear("classifier", d, c.num_classes);
-    if (c.int8_layers) quantize_int8(w.pooler), quantize_int8(w.classifier);
+    convert_linear(w.pooler, c.layer_weights), convert_linear(w.classifier, c.layer_weights);
   } else if (is_hf(c.preset) && hf_family(c.preset).model.count("pooler")) {
     ld.alias("pooler.weight");  // BertModel always carries a pooler; only classifiers use it
     ld.alias("pooler.bias");

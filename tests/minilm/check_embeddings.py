@@ -5,6 +5,7 @@
     check_embeddings.py semantic   BIN REF_DIR          similar sentences score higher than unrelated ones
     check_embeddings.py int8       BIN REF_DIR CORPUS   an int8 build (precision int8): every corpus
                                                         line, worst cosine >= 0.99, mean >= 0.998
+    check_embeddings.py bf16       BIN REF_DIR CORPUS   a bf16 build: worst cosine >= 0.999
 
 REF_DIR is what reference.py wrote (the package's model directory, the Hugging Face ids
 and sentence-transformers' embeddings). The binary reads the corpus as text
@@ -109,13 +110,14 @@ def embeddings(binary, ref, corpus):
     return 0
 
 
-INT8_COS_WORST = 0.99
-INT8_COS_MEAN = 0.998
+# Reduced-precision builds vs sentence-transformers' fp32: (worst, mean) cosine bounds.
+REDUCED_BOUNDS = {"int8": (0.99, 0.998), "bf16": (0.999, 0.999)}
 
 
-def int8(binary, ref, corpus):
-    """An int8 build (weights quantized per channel at load, activations per row) against
-    sentence-transformers' fp32 embeddings: docs/precision.md's bounds."""
+def reduced(precision, binary, ref, corpus):
+    """A reduced-precision build against sentence-transformers' fp32 embeddings, within
+    docs/precision.md's bounds."""
+    worst_min, mean_min = REDUCED_BOUNDS[precision]
     weights, vocab = model_files(ref)
     lines = read_lines(corpus)
     want = np.load(os.path.join(ref, "embeddings.npy"))
@@ -126,10 +128,10 @@ def int8(binary, ref, corpus):
         sys.exit(f"error: {got.shape[0]} outputs for {len(lines)} corpus lines")
     cos = np.sum(got * want, axis=1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
     worst = int(cos.argmin())
-    ok = cos.min() >= INT8_COS_WORST and cos.mean() >= INT8_COS_MEAN
-    print(f"{'ok' if ok else 'FAILED'}: int8 vs sentence-transformers (fp32) on {len(lines)} sentences: worst cosine "
-          f"{cos.min():.6f} (line {worst + 1}: {lines[worst][:50]!r}), mean {cos.mean():.6f}, median "
-          f"{np.median(cos):.6f} (bounds: worst >= {INT8_COS_WORST}, mean >= {INT8_COS_MEAN})")
+    ok = cos.min() >= worst_min and cos.mean() >= mean_min
+    print(f"{'ok' if ok else 'FAILED'}: {precision} vs sentence-transformers (fp32) on {len(lines)} sentences: worst "
+          f"cosine {cos.min():.6f} (line {worst + 1}: {lines[worst][:50]!r}), mean {cos.mean():.6f}, median "
+          f"{np.median(cos):.6f} (bounds: worst >= {worst_min}, mean >= {mean_min})")
     return 0 if ok else 1
 
 
@@ -161,8 +163,8 @@ def semantic(binary, ref):
 if __name__ == "__main__":
     if len(sys.argv) >= 5 and sys.argv[1] == "embeddings":
         sys.exit(embeddings(*sys.argv[2:5]))
-    if len(sys.argv) >= 5 and sys.argv[1] == "int8":
-        sys.exit(int8(*sys.argv[2:5]))
+    if len(sys.argv) >= 5 and sys.argv[1] in REDUCED_BOUNDS:
+        sys.exit(reduced(*sys.argv[1:5]))
     if len(sys.argv) >= 4 and sys.argv[1] == "semantic":
         sys.exit(semantic(*sys.argv[2:4]))
     sys.exit(__doc__)

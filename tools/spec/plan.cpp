@@ -66,16 +66,17 @@ class Planner {
   // "linear_residual" -> "linear", "linear_int8_gated" -> "linear_int8": the kind whose
   // schedule knobs ("linear.tile_m") a variant shares; other generators: "".
   static std::string linear_family(const std::string& generator) {
-    if (generator.rfind("linear_int8", 0) == 0) return "linear_int8";
+    for (const char* f : {"linear_int8", "linear_bf16"})
+      if (generator.rfind(f, 0) == 0) return f;
     if (generator.rfind("linear", 0) == 0) return "linear";
     return "";
   }
 
   // gen: "linear", "linear_residual" (+ residual) or "linear_gated" (* gate); the role's
-  // precision picks the fp32 generator or its int8 twin (linear_int8, linear_int8_residual, ...).
+  // precision picks the fp32 generator or its int8 / bf16 twin (linear_int8_residual, ...).
   void linear(const std::string& role, std::string gen, int64_t in, int64_t out, const char* act) {
     const Precision p = role == "generator" ? spec_.output_precision() : spec_.precision;
-    if (p == Precision::Int8) gen.insert(6, "_int8");
+    if (p != Precision::Fp32) gen.insert(6, std::string("_") + to_string(p));
     std::string label = gen + "_" + std::to_string(in) + "x" + std::to_string(out) +
                         (std::string(act) == "none" ? "" : std::string("_") + act);
     bind(role, gen, label,
@@ -241,6 +242,13 @@ const char* head_enum(HeadKind h) {
     default: return "Hidden";
   }
 }
+const char* weight_format(Precision p) {
+  switch (p) {
+    case Precision::Int8: return "Int8";
+    case Precision::Bf16: return "Bf16";
+    default: return "Fp32";
+  }
+}
 const char* arch_enum(Architecture a) {
   switch (a) {
     case Architecture::EncoderDecoder: return "EncoderDecoder";
@@ -351,8 +359,8 @@ void write_plan(const Spec& spec, const Plan& plan, const std::string& dir) {
     << "      /*kv_heads*/ " << s.kv_heads << ", /*rms_norm*/ " << b(s.norm_kind == NormKind::Rms)
     << ", /*norm_weight_offset*/ " << Planner::format_float(s.norm_weight_offset) << ", /*gated_ff*/ "
     << b(is_gated(s.activation)) << ",\n"
-    << "      /*int8_layers*/ " << b(s.precision == Precision::Int8) << ", /*int8_generator*/ "
-    << b(s.output_precision() == Precision::Int8) << "};\n\n";
+    << "      /*layer_weights*/ halformer::WeightFormat::" << weight_format(s.precision)
+    << ", /*generator_weights*/ halformer::WeightFormat::" << weight_format(s.output_precision()) << "};\n\n";
   static const char* kRoles[] = {"embed_src", "embed_tgt", "qkv", "encoder_self_attention",
                                  "decoder_self_attention", "cross_attention", "attention_out",
                                  "cross_q", "cross_kv", "ff1", "ff2", "layer_norm", "generator",

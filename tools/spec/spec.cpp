@@ -920,15 +920,12 @@ std::vector<Diagnostic> check_supported(const Spec& s) {
   if (s.kv_heads != s.heads && s.architecture == Architecture::EncoderDecoder)
     unsupported("sizes.kv_heads", "grouped-query attention (kv_heads " + std::to_string(s.kv_heads) +
                                       " != heads) in an encoder-decoder (its cross-attention)");
-  if (s.precision == Precision::Bf16) unsupported("precision", "precision 'bf16'");
-  if (s.generator_precision == Precision::Bf16)
-    unsupported("precision_overrides.generator", "precision 'bf16'");
-  // int8 kernels are CPU only (generators/linear_int8.cpp).
-  const bool int8 = s.precision == Precision::Int8 || s.output_precision() == Precision::Int8;
-  for (Target t : s.targets)
-    if (int8 && t != Target::Host)
-      unsupported("targets", std::string("precision 'int8' with target '") + name_of(t) +
-                                 "' (int8 kernels are CPU only)");
+  // int8 and bf16 kernels are CPU only (generators/linear_int8.cpp, linear.cpp).
+  for (Precision p : {Precision::Int8, Precision::Bf16})
+    for (Target t : s.targets)
+      if ((s.precision == p || s.output_precision() == p) && t != Target::Host)
+        unsupported("targets", std::string("precision '") + name_of(p) + "' with target '" + name_of(t) + "' (" +
+                                   name_of(p) + " kernels are CPU only)");
   if (std::find(s.targets.begin(), s.targets.end(), Target::Host) == s.targets.end())
     unsupported("targets", "a target list without 'host' (the CPU build is the reference and the fallback-free default)");
   sort_by_position(out);

@@ -164,7 +164,8 @@ struct Arg {
 };
 
 struct InputSpec {
-  enum Kind { Uniform, Tokens, Mask, Valid, Scalar, Int8 } kind = Uniform;  // Int8: quantized weights in [-127, 127]
+  // Int8: quantized weights in [-127, 127]; Bf16: uniform values as bf16 bits
+  enum Kind { Uniform, Tokens, Mask, Valid, Scalar, Int8, Bf16 } kind = Uniform;
   std::vector<int> extents;
   float scale = 1;
   int range = 1;       // Tokens: ids in [0, range)
@@ -197,10 +198,11 @@ IoPlan io_plan(const PlannedKernel& k, const Shape& s) {
     return i;
   };
   const std::string& g = k.generator;
-  if (g == "linear" || g == "linear_residual" || g == "linear_gated") {
+  if (g.rfind("linear", 0) == 0 && g.rfind("linear_int8", 0) != 0) {  // linear, linear_bf16 (+ _residual, _gated)
     const int K = geti(p, "in_features", 64), N = geti(p, "out_features", 64);
     io.inputs["x"] = uni({K, M});
     io.inputs["w"] = uni({halformer::kPanel, K, halformer::panel_count(N)}, 1.0f / std::sqrt(float(K)));  // packed_layout.h
+    if (g.rfind("linear_bf16", 0) == 0) io.inputs["w"].kind = InputSpec::Bf16;
     io.inputs["b"] = uni({N}, 0.1f);
     io.inputs["residual"] = uni({N, M});
     io.out_extents = {N, M};
@@ -520,6 +522,11 @@ bool Tuner::prepare(Job& j) {
           Buffer<int8_t> b(spec.extents);
           std::uniform_int_distribution<int> u(-127, 127);
           b.for_each_value([&](int8_t& v) { v = int8_t(u(rng)); });
+          a.buf = b;
+        } else if (spec.kind == InputSpec::Bf16) {
+          Buffer<uint16_t> b(spec.extents);
+          std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+          b.for_each_value([&](uint16_t& v) { v = halformer::to_bf16(u(rng) * spec.scale); });
           a.buf = b;
         } else if (spec.kind == InputSpec::Tokens) {
           Buffer<int32_t> b(spec.extents);

@@ -29,6 +29,7 @@ using ArgmaxFn = int (*)(halide_buffer_t* x, halide_buffer_t* out);
 using PoolFn = int (*)(halide_buffer_t* x, halide_buffer_t* valid, halide_buffer_t* out);
 
 enum class Arch { EncoderDecoder, Encoder, Decoder };
+enum class WeightFormat { Fp32, Int8, Bf16 };
 enum class HeadOutput { LogSoftmax, Softmax, Logits, Classifier, Embedding, Hidden };
 // Rotary: applied to queries and keys inside the self-attention kernels (baked in).
 enum class PositionKind { Sinusoidal, Learned, None, SinusoidalSplit, Rotary };
@@ -80,10 +81,11 @@ struct ModelConfig {
   bool rms_norm;              // every norm is RMSNorm (gamma only)
   double norm_weight_offset;  // norms scale by offset + weight (Gemma: 1)
   bool gated_ff;              // ff1 is the gate (with the activation), ff_up the up projection
-  // int8 linears (generators/linear_int8.cpp): their weights are quantized per channel at
-  // load, and their kernels take w as packed int8 and b as (bias | scale), see weights.h.
-  bool int8_layers;     // every linear of the layers, the pooler and the classifier
-  bool int8_generator;  // the output projection (precision_overrides.generator)
+  // How linear weights are stored (docs/precision.md): int8 (generators/linear_int8.cpp)
+  // quantized per channel at load, the kernels taking w as packed int8 and b as
+  // (bias | scale); bf16 (linear_bf16) rounded at load, w as packed uint16 (bf16 bits).
+  WeightFormat layer_weights;      // every linear of the layers, the pooler and the classifier
+  WeightFormat generator_weights;  // the output projection (precision_overrides.generator)
 };
 
 struct KernelTable {

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace halformer {
@@ -41,6 +42,22 @@ inline std::vector<float> pack_linear(const float* torch_w, int out_features, in
   std::vector<float> w(packed_size(in_features, out_features), 0.0f);
   pack_rows(torch_w, out_features, in_features, 0, w);
   return w;
+}
+
+// ---- bf16 (generators/linear.cpp's linear_bf16): the fp32 packed layout, each value the
+// upper 16 bits of its fp32 rounded to nearest even (NaN stays a NaN); the kernel widens
+// a value back by shifting it left 16 bits, exactly.
+inline uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // quiet NaN
+  return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+inline float from_bf16(uint16_t h) {
+  const uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
 }
 
 // ---- int8 (generators/linear_int8.cpp)

@@ -1,0 +1,77 @@
+// The bf16-weight linear kernels (generators/linear.cpp: linear_bf16, _residual, _gated)
+// against the naive fp32 reference (tests/reference/layers.h) given the same weights
+// rounded to bf16 (halformer/packed_layout.h: to_bf16, round to nearest even): the kernel
+// widens each weight exactly and computes in fp32, so only the summation order differs
+// (within 2e-5 of the output scale); on the awkward shapes of test_layers.cpp (1 row, rows
+// and features not multiples of the tiles, fewer features than a vector, odd K).
+#include <gtest/gtest.h>
+#include <HalideBuffer.h>
+
+#include <random>
+
+#include "halformer/packed_layout.h"
+#include "reference/layers.h"
+#include "test_bf16_kernels.h"
+
+namespace {
+
+using Buf = Halide::Runtime::Buffer<float>;
+using ref::Vec;
+namespace hf = halformer;
+
+Vec random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  Vec v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+enum class Second { None, Residual, Gate };
+
+template <typename Fn>
+void check(Fn fn, int K, int N, const char* act, Second second) {
+  for (int M : {1, 3, 8, 13, 35, 300}) {
+    SCOPED_TRACE("M=" + std::to_string(M));
+    Vec x = random_vec(size_t(M) * K, 1), w = random_vec(size_t(N) * K, 2, 0.2f), b = random_vec(N, 3);
+    Vec res = random_vec(size_t(M) * N, 4), out(size_t(M) * N, -7.0f);
+    Vec wp = hf::pack_linear(w.data(), N, K);  // the runtime's layout, then its bf16 rounding
+    std::vector<uint16_t> wh(wp.size());
+    for (size_t i = 0; i < wp.size(); ++i) wh[i] = hf::to_bf16(wp[i]);
+    Vec wr(w.size());  // the reference's weights: the same rounding, unpacked
+    for (size_t i = 0; i < w.size(); ++i) wr[i] = hf::from_bf16(hf::to_bf16(w[i]));
+    Buf xb(x.data(), {K, M}), bb(b.data(), {N}), rb(res.data(), {N, M}), ob(out.data(), {N, M});
+    Halide::Runtime::Buffer<uint16_t> wb(wh.data(), {hf::kPanel, K, hf::panel_count(N)});
+    int rc;
+    if constexpr (std::is_invocable_v<Fn, halide_buffer_t*, halide_buffer_t*, halide_buffer_t*, halide_buffer_t*,
+                                      halide_buffer_t*>)
+      rc = fn(xb, wb, bb, rb, ob);
+    else
+      rc = fn(xb, wb, bb, ob);
+    ASSERT_EQ(rc, 0);
+    Vec want = ref::linear(x, wr, b, M, K, N, act, second == Second::Residual ? &res : nullptr);
+    if (second == Second::Gate)
+      for (size_t i = 0; i < want.size(); ++i) want[i] *= res[i];
+    double scale = 1, err = 0;
+    for (float v : want) scale = std::max(scale, double(std::abs(v)));
+    for (size_t i = 0; i < out.size(); ++i) err = std::max(err, double(std::abs(out[i] - want[i])));
+    EXPECT_LE(err, 2e-5 * scale) << act << ": max abs error " << err << " (scale " << scale << ")";
+  }
+}
+
+TEST(LinearBf16, RoundsToNearestEven) {
+  EXPECT_EQ(hf::to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(hf::from_bf16(hf::to_bf16(1.00390625f)), 1.0f);         // halfway, even below: down
+  EXPECT_EQ(hf::from_bf16(hf::to_bf16(1.01171875f)), 1.015625f);    // halfway, odd below: up
+  EXPECT_TRUE(std::isinf(hf::from_bf16(hf::to_bf16(3.4e38f))));     // rounds past the largest
+  EXPECT_TRUE(std::isnan(hf::from_bf16(hf::to_bf16(std::nanf("")))));
+}
+
+TEST(LinearBf16, ReluK60N36) { check(test_linear_bf16_relu, 60, 36, "relu", Second::None); }
+TEST(LinearBf16, GeluOddK17N100) { check(test_linear_bf16_gelu, 17, 100, "gelu", Second::None); }
+TEST(LinearBf16, WholePanelsK40N192) { check(test_linear_bf16_panels, 40, 192, "none", Second::None); }
+TEST(LinearBf16, NarrowK40N3) { check(test_linear_bf16_narrow, 40, 3, "none", Second::None); }
+TEST(LinearBf16, ResidualK60N36) { check(test_linear_bf16_residual, 60, 36, "none", Second::Residual); }
+TEST(LinearBf16, GatedK60N36) { check(test_linear_bf16_gated, 60, 36, "none", Second::Gate); }
+
+}  // namespace
