@@ -46,7 +46,9 @@ from .common import (BENCH_DIR, ROOT, load_spec_light, log, median, model_descri
 PEERS = [("halformer-python", "halbench.peer_halformer_python", {}), ("pytorch", "halbench.peer_torch", {}),
          ("onnxruntime", "halbench.peer_ort", {}), ("ctranslate2", "halbench.peer_ct2", {})]
 # Peers at a reduced precision (--precision), each a system of its own in the table.
-REDUCED_PEERS = {"int8": [("ctranslate2-int8", "halbench.peer_ct2", {"ct2_compute_type": "int8_float32"})]}
+REDUCED_PEERS = {"int8": [("ctranslate2-int8", "halbench.peer_ct2", {"ct2_compute_type": "int8_float32"})],
+                 "bf16": [("pytorch-bf16", "halbench.peer_torch", {"torch_dtype": "bfloat16"}),
+                          ("ctranslate2-bf16", "halbench.peer_ct2", {"ct2_compute_type": "bfloat16"})]}
 
 
 def parse_args(argv=None):
@@ -77,7 +79,9 @@ def parse_args(argv=None):
     ap.add_argument("--precision", default="fp32",
                     help="comma-separated precisions, fp32 first (the reference the others are checked against): "
                          "fp32,int8 adds halformer built with --precision int8 ('halformer-int8') and CTranslate2 "
-                         "int8_float32 ('ctranslate2-int8') to the same run (default fp32)")
+                         "int8_float32 ('ctranslate2-int8') to the same run; bf16 adds 'halformer-bf16', PyTorch "
+                         "bf16 ('pytorch-bf16') and CTranslate2 bfloat16 ('ctranslate2-bf16', where the CPU has "
+                         "it) (default fp32)")
     ap.add_argument("--no-matmul", action="store_true", help="skip the matmul-in-isolation scenarios")
     ap.add_argument("--no-profile", action="store_true",
                     help="skip the HALFORMER_PROFILE=1 run that saves halformer's per-kernel table")
@@ -452,8 +456,9 @@ def main(argv=None) -> int:
     weights = resolve_weights(args, spec_path, name, work, env)
     inputs = make_inputs(work, spec, batches, src_len, args.seed)
     precisions = [p.strip() for p in args.precision.split(",") if p.strip()]
-    if not precisions or precisions[0] != "fp32" or not set(precisions) <= {"fp32", "int8"}:
-        raise SystemExit(f"bench: --precision {args.precision!r}: give fp32 first, then int8 (e.g. fp32,int8)")
+    if not precisions or precisions[0] != "fp32" or not set(precisions) <= {"fp32", "int8", "bf16"}:
+        raise SystemExit(f"bench: --precision {args.precision!r}: give fp32 first, then int8 and/or bf16 "
+                         f"(e.g. fp32,int8,bf16)")
     if len(precisions) > 1 and args.model_dir:
         raise SystemExit("bench: --precision with more than fp32 builds the model itself; drop --model-dir")
     driver = build_model(cfg, spec_path, name, work, args.model_dir and os.path.abspath(args.model_dir))
@@ -490,7 +495,7 @@ def main(argv=None) -> int:
                 merge_halformer(variants[p], run_halformer(d, weights, inputs, batches, st, out_dir, profile=False,
                                                            dump_outputs=False, system="halformer-" + p))
         for pname, module, extra in PEERS + [v for p in precisions[1:] for v in REDUCED_PEERS[p]]:
-            if pname not in wanted and pname.replace("-int8", "") not in wanted:
+            if pname not in wanted and pname.rsplit("-", 1)[0] not in wanted:
                 continue
             if pname in peers and peers[pname]["status"] != "ok":
                 continue

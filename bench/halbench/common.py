@@ -116,14 +116,16 @@ def decode_weight_bytes(sz: Dict[str, int], final_norm: bool = False, precision:
     """Weight bytes one decoder step must read: every decoder weight except the
     cross-attention K/V projections (applied once per source, before decoding), plus the
     output projection. KV-cache and memory reads are activations, not counted here.
-    int8: matrices at one byte per weight, plus an fp32 scale per output channel; biases
-    and norms stay fp32."""
+    int8: matrices at one byte per weight, plus an fp32 scale per output channel; bf16:
+    matrices at two bytes per weight; biases and norms stay fp32."""
     d, f, L, V = sz["d_model"], sz["d_ff"], sz["decoder_layers"], sz["tgt_vocab"]
     matrices = L * (3 * d * d + d * d + d * d + d * d + 2 * d * f) + V * d  # qkv, out, cross q/out, ff; output
     channels = L * (3 * d + d + d + d + f + d) + V                         # biases (one per output channel)
     norms = L * 3 * 2 * d + (2 * d if final_norm else 0)                   # three LayerNorms per layer
     if precision == "int8":
         return matrices + 4 * (2 * channels + norms)
+    if precision == "bf16":
+        return 2 * matrices + 4 * (channels + norms)
     return 4 * (matrices + channels + norms)
 
 

@@ -20,7 +20,8 @@ from typing import Any, Dict, List, Optional
 
 from .common import (decode_cache_bytes, decode_step_flops, decode_weight_bytes, encoder_flops, fmt_num, median)
 
-SYSTEM_ORDER = ["halformer", "halformer-int8", "halformer-python", "pytorch", "onnxruntime", "ctranslate2", "ctranslate2-int8", "torch", "numpy"]
+SYSTEM_ORDER = ["halformer", "halformer-int8", "halformer-bf16", "halformer-python", "pytorch", "pytorch-bf16", "onnxruntime",
+                "ctranslate2", "ctranslate2-int8", "ctranslate2-bf16", "torch", "numpy"]
 
 
 def _row(system, kind, batch, scenario, samples, flops, peak, bw_bytes=None, tokens=None, compute_peak=None,
@@ -55,20 +56,20 @@ def assemble(*, spec, spec_path, weights, weights_bytes, settings, machine, git,
     wbytes = decode_weight_bytes(sz, spec["final_norm"])
     # Reduced-precision systems ("halformer-int8", "ctranslate2-int8"): their own bandwidth
     # bound (bytes per weight) and compute peak (the int8 instruction loop, where measured).
-    wbytes_int8 = decode_weight_bytes(sz, spec["final_norm"], "int8")
+    wbytes_reduced = {p: decode_weight_bytes(sz, spec["final_norm"], p) for p in ("int8", "bf16")}
     rows: List[Dict[str, Any]] = []
     scen_enc = {b: f"encoder b{b} s{S}" for b in settings["batches"]}
     scen_dec = {b: f"decode b{b} ({N} tok)" for b in settings["batches"]}
     notes: List[str] = []
 
     def model_row(system, scenario, b, samples, **extra):
-        int8 = system.endswith("-int8")
-        compute_peak = peak.get("int8_peak_gops") if int8 else None
+        precision = system.rsplit("-", 1)[-1] if system.endswith(("-int8", "-bf16")) else "fp32"
+        compute_peak = peak.get("int8_peak_gops") if precision == "int8" else None
         if scenario == "encoder":
             return _row(system, "encoder", b, scen_enc[b], samples, encoder_flops(sz, b, S), peak, tokens=b * S,
                         compute_peak=compute_peak, **extra)
         return _row(system, "decode", b, scen_dec[b], samples, decode_step_flops(sz, b, S, N), peak,
-                    bw_bytes=wbytes_int8 if int8 else wbytes, tokens=b, compute_peak=compute_peak, **extra)
+                    bw_bytes=wbytes_reduced.get(precision, wbytes), tokens=b, compute_peak=compute_peak, **extra)
 
     # halformer, then its reduced-precision builds
     rss = 0
