@@ -44,14 +44,8 @@ const ::testing::Environment* const kCudaCheck = ::testing::AddGlobalTestEnviron
 
 using Buf = Halide::Runtime::Buffer<float>;
 using ref::Vec;
+using ref::random_vec;
 
-Vec random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  Vec v(n);
-  for (auto& x : v) v[&x - v.data()] = dist(rng);
-  return v;
-}
 
 Buf view(Vec& v, std::initializer_list<int> dims_innermost_first) {
   std::vector<int> d(dims_innermost_first);

@@ -17,15 +17,9 @@ namespace {
 
 using Buf = Halide::Runtime::Buffer<float>;
 using ref::Vec;
+using ref::random_vec;
 namespace hf = halformer;
 
-Vec random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  Vec v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 enum class Second { None, Residual, Gate };
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -15,6 +16,15 @@
 namespace ref {
 
 using Vec = std::vector<float>;
+
+// Test data: n normal values (mean 0, standard deviation `scale`), reproducible by seed.
+inline Vec random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  Vec v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
 
 inline double activate(const std::string& act, double v) {
   if (act == "relu") return v > 0 ? v : 0;
