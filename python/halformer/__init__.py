@@ -94,15 +94,22 @@ def _tool():
     return tool
 
 
-def build(spec, out_dir):
+PRECISIONS = ("fp32", "int8", "bf16")
+
+
+def build(spec, out_dir, precision=None):
     """Builds the model of SPEC (a YAML file) into OUT_DIR with the halformer CLI:
     OUT_DIR/<name> (inference binary), lib<name>.so (for Model), lib<name>.a, <name>.h.
+    precision: "fp32", "int8" or "bf16" instead of the spec's `precision:` (as
+    `halformer build --precision`; docs/precision.md); None keeps the spec's.
     The CLI's output is streamed to sys.stdout; a failure raises
     subprocess.CalledProcessError (its .output holds what was printed). Returns OUT_DIR."""
     spec, out_dir = os.fspath(spec), os.fspath(out_dir)
+    if precision is not None and precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)} (or None: the spec's)")
     if not os.path.isfile(spec):
         raise FileNotFoundError(f"spec {spec!r}: no such file")
-    cmd = [_tool(), "build", spec, "-o", out_dir]
+    cmd = [_tool(), "build", spec, "-o", out_dir] + (["--precision", precision] if precision else [])
     lines = []
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           errors="replace", bufsize=1) as p:
