@@ -25,6 +25,13 @@ inline const std::map<std::string, Act> kActNames = {{"none", Act::None},
 // What a matmul's epilogue does with its second (N, M) input (linear*.cpp).
 enum class Epilogue { None, AddResidual, MultiplyGate };
 
+// The epilogue after the activation: y, y + second or y * second.
+inline Halide::Expr apply_epilogue(Epilogue e, Halide::Expr y, const Halide::Expr& second) {
+  if (e == Epilogue::AddResidual) return y + second;
+  if (e == Epilogue::MultiplyGate) return y * second;
+  return y;
+}
+
 // erf-based GELU (torch's default) and its tanh approximation (torch approximate="tanh").
 inline Halide::Expr apply_activation(Act act, Halide::Expr v) {
   using namespace Halide;

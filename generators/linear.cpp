@@ -103,10 +103,8 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
       acc(n, m) = select(M <= gpu_split_rows, small(n, m), big(n, m));
     }
 
-    Expr y = apply_activation(activation, acc(n, m));
-    if (kEpilogue == Epilogue::AddResidual) y += (*residual)(n, m);
-    if (kEpilogue == Epilogue::MultiplyGate) y *= (*residual)(n, m);
-    out(n, m) = y;
+    out(n, m) = apply_epilogue(kEpilogue, apply_activation(activation, acc(n, m)),
+                               kResidual ? (*residual)(n, m) : Expr());
 
     // ---- shapes the runtime must honour
     x.dim(0).set_bounds(0, K);

@@ -90,10 +90,8 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
 
     Expr nc = overhang ? min(n, N - 1) : n;
     Expr scale = row_max(min(m, M - 1)) * (1.0f / float(levels)) * b(nc, 1);
-    Expr y = apply_activation(activation, cast<float>(acc(n, m)) * scale + b(nc, 0));
-    if (kEpilogue == Epilogue::AddResidual) y += (*residual)(n, m);
-    if (kEpilogue == Epilogue::MultiplyGate) y *= (*residual)(n, m);
-    out(n, m) = y;
+    out(n, m) = apply_epilogue(kEpilogue, apply_activation(activation, cast<float>(acc(n, m)) * scale + b(nc, 0)),
+                               kResidual ? (*residual)(n, m) : Expr());
 
     // ---- shapes the runtime must honour
     x.dim(0).set_bounds(0, K);

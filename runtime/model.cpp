@@ -34,8 +34,10 @@ namespace halformer {
 struct WeightBuffers {
   std::mutex lock;
   std::map<std::pair<const float*, int>, std::unique_ptr<Halide::Runtime::Buffer<float>>> bufs;
-  std::map<const int8_t*, std::unique_ptr<Halide::Runtime::Buffer<int8_t>>> int8_bufs;
-  std::map<const uint16_t*, std::unique_ptr<Halide::Runtime::Buffer<uint16_t>>> bf16_bufs;
+  template <typename T>
+  using Views = std::map<const T*, std::unique_ptr<Halide::Runtime::Buffer<T>>>;
+  Views<int8_t> int8_bufs;
+  Views<uint16_t> bf16_bufs;
   // The tensor v as (inner, rows) -- a 1-D vector when rows == 0 (biases, norms; a table
   // of one row stays 2-D) -- or, with panels > 0, as the
   // packed linear weight (kPanel, inner, panels).
@@ -54,26 +56,22 @@ struct WeightBuffers {
   }
   // An int8 linear's weights (kInt8Group, kInt8Panel, groups, panels); CPU only.
   halide_buffer_t* get_int8(const std::vector<int8_t>& q, int in, int out) {
-    std::lock_guard<std::mutex> guard(lock);
-    auto& b = int8_bufs[q.data()];
-    if (!b) {
-      const int groups = int8_groups(in);
-      halide_dimension_t dims[4] = {{0, kInt8Group, 1},
-                                    {0, kInt8Panel, kInt8Group},
-                                    {0, groups, kInt8Group * kInt8Panel},
-                                    {0, int8_panel_count(out), kInt8Group * kInt8Panel * groups}};
-      b = std::make_unique<Halide::Runtime::Buffer<int8_t>>(const_cast<int8_t*>(q.data()), 4, dims);
-    }
-    return b->raw_buffer();
+    const int groups = int8_groups(in);
+    return view(int8_bufs, q, {{0, kInt8Group, 1},
+                               {0, kInt8Panel, kInt8Group},
+                               {0, groups, kInt8Group * kInt8Panel},
+                               {0, int8_panel_count(out), kInt8Group * kInt8Panel * groups}});
   }
   // A bf16 linear's weights: fp32's packed layout (kPanel, in, panels), bf16 bits; CPU only.
   halide_buffer_t* get_bf16(const std::vector<uint16_t>& h, int in, int out) {
+    return view(bf16_bufs, h, {{0, kPanel, 1}, {0, in, kPanel}, {0, panel_count(out), kPanel * in}});
+  }
+  // The buffer over v's data with `dims`, made on first use.
+  template <typename T>
+  halide_buffer_t* view(Views<T>& views, const std::vector<T>& v, std::vector<halide_dimension_t> dims) {
     std::lock_guard<std::mutex> guard(lock);
-    auto& b = bf16_bufs[h.data()];
-    if (!b) {
-      halide_dimension_t dims[3] = {{0, kPanel, 1}, {0, in, kPanel}, {0, panel_count(out), kPanel * in}};
-      b = std::make_unique<Halide::Runtime::Buffer<uint16_t>>(const_cast<uint16_t*>(h.data()), 3, dims);
-    }
+    auto& b = views[v.data()];
+    if (!b) b = std::make_unique<Halide::Runtime::Buffer<T>>(const_cast<T*>(v.data()), int(dims.size()), dims.data());
     return b->raw_buffer();
   }
 };

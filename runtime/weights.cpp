@@ -64,12 +64,7 @@ void to_f32(FloatKind kind, const uint8_t* src, size_t n, float* dst) {
   for (size_t i = 0; i < n; ++i) {
     uint16_t v;
     std::memcpy(&v, src + 2 * i, 2);
-    if (kind == FloatKind::BF16) {
-      const uint32_t bits = uint32_t(v) << 16;
-      std::memcpy(dst + i, &bits, 4);
-    } else {
-      dst[i] = half_to_float(v);
-    }
+    dst[i] = kind == FloatKind::BF16 ? from_bf16(v) : half_to_float(v);
   }
 }
 

@@ -17,8 +17,8 @@ import os
 import sys
 import time
 
-from .common import (REDUCED_ENCODER_REL_TOL, TOOLS_DIR, Unavailable, check_encoder, check_tokens, load_reference,
-                     peer_main, read_sources, reduced_precision_check, timed_runs)
+from .common import (ENCODER_REL_TOL, REDUCED_ENCODER_REL_TOL, TOOLS_DIR, Unavailable, check_encoder, check_tokens,
+                     load_reference, peer_main, read_sources, reduced_precision_check, timed_runs)
 
 
 def body(task, res):
@@ -63,8 +63,8 @@ def body(task, res):
         with torch.inference_mode(), amp:
             if "encoder" in task["scenarios"]:
                 out = model.encode(src)
-                tol = REDUCED_ENCODER_REL_TOL if reduced else None
-                if res.check("encoder", b, check_encoder(out.float().numpy(), ref_enc, *([tol] if tol else []))):
+                tol = REDUCED_ENCODER_REL_TOL if reduced else ENCODER_REL_TOL
+                if res.check("encoder", b, check_encoder(out.float().numpy(), ref_enc, tol)):
                     res.timing("encoder", b, timed_runs(lambda: model.encode(src), task["warmup"], task["repeat_encoder"]))
             if "decode" in task["scenarios"]:
                 toks, margins = greedy_kv(kv, src, n, bos, with_margins=True)

@@ -23,10 +23,11 @@
 
 namespace halformer {
 
+// 0 in vec / tile_n / tile_m: the target's register tile (matmul_knobs_for).
 struct MatmulKnobs {
-  int vec = 16;     // vector width in 32-bit lanes (floats, or int32 sums for int8)
-  int tile_n = 2;   // vectors per tile along n
-  int tile_m = 8;   // rows per tile
+  int vec = 0;      // vector width in 32-bit lanes (floats, or int32 sums for int8)
+  int tile_n = 0;   // vectors per tile along n
+  int tile_m = 0;   // rows per tile
   bool parallel = true;
 };
 
@@ -123,8 +124,8 @@ inline void schedule_cpu_matmul(Halide::Func out, Halide::Func acc, const Halide
   // One row has no rows to reuse a weight over: its tile is at least 64 lanes wide (8 ymm
   // or 4 zmm accumulators), enough independent sums to keep loads in flight (AVX2's 2-ymm
   // tile alone: vocabulary head 512x32000 at 1 row 2.4 -> 4.6 ms, 2-core Zen 3).
-  const int width1 = widths.row1;
-  tiles(out.specialize(rows == 1), 1, width1, (width1 % panel == 0) ? panel : width1);
+  const int width1 = widths.row1, sub1 = (width1 % panel == 0) ? panel : width1;
+  tiles(out.specialize(rows == 1), 1, width1, sub1);
   // A few rows: a task covers a whole panel where it can, walked in `width` strips, so
   // that one core reads each panel.
   const int small_m = 8, small_tile = 4;
@@ -132,7 +133,7 @@ inline void schedule_cpu_matmul(Halide::Func out, Halide::Func acc, const Halide
   if (small_regime) tiles(out.specialize(rows <= small_m), small_tile, widths.few, width);
   tiles(out, k.tile_m, width, width);
   Expr acc_rows = select(rows == 1, 1, small_regime ? select(rows <= small_m, small_tile, k.tile_m) : k.tile_m);
-  Expr acc_cols = select(rows == 1, (width1 % panel == 0) ? panel : width1, width);
+  Expr acc_cols = select(rows == 1, sub1, width);
   acc.compute_at(out, nio)
       .bound_extent(m, acc_rows)
       .bound_extent(n, acc_cols)

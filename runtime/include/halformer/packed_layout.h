@@ -94,9 +94,8 @@ inline int int8_activation_levels(int in_features) {
   return int(std::min<int64_t>(32767, ((int64_t(1) << 31) - 1) / (k * 127)));
 }
 
-// The symmetric quantization of one row of values (a weight channel, or an activation
-// row in the reference): q[i] in [-127, 127], returns the scale (max |v| / 127; 0 for an
-// all-zero row, whose q are 0). The multiplier is computed as the kernel does, in float.
+// The symmetric quantization of one weight channel: q[i] in [-127, 127], returns the scale
+// (max |v| / 127; 0 for an all-zero channel, whose q are 0).
 inline float quantize_row_int8(const float* v, int count, int8_t* q) {
   float amax = 0.0f;
   for (int i = 0; i < count; ++i) amax = std::max(amax, std::fabs(v[i]));
