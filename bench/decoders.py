@@ -16,12 +16,15 @@ SwiGLU d_ff 2048, 4 key/value heads for 12 query heads, vocab 32000). Each is im
   prompt   a 128-token prompt through the model (the KV cache filled), median ms
   decode   per generated token over 64 greedy tokens with the KV cache, median ms
 
-at batch 1 and 8. halformer continues decoder-only prompts one at a time (docs/api.md),
-so its batch-8 figures are 8 rows' work; PyTorch runs the 8 equal-length prompts as one
-batch. The decode bound is fp32 weight bytes read per step / the machine's measured
-streaming-read bandwidth (build/bin/halformer_peak, same run); the KV cache (< 5% of the
-weights at these lengths) is left out of the bound. Both use the same thread count.
-Tokens are checked: halformer's greedy tokens equal PyTorch's for every row.
+at batch 1 and 8; every system runs the 8 prompts as one batch (halformer fills the
+cache one prompt at a time, then decodes every row in each step). The decode bound is
+fp32 weight bytes read per step / the machine's measured streaming-read bandwidth
+(build/bin/halformer_peak, same run); the KV cache (< 5% of the weights at these
+lengths) is left out of the bound; a batch's step reads the weights once. CTranslate2
+runs the model its own Transformers converter made from the same weights
+(`generate_batch`; per token: (time for 64 tokens - time for 1) / 63; prompt: the time
+for 1 token). All use the same thread count. Tokens are checked: halformer's and
+CTranslate2's greedy tokens equal PyTorch's for every row.
 """
 import argparse
 import json
@@ -139,8 +142,80 @@ def halformer_times(binary, weights, prompts, new_tokens, repeat, threads):
     if r.returncode:
         raise SystemExit(f"{binary}: {r.stderr}")
     j = json.loads(r.stdout)
-    # encoder_ms: every prompt's first step (prompt + first token); step_ms: median row step.
-    return j["timing"]["encoder_ms"], j["timing"]["step_ms"] * len(prompts), [s["tokens"] for s in j["sequences"]]
+    # encoder_ms: the prompts and the first token; step_ms: median step of the whole batch.
+    return j["timing"]["encoder_ms"], j["timing"]["step_ms"], [s["tokens"] for s in j["sequences"]]
+
+
+class _Vocab:
+    """The tokenizer CTranslate2's converter asks for: these random models have none, so
+    token i is the string "t<i>" (ids are what the benchmark compares)."""
+
+    def __init__(self, n, bos, eos):
+        self.n, self.bos_token, self.eos_token, self.unk_token = n, f"t{bos}", f"t{eos}", None
+
+    def get_vocab(self):
+        return {f"t{i}": i for i in range(self.n)}
+
+
+def ct2_model(name, hf):
+    """CTranslate2's own Transformers converter on the same model (offline: the model and a
+    stand-in vocabulary are handed to it, as its loader classes read them; cached)."""
+    import ctranslate2
+    import torch
+
+    out = CACHE / name / "ct2"
+    if (out / "model.bin").exists():
+        return out
+    spec = MODELS[name]
+    ref = reference(name, hf)
+    if spec["kind"] == "llama":  # give it the checkpoint's grouped key/value heads, not the repeated ones
+        kv, H = spec["num_key_value_heads"], spec["num_attention_heads"]
+        hd, group = spec["hidden_size"] // H, H // kv
+        with torch.no_grad():
+            for layer in ref.model.layers:
+                for proj in ("k_proj", "v_proj"):
+                    old = getattr(layer.self_attn, proj)
+                    new = torch.nn.Linear(old.in_features, kv * hd, bias=False)
+                    new.weight.copy_(old.weight.view(H, hd, -1)[::group].reshape(kv * hd, -1))
+                    setattr(layer.self_attn, proj, new)
+        ref.config.num_key_value_heads = kv
+    bos, eos = ref.config.bos_token_id, ref.config.eos_token_id
+
+    class Converter(ctranslate2.converters.TransformersConverter):
+        def load_model(self, *args, **kwargs):
+            return ref
+
+        def load_tokenizer(self, *args, **kwargs):
+            return _Vocab(spec["vocab_size"], bos, eos)
+
+    log(f"{name}: CTranslate2 {ctranslate2.__version__} conversion")
+    Converter(str(hf)).convert(str(out), force=True)
+    return out
+
+
+def ct2_times(model_dir, prompts, new_tokens, repeat, threads):
+    """(prompt ms, per-token decode ms, tokens) medians: generate_batch with 1 new token
+    (the prompt) and with `new_tokens`; decode = the difference / (new_tokens - 1)."""
+    import ctranslate2
+
+    gen = ctranslate2.Generator(str(model_dir), device="cpu", compute_type="float32", intra_threads=threads,
+                                inter_threads=1)
+    start = [[f"t{i}" for i in p] for p in prompts]
+
+    def run(n):
+        t0 = time.perf_counter()
+        res = gen.generate_batch(start, max_length=n, sampling_topk=1, include_prompt_in_result=False)
+        return (time.perf_counter() - t0) * 1e3, [r.sequences_ids[0] for r in res]
+
+    one, full, tokens = [], [], None
+    for k in range(repeat + 1):  # the first run warms up
+        t1, _ = run(1)
+        tn, tokens = run(new_tokens)
+        if k:
+            one.append(t1)
+            full.append(tn)
+    p, f = statistics.median(one), statistics.median(full)
+    return p, (f - p) / (new_tokens - 1), tokens
 
 
 def weight_bytes(name):
@@ -160,6 +235,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="2 repeats, 16 new tokens, batch 1 only")
     ap.add_argument("--out", default=None, help="write the results as JSON here too")
+    ap.add_argument("--no-ct2", action="store_true", help="leave CTranslate2 out")
     a = ap.parse_args()
     import numpy as np
     import torch
@@ -174,6 +250,7 @@ def main():
     for name, spec in MODELS.items():
         hf, binary = make(name, spec)
         ref = reference(name, hf)
+        ct2 = ct2_model(name, hf) if not a.no_ct2 else None
         bound_ms = weight_bytes(name) / (gbs * 1e9) * 1e3
         for b in batches:
             rng = np.random.default_rng(b)
@@ -183,19 +260,24 @@ def main():
             log(f"{name} b{b}: halformer")
             hp, hs, htok = halformer_times(binary, hf / "model.safetensors", prompts, new_tokens, repeat, a.threads)
             same = sum(h[:len(t)] == t for h, t in zip(htok, ttok))
-            rows.append(dict(model=name, batch=b, torch_prompt_ms=tp, torch_step_ms=ts, halformer_prompt_ms=hp,
-                             halformer_step_ms=hs, bound_ms=bound_ms,
-                             tokens_identical=f"{same}/{b}"))
+            row = dict(model=name, batch=b, torch_prompt_ms=tp, torch_step_ms=ts, halformer_prompt_ms=hp,
+                       halformer_step_ms=hs, bound_ms=bound_ms, tokens_identical=f"{same}/{b}")
+            if ct2:
+                log(f"{name} b{b}: CTranslate2")
+                cp, cs, ctok = ct2_times(ct2, prompts, new_tokens, repeat, a.threads)
+                row.update(ct2_prompt_ms=cp, ct2_step_ms=cs,
+                           ct2_tokens_identical=f"{sum(c[:len(t)] == t[:len(c)] for c, t in zip(ctok, ttok))}/{b}")
+            rows.append(row)
     print(f"decoder-only models, {a.threads} threads, prompt 128 + {new_tokens} greedy tokens, fp32; "
           f"read bandwidth {gbs:.1f} GB/s (halformer_peak); torch {torch.__version__}")
-    print(f"{'model':12} {'batch':>5} {'prompt ms (hf / torch)':>24} {'decode ms/token (hf / torch)':>30} "
-          f"{'ratio':>6} {'bound ms':>9} {'hf / bound':>10} {'tokens':>7}")
+    print(f"{'model':12} {'batch':>5} {'prompt ms (hf / torch / ct2)':>30} {'decode ms/token (hf / torch / ct2)':>36} "
+          f"{'bound ms':>9} {'hf / bound':>10} {'tokens torch, ct2':>18}")
+    na = float("nan")
     for r in rows:
-        per_row = r["halformer_step_ms"] / r["batch"]
-        print(f"{r['model']:12} {r['batch']:>5} {r['halformer_prompt_ms']:>11.1f} / {r['torch_prompt_ms']:<10.1f} "
-              f"{r['halformer_step_ms']:>14.2f} / {r['torch_step_ms']:<13.2f} "
-              f"{r['torch_step_ms'] / r['halformer_step_ms']:>6.2f} {r['bound_ms']:>9.2f} "
-              f"{per_row / r['bound_ms']:>10.2f} {r['tokens_identical']:>7}")
+        print(f"{r['model']:12} {r['batch']:>5} {r['halformer_prompt_ms']:>9.1f} / {r['torch_prompt_ms']:<7.1f}/ "
+              f"{r.get('ct2_prompt_ms', na):<8.1f} {r['halformer_step_ms']:>11.2f} / {r['torch_step_ms']:<8.2f}/ "
+              f"{r.get('ct2_step_ms', na):<8.2f} {r['bound_ms']:>9.2f} {r['halformer_step_ms'] / r['bound_ms']:>10.2f} "
+              f"{r['tokens_identical']:>9}, {r.get('ct2_tokens_identical', '-')}")
     if a.out:
         json.dump(dict(threads=a.threads, read_gbs=gbs, rows=rows), open(a.out, "w"), indent=2)
 

@@ -427,8 +427,34 @@ struct Session {
   // Embedding (+ positions, + token types), then the embedding LayerNorm if any.
   Act embed(EmbeddingFn fn, const IBuf& tokens, const std::vector<float>& table, int vocab,
             const Weights& w, int pos_offset, bool token_types) {
-    const int d = cfg.d_model;
-    Act x(d, tokens.dim(0).extent(), tokens.dim(1).extent(), iface);
+    Act x(cfg.d_model, tokens.dim(0).extent(), tokens.dim(1).extent(), iface);
+    embed_into(fn, tokens, table, vocab, w, pos_offset, token_types, x, 0);
+    return embedding_norm(std::move(x), w, &table == &w.tgt_embedding);
+  }
+
+  // Decoder rows at their own positions (a batch of left-aligned prompts of different
+  // lengths): one new token per row, row b at position pos[b].
+  Act embed_rows(EmbeddingFn fn, const IBuf& tokens, const Weights& w, const std::vector<int>& pos) {
+    const int d = cfg.d_model, B = tokens.dim(1).extent();
+    Act x(d, 1, B, iface);
+    for (int b = 0; b < B; ++b) {
+      IBuf one(1, 1);
+      one(0, 0) = tokens(0, b);
+      if (!iface) {
+        embed_into(fn, one, w.tgt_embedding, cfg.tgt_vocab, w, pos[b], false, x, int64_t(b) * d);
+        continue;
+      }
+      Act row(d, 1, 1, iface);  // a kernel argument on a device must start aligned
+      embed_into(fn, one, w.tgt_embedding, cfg.tgt_vocab, w, pos[b], false, row, 0);
+      copy_elems(row, 0, x, int64_t(b) * d, d);
+    }
+    return embedding_norm(std::move(x), w, true);
+  }
+
+  // The embedding kernel on tokens (T, B) into x's elements from `offset` (d, T, B).
+  void embed_into(EmbeddingFn fn, const IBuf& tokens, const std::vector<float>& table, int vocab,
+                  const Weights& w, int pos_offset, bool token_types, Act& x, int64_t offset) {
+    const int d = cfg.d_model, T = tokens.dim(0).extent(), B = tokens.dim(1).extent();
     // Tables a kernel does not read (no learned positions / types) get the token table as
     // a stand-in.
     halide_buffer_t* tb = weight(table, d, vocab);
@@ -439,27 +465,25 @@ struct Session {
     halide_buffer_t* pb = positions.empty() ? tb : weight(positions, d, cfg.max_len);
     const bool types_read = token_types && !w.token_types.empty();
     halide_buffer_t* yb = types_read ? weight(w.token_types, d, cfg.type_vocab) : tb;
-    IBuf types(x.T, x.B);
+    IBuf types(T, B);
     types.fill(0);  // token type 0 for every token (single-segment inputs)
-    halide_dimension_t dims[3] = {{0, d, 1}, {0, x.T, d}, {0, x.B, d * x.T}};
-    View o3 = make_view(x, 0, 3, dims);
+    halide_dimension_t dims[3] = {{0, d, 1}, {0, T, d}, {0, B, d * T}};
+    View o3 = make_view(x, offset, 3, dims);
     upload(tokens);
     // The kernel reads type ids only with token types; otherwise (on a GPU, where an
     // upload would be wasted) the token ids stand in.
     if (token_types || !iface) upload(types);
     IBuf& tok = const_cast<IBuf&>(tokens);
-    {
-      KernelTimer timer("embedding", iface);
-      run(fn(tok.raw_buffer(), (token_types || !iface ? types : tok).raw_buffer(), tb, pb, yb, pos_offset,
-             o3.raw()),
-          "embedding");
-    }
-    if (cfg.embedding_norm) {
-      Act y(x.C, x.T, x.B, iface);
-      layer_norm(x, tgt && !w.tgt_embedding_norm.gamma.empty() ? w.tgt_embedding_norm : w.embedding_norm, y);
-      return y;
-    }
-    return x;
+    KernelTimer timer("embedding", iface);
+    run(fn(tok.raw_buffer(), (token_types || !iface ? types : tok).raw_buffer(), tb, pb, yb, pos_offset, o3.raw()),
+        "embedding");
+  }
+
+  Act embedding_norm(Act x, const Weights& w, bool tgt) {
+    if (!cfg.embedding_norm) return x;
+    Act y(x.C, x.T, x.B, iface);
+    layer_norm(x, tgt && !w.tgt_embedding_norm.gamma.empty() ? w.tgt_embedding_norm : w.embedding_norm, y);
+    return y;
   }
 
   // x <- norm(x + f(x)) (post-norm) or x <- x + f(norm(x)) (pre-norm); `sublayer` writes
@@ -569,17 +593,28 @@ struct Session {
   // row padded to `row` = a multiple of kDeviceAlignFloats so that the rows of a step
   // start aligned) and, for an encoder-decoder, the cross-attention keys/values of the
   // memory.
+  // A batch of decoder-only prompts of different lengths is left-aligned: row b's prompt
+  // fills cache positions [shift[b], Pmax), so every step writes one cache position for
+  // all rows at once; row b's token at cache position t sits at sequence position
+  // t - shift[b], and self_mask hides positions before shift[b].
   struct DecoderState {
     int B = 0, Tmax = 0, len = 0, row = 0;
     std::vector<Act> cache, cross;
     Act src_mask;   // (S, B) additive, encoder-decoder only
-    Act self_mask;  // (Tmax, B) zeros: generated positions are all real tokens
+    Act self_mask;  // (Tmax, B): 0, or kMasked before a row's shift
+    std::vector<int> shift;  // per row; all 0 unless prompts differ in length
+    Act zero_mask;  // (Tmax, 1) zeros: one row's own positions (rotary attention per row)
+    bool shifted() const { return std::any_of(shift.begin(), shift.end(), [](int s) { return s != 0; }); }
   };
 
-  DecoderState decoder_state(const Weights& w, int B, int Tmax) {
+  DecoderState decoder_state(const Weights& w, int B, int Tmax, std::vector<int> shift = {}) {
     DecoderState st;
     st.B = B, st.Tmax = Tmax;
-    st.self_mask = make_input(Tmax, B, 1, [](float*) {});
+    st.shift = shift.empty() ? std::vector<int>(B, 0) : std::move(shift);
+    st.self_mask = make_input(Tmax, B, 1, [&](float* m) {
+      for (int b = 0; b < B; ++b) std::fill_n(m + int64_t(b) * Tmax, st.shift[b], kMasked);
+    });
+    if (st.shifted() && cfg.positions == PositionKind::Rotary) st.zero_mask = make_input(Tmax, 1, 1, [](float*) {});
     const int w3 = qkv_width();
     st.row = iface ? int((w3 + kDeviceAlignFloats - 1) / kDeviceAlignFloats * kDeviceAlignFloats) : w3;
     for (size_t l = 0; l < w.decoder.size(); ++l) st.cache.emplace_back(st.row, Tmax, B, iface);
@@ -592,7 +627,15 @@ struct Session {
     const int d = cfg.d_model, hd = d / cfg.heads, T = tokens.dim(0).extent();
     const int B = st.B, row = st.row, len = st.len;
     if (len + T > st.Tmax) throw Error("decoder cache overflow (internal)");
-    Act x = embed(kt.embed_tgt, tokens, w.tgt_embedding, cfg.tgt_vocab, w, len, false);
+    const bool shifted = st.shifted();
+    if (shifted && T != 1) throw Error("internal: a left-aligned batch decodes one position per step");
+    std::vector<int> pos(B);
+    for (int b = 0; b < B; ++b) pos[b] = len - st.shift[b];
+    Act x = shifted ? embed_rows(kt.embed_tgt, tokens, w, pos)
+                    : embed(kt.embed_tgt, tokens, w.tgt_embedding, cfg.tgt_vocab, w, len, false);
+    // Rotary attention turns keys by their cache position: rows at their own positions
+    // each get their own call over their own positions.
+    const bool per_row = shifted && cfg.positions == PositionKind::Rotary;
     const int64_t bstride = int64_t(row) * st.Tmax, at = int64_t(len) * row;
     for (size_t l = 0; l < w.decoder.size(); ++l) {
       const auto& L = w.decoder[l];
@@ -603,9 +646,21 @@ struct Session {
         const int W = qkv_width(), heads = W / hd;
         View out = T > 1 ? view2(c, at, W, T, row) : view2(c, at, W, B, bstride);
         linear(kt.qkv, "qkv", h.flat(), L.qkv, out);
-        attention(kt.decoder_self_attention, "decoder_self_attention", view4(c, at, hd, heads, T, B, row, bstride),
-                  view4(c, 0, hd, heads, len + T, B, row, bstride), view2(st.self_mask, 0, len + T, B, st.Tmax),
-                  a.heads(hd));
+        if (!per_row) {
+          attention(kt.decoder_self_attention, "decoder_self_attention", view4(c, at, hd, heads, T, B, row, bstride),
+                    view4(c, 0, hd, heads, len + T, B, row, bstride), view2(st.self_mask, 0, len + T, B, st.Tmax),
+                    a.heads(hd));
+        } else {
+          for (int b = 0; b < B; ++b) {
+            const int64_t base = b * bstride, n = len + 1 - st.shift[b];
+            Act one = iface ? Act(d, 1, 1, iface) : Act();  // device: an aligned output, then copied
+            View o = iface ? one.heads(hd) : view4(a, int64_t(b) * d, hd, d / hd, 1, 1, d, d);
+            attention(kt.decoder_self_attention, "decoder_self_attention", view4(c, base + at, hd, heads, 1, 1, row, row),
+                      view4(c, base + int64_t(st.shift[b]) * row, hd, heads, int(n), 1, row, row),
+                      view2(st.zero_mask, 0, int(n), 1, st.Tmax), o);
+            if (iface) copy_elems(one, 0, a, int64_t(b) * d, d);
+          }
+        }
         linear_residual(kt.attention_out, "attention_out", a.flat(), L.attn_out, res.flat(), y.flat());
       });
       if (!st.cross.empty()) cross_block(x, L, st.cross[l], st.src_mask);
@@ -740,9 +795,8 @@ struct Session {
                 opts.min_length > 0 || opts.return_scores;
     }
   };
-  // `row0`: the chooser row of logits row 0 (decoder-only models decode one prompt at a time).
   void choose(Chooser& ch, const Act& logits, const Act& out, IBuf& next, const std::vector<Sequence>& history,
-              const std::vector<bool>& done, int generated, int row0, DecodeResult& r) {
+              const std::vector<bool>& done, int generated, DecodeResult& r) {
     if (!ch.on_host) {
       argmax(out, next);
       return;
@@ -752,14 +806,49 @@ struct Session {
     for (int b = 0; b < logits.B; ++b) {
       if (done[b]) continue;
       float lp = 0;
-      next(b) = ch.rows[row0 + b].choose(h.data() + size_t(b) * V, history[b], generated, &lp);
-      if (ch.o.return_scores) r.token_logprobs[row0 + b].push_back(lp);
+      next(b) = ch.rows[b].choose(h.data() + size_t(b) * V, history[b], generated, &lp);
+      if (ch.o.return_scores) r.token_logprobs[b].push_back(lp);
     }
   }
   // Delivers a chosen token; false when the row stops here (eos, or the callback said so).
   static bool deliver(const GenerationOptions& o, int row, int32_t token, int eos) {
     const bool go_on = !o.on_token || o.on_token(row, token);
     return go_on && token != eos;
+  }
+
+  // Decoder-only, with the cache: each prompt through the decoder on its own (one row,
+  // its own length; prompts are compute-bound, so nothing is lost), its keys and values
+  // placed in row b of the batch's cache at [shift[b], Pmax), its last position's head
+  // output in row b of logits / out.
+  void prefill(DecoderState& st, const Weights& w, const std::vector<Sequence>& prompts, Act& logits, Act& out) {
+    const int V = cfg.tgt_vocab;
+    const int64_t bstride = int64_t(st.row) * st.Tmax;
+    Act l1(V, 1, 1, iface), o1(V, 1, 1, iface);
+    // Masked positions before a row's shift are still read (times a zero weight): on a
+    // device, whose memory is not zeroed, they must not hold NaNs.
+    const int max_shift = st.shift.empty() ? 0 : *std::max_element(st.shift.begin(), st.shift.end());
+    Act zeros = iface && max_shift > 0 ? make_input(st.row, max_shift, 1, [](float*) {}) : Act();
+    int Pmax = 0;
+    for (size_t b = 0; b < prompts.size(); ++b) {
+      const int P = int(prompts[b].size());
+      Pmax = std::max(Pmax, P);
+      IBuf tok(P, 1);
+      for (int i = 0; i < P; ++i) tok(i, 0) = prompts[b][i];
+      if (st.B == 1) {  // straight into the cache
+        head(last_rows(decode_step(st, w, tok), {P - 1}), w, logits, out);
+        return;
+      }
+      DecoderState one = decoder_state(w, 1, P);
+      head(last_rows(decode_step(one, w, tok), {P - 1}), w, l1, o1);
+      copy_elems(l1, 0, logits, int64_t(b) * V, V);
+      copy_elems(o1, 0, out, int64_t(b) * V, V);
+      for (size_t l = 0; l < st.cache.size(); ++l) {
+        copy_elems(one.cache[l], 0, st.cache[l], int64_t(b) * bstride + int64_t(st.shift[b]) * st.row,
+                   int64_t(P) * st.row);
+        if (iface && st.shift[b] > 0) copy_elems(zeros, 0, st.cache[l], int64_t(b) * bstride, int64_t(st.shift[b]) * st.row);
+      }
+    }
+    st.len = Pmax;
   }
 
   DecodeResult generate(const Weights& w, const std::vector<Sequence>& src, const GenerationOptions& o) {
@@ -771,67 +860,46 @@ struct Session {
       throw Error("max_new_tokens " + std::to_string(max_new_tokens) + " is outside [1, max_len = " +
                   std::to_string(cfg.max_len) + "]");
     const int V = cfg.tgt_vocab, eos = cfg.eos_id;
+    const bool decoder_only = cfg.arch == Arch::Decoder;
     DecodeResult r;
     Chooser ch(o, V, eos, int(src.size()));
     if (o.return_scores) r.token_logprobs.assign(src.size(), {});
 
-    if (cfg.arch == Arch::Decoder) {
-      // Decoder-only: each prompt is continued on its own (prompts differ in length, so a
-      // shared position per step would need left padding; one at a time keeps it exact).
+    // The history each row's choice sees: decoder-only, prompt + generated (as
+    // transformers' input ids); encoder-decoder, bos + generated.
+    std::vector<Sequence> history;
+    DecoderState st;
+    int B = int(src.size());
+    double t0 = now_ms();
+    if (decoder_only) {
+      // All rows decode together, each at its own position (see DecoderState).
       pad_batch(src, V, "prompt");  // validate the whole batch first
-      r.last_logits = Tensor{{int64_t(src.size()), V}, std::vector<float>(src.size() * V)};
-      r.tokens.resize(src.size());
-      for (size_t b = 0; b < src.size(); ++b) {
+      int Pmax = 0;
+      for (int b = 0; b < B; ++b) {
         const int P = int(src[b].size());
         if (P + max_new_tokens > cfg.max_len + 1)
           throw Error("prompt " + std::to_string(b + 1) + ": " + std::to_string(P) + " tokens + " +
                       std::to_string(max_new_tokens) + " new tokens exceed max_len " + std::to_string(cfg.max_len));
-        std::vector<Sequence> seq{src[b]};  // the history: prompt + generated
-        // GPU: each step's head output row stays on the device until the end.
-        Act last = iface ? Act(V, 1, 1, iface) : Act();
-        DecoderState st = decoder_state(w, 1, P + max_new_tokens);
-        Act logits(V, 1, 1, iface), out(V, 1, 1, iface);
-        Halide::Runtime::Buffer<int32_t> next(1);
-        for (int step = 0; step < max_new_tokens; ++step) {
-          double ts = now_ms();
-          if (o.use_cache) {
-            // First step: the whole prompt fills the cache; then one new token per step.
-            IBuf tok(step == 0 ? P : 1, 1);
-            for (int i = 0; i < tok.dim(0).extent(); ++i) tok(i, 0) = seq[0][seq[0].size() - tok.dim(0).extent() + i];
-            Act x = decode_step(st, w, tok);
-            head(last_rows(x, {x.T - 1}), w, logits, out);
-          } else {
-            decoder_forward(w, seq, {}, Act(), "prompt", &logits, &out);  // the whole prefix again
-          }
-          choose(ch, logits, out, next, seq, {false}, step, int(b), r);
-          double ms = now_ms() - ts;
-          if (step == 0) r.encoder_ms += ms; else r.step_ms.push_back(ms);
-          r.tokens[b].push_back(next(0));
-          seq[0].push_back(next(0));
-          if (iface) copy_elems(out, 0, last, 0, V);
-          else std::copy_n(out.host(), V, r.last_logits.data.begin() + b * V);
-          if (!deliver(o, int(b), next(0), eos)) break;
-        }
-        if (iface) {
-          std::vector<float> h = to_host(last);
-          std::copy(h.begin(), h.end(), r.last_logits.data.begin() + b * V);
-        }
+        Pmax = std::max(Pmax, P);
       }
-      return r;
+      history = src;
+      if (o.use_cache) {
+        std::vector<int> shift(B);
+        for (int b = 0; b < B; ++b) shift[b] = Pmax - int(src[b].size());
+        st = decoder_state(w, B, Pmax + max_new_tokens, shift);
+      }
+    } else {
+      IBuf s = pad_batch(src, cfg.src_vocab, "source");
+      st = decoder_state(w, B, max_new_tokens);
+      st.src_mask = key_mask(src, s.dim(0).extent());
+      Act memory = run_encoder(w, s, st.src_mask);
+      for (const auto& L : w.decoder) st.cross.push_back(cross_kv(L, memory));
+      history.assign(B, Sequence{int32_t(cfg.bos_id)});
+      r.encoder_ms = now_ms() - t0;
     }
-
-    double t0 = now_ms();
-    IBuf s = pad_batch(src, cfg.src_vocab, "source");
-    const int B = s.dim(1).extent();
-    DecoderState st = decoder_state(w, B, max_new_tokens);
-    st.src_mask = key_mask(src, s.dim(0).extent());
-    Act memory = run_encoder(w, s, st.src_mask);
-    for (const auto& L : w.decoder) st.cross.push_back(cross_kv(L, memory));
-    r.encoder_ms = now_ms() - t0;
 
     IBuf tok(1, B);
     tok.fill(cfg.bos_id);
-    std::vector<Sequence> prefix(B, Sequence{int32_t(cfg.bos_id)});  // the history: bos + generated
     Act logits(V, 1, B, iface), out(V, 1, B, iface);
     Act last = iface ? Act(V, 1, B, iface) : Act();  // GPU: last_logits rows stay on the device until the end
     Halide::Runtime::Buffer<int32_t> next(B);
@@ -839,16 +907,17 @@ struct Session {
     r.tokens.assign(B, {});
     r.last_logits = Tensor{{B, V}, std::vector<float>(size_t(B) * V)};
     for (int step = 0; step < max_new_tokens; ++step) {
-      double ts = now_ms();
-      if (o.use_cache) {
-        Act x = decode_step(st, w, tok);
-        head(x, w, logits, out);
-      } else {
+      double ts = decoder_only && step == 0 ? t0 : now_ms();
+      if (!o.use_cache) {
         // Full recomputation of the decoder over the prefix (the encoder output and the
         // cross-attention K/V are per source and reused).
-        decoder_forward(w, prefix, st.cross, st.src_mask, "target", &logits, &out);
+        decoder_forward(w, history, st.cross, st.src_mask, decoder_only ? "prompt" : "target", &logits, &out);
+      } else if (decoder_only && step == 0) {
+        prefill(st, w, src, logits, out);
+      } else {
+        head(decode_step(st, w, tok), w, logits, out);
       }
-      choose(ch, logits, out, next, prefix, done, step, 0, r);
+      choose(ch, logits, out, next, history, done, step, r);
       if (iface)  // rows still decoding, one device copy per run of them
         for (int b0 = 0, b1; b0 < B; b0 = b1) {
           for (b1 = b0; b1 < B && !done[b1]; ++b1) {}
@@ -861,12 +930,14 @@ struct Session {
           r.tokens[b].push_back(next(b));
           if (!iface) std::copy_n(out.host() + size_t(b) * V, V, r.last_logits.data.begin() + size_t(b) * V);
           done[b] = !deliver(o, b, next(b), eos);
+          history[b].push_back(next(b));
         }
         all_done = all_done && done[b];
         tok(0, b) = next(b);
-        prefix[b].push_back(next(b));
       }
-      r.step_ms.push_back(now_ms() - ts);
+      // Decoder-only: the prompt and the first token count as the "encoder" time.
+      if (decoder_only && step == 0) r.encoder_ms = now_ms() - ts;
+      else r.step_ms.push_back(now_ms() - ts);
       if (all_done) break;
     }
     if (iface) r.last_logits.data = to_host(last);
