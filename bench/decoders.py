@@ -151,7 +151,7 @@ class _Vocab:
     token i is the string "t<i>" (ids are what the benchmark compares)."""
 
     def __init__(self, n, bos, eos):
-        self.n, self.bos_token, self.eos_token, self.unk_token = n, f"t{bos}", f"t{eos}", None
+        self.n, self.bos_token, self.eos_token, self.unk_token = n, f"t{bos}", f"t{eos}", f"t{eos}"
 
     def get_vocab(self):
         return {f"t{i}": i for i in range(self.n)}
