@@ -32,6 +32,16 @@ inline Halide::Expr apply_epilogue(Epilogue e, Halide::Expr y, const Halide::Exp
   return y;
 }
 
+// tanh(x) = 1 - 2 / (exp(2x) + 1): Halide's own tanh is a scalar library call per lane on
+// x86, which made GPT-2's gelu_tanh 768x3072 feed-forward at 128 rows take 11.5 instead
+// of 6.4 ms (2-core Zen 3). Absolute error about 1e-7 near 0; |x| >= 9 is +-1 in float
+// (and keeps exp's argument in range).
+inline Halide::Expr tanh_by_exp(Halide::Expr x) {
+  using namespace Halide;
+  Expr e = exp(2.0f * clamp(x, -9.0f, 9.0f));
+  return 1.0f - 2.0f / (e + 1.0f);
+}
+
 // erf-based GELU (torch's default) and its tanh approximation (torch approximate="tanh").
 inline Halide::Expr apply_activation(Act act, Halide::Expr v) {
   using namespace Halide;
@@ -39,11 +49,11 @@ inline Halide::Expr apply_activation(Act act, Halide::Expr v) {
     case Act::None: return v;
     case Act::Relu: return max(v, 0.0f);
     case Act::Gelu: return 0.5f * v * (1.0f + erf(v * 0.70710678118654752f));
-    case Act::Tanh: return tanh(v);  // BERT's pooler
+    case Act::Tanh: return tanh_by_exp(v);  // BERT's pooler
     case Act::Silu: return v / (1.0f + exp(-v));  // x * sigmoid(x) (swish; Marian)
     case Act::GeluTanh: {
       Expr inner = 0.79788456080286536f * (v + 0.044715f * v * v * v);
-      return 0.5f * v * (1.0f + tanh(inner));
+      return 0.5f * v * (1.0f + tanh_by_exp(inner));
     }
   }
   return v;
