@@ -11,6 +11,10 @@
   spm DIR BIN WORK               text through a SentencePiece model: the binary's --spm --text
                                   against transformers' generate() on the tokenizer's ids, decoded
                                   by the same tokenizer (Llama: bos + pieces)
+  device FAMILY DIR SPEC HALFORMER WORK
+                                  the imported SPEC rebuilt with an OpenCL target (PoCL): a padded
+                                  batch of prompts on the device gives the CPU's greedy tokens and
+                                  logits, and each prompt alone the same tokens (per-row positions)
   refuse CASE HALFORMER WORK BASE_DIR...
                                   `halformer import` of a directory with one thing wrong fails,
                                   naming it, and writes nothing
@@ -569,6 +573,38 @@ def spm(hf_dir, binary, work):
     print(f"spm: {len(texts)} texts through a {VOCAB}-piece SentencePiece model, plain output = JSON text")
 
 
+def device(family, hf_dir, spec, halformer, work):
+    os.makedirs(work, exist_ok=True)
+    text = open(spec).read()
+    lines = [ln for ln in text.splitlines() if not ln.startswith("targets:")]
+    device_spec = os.path.join(work, f"{family}-opencl.yaml")
+    with open(device_spec, "w") as f:
+        f.write("\n".join(lines) + "\ntargets: [host, opencl]\n")
+    subprocess.run([halformer, "build", device_spec, "-o", os.path.join(work, "model")], check=True,
+                   stdout=subprocess.DEVNULL)
+    binary = os.path.join(work, "model", f"imported-{family}")
+    weights = os.path.join(hf_dir, "model.safetensors")
+    rng = np.random.default_rng(SEED[family])
+    batch = [rng.integers(0, VOCAB - 1, n).tolist() for n in (7, 3, 12, 1)]
+    extra = ["--max-new-tokens", "20"]
+    cpu, cpu_dump = run_binary(binary, weights, batch, extra + ["--device", "cpu"])
+    dev, dev_dump = run_binary(binary, weights, batch, extra + ["--device", "opencl"])
+    errors = Errors()
+    for name in cpu_dump:
+        errors.add(f"opencl {name} vs cpu", dev_dump[name], cpu_dump[name])
+    tokens = [r["tokens"] for r in dev["sequences"]]
+    if tokens != [r["tokens"] for r in cpu["sequences"]]:
+        raise SystemExit(f"{family}: OpenCL greedy tokens {tokens} differ from the CPU's {cpu['sequences']}")
+    for b, s in enumerate(batch):
+        alone, _ = run_binary(binary, weights, [s], extra + ["--device", "opencl"])
+        if alone["sequences"][0]["tokens"] != tokens[b]:
+            raise SystemExit(f"{family}: prompt {b + 1} alone on OpenCL gives {alone['sequences'][0]['tokens']}, "
+                             f"in the batch {tokens[b]}")
+    errors.check(family)
+    print(f"{family} on OpenCL: a batch of prompts of lengths {[len(s) for s in batch]}: 20 greedy tokens per row "
+          f"equal to the CPU's and to each prompt alone")
+
+
 def main(argv):
     cmd = argv[1] if len(argv) > 1 else ""
     if cmd == "make" and len(argv) == 4:
@@ -586,6 +622,8 @@ def main(argv):
         minilm_compare(*argv[2:6])
     elif cmd == "spm" and len(argv) == 5:
         spm(argv[2], argv[3], argv[4])
+    elif cmd == "device" and len(argv) == 7:
+        device(*argv[2:7])
     elif cmd == "refuse" and len(argv) >= 6:
         refuse(argv[2], argv[3], argv[4], argv[5:])
     else:
