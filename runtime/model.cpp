@@ -621,12 +621,14 @@ struct Session {
     return st;
   }
 
-  // Runs the decoder on `tokens` (T new positions; T > 1 only with B == 1) and returns
-  // the last decoder hidden rows (d, T, B).
+  // Runs the decoder on `tokens` (T new positions; T > 1 only with B == 1, or into an
+  // empty cache of exactly T positions, whose rows are then contiguous) and returns the
+  // last decoder hidden rows (d, T, B).
   Act decode_step(DecoderState& st, const Weights& w, const IBuf& tokens) {
     const int d = cfg.d_model, hd = d / cfg.heads, T = tokens.dim(0).extent();
     const int B = st.B, row = st.row, len = st.len;
     if (len + T > st.Tmax) throw Error("decoder cache overflow (internal)");
+    if (T > 1 && B > 1 && (len != 0 || st.Tmax != T)) throw Error("internal: several rows of several positions");
     const bool shifted = st.shifted();
     if (shifted && T != 1) throw Error("internal: a left-aligned batch decodes one position per step");
     std::vector<int> pos(B);
@@ -642,9 +644,10 @@ struct Session {
       const Act& c = st.cache[l];
       residual_block(x, L.self_norm, [&](const Act& h, const Act& res, Act& y) {
         Act a(d, T, B, iface);
-        // New QKV rows go straight into the cache: T rows of one sequence, or one row each of B.
+        // New QKV rows go straight into the cache: T rows of each sequence (contiguous, see
+        // above), or one row each of B.
         const int W = qkv_width(), heads = W / hd;
-        View out = T > 1 ? view2(c, at, W, T, row) : view2(c, at, W, B, bstride);
+        View out = T > 1 ? view2(c, at, W, T * B, row) : view2(c, at, W, B, bstride);
         linear(kt.qkv, "qkv", h.flat(), L.qkv, out);
         if (!per_row) {
           attention(kt.decoder_self_attention, "decoder_self_attention", view4(c, at, hd, heads, T, B, row, bstride),
@@ -816,39 +819,47 @@ struct Session {
     return go_on && token != eos;
   }
 
-  // Decoder-only, with the cache: each prompt through the decoder on its own (one row,
-  // its own length; prompts are compute-bound, so nothing is lost), its keys and values
-  // placed in row b of the batch's cache at [shift[b], Pmax), its last position's head
-  // output in row b of logits / out.
+  // Decoder-only, with the cache: the prompts through the decoder, those of one length
+  // together (more rows per matmul), each group in a cache of its own length; each
+  // prompt's keys and values are then placed in row b of the batch's cache at
+  // [shift[b], Pmax), its last position's head output in row b of logits / out.
   void prefill(DecoderState& st, const Weights& w, const std::vector<Sequence>& prompts, Act& logits, Act& out) {
     const int V = cfg.tgt_vocab;
+    if (st.B == 1) {  // straight into the cache
+      const int P = int(prompts[0].size());
+      IBuf tok(P, 1);
+      for (int i = 0; i < P; ++i) tok(i, 0) = prompts[0][i];
+      head(last_rows(decode_step(st, w, tok), {P - 1}), w, logits, out);
+      return;
+    }
     const int64_t bstride = int64_t(st.row) * st.Tmax;
-    Act l1(V, 1, 1, iface), o1(V, 1, 1, iface);
     // Masked positions before a row's shift are still read (times a zero weight): on a
     // device, whose memory is not zeroed, they must not hold NaNs.
-    const int max_shift = st.shift.empty() ? 0 : *std::max_element(st.shift.begin(), st.shift.end());
+    const int max_shift = *std::max_element(st.shift.begin(), st.shift.end());
     Act zeros = iface && max_shift > 0 ? make_input(st.row, max_shift, 1, [](float*) {}) : Act();
-    int Pmax = 0;
-    for (size_t b = 0; b < prompts.size(); ++b) {
-      const int P = int(prompts[b].size());
-      Pmax = std::max(Pmax, P);
-      IBuf tok(P, 1);
-      for (int i = 0; i < P; ++i) tok(i, 0) = prompts[b][i];
-      if (st.B == 1) {  // straight into the cache
-        head(last_rows(decode_step(st, w, tok), {P - 1}), w, logits, out);
-        return;
-      }
-      DecoderState one = decoder_state(w, 1, P);
-      head(last_rows(decode_step(one, w, tok), {P - 1}), w, l1, o1);
-      copy_elems(l1, 0, logits, int64_t(b) * V, V);
-      copy_elems(o1, 0, out, int64_t(b) * V, V);
-      for (size_t l = 0; l < st.cache.size(); ++l) {
-        copy_elems(one.cache[l], 0, st.cache[l], int64_t(b) * bstride + int64_t(st.shift[b]) * st.row,
-                   int64_t(P) * st.row);
-        if (iface && st.shift[b] > 0) copy_elems(zeros, 0, st.cache[l], int64_t(b) * bstride, int64_t(st.shift[b]) * st.row);
+    std::map<int, std::vector<int>> by_length;  // prompt length -> batch rows
+    for (size_t b = 0; b < prompts.size(); ++b) by_length[int(prompts[b].size())].push_back(int(b));
+    for (const auto& [P, rows] : by_length) {
+      const int G = int(rows.size());
+      IBuf tok(P, G);
+      for (int g = 0; g < G; ++g)
+        for (int i = 0; i < P; ++i) tok(i, g) = prompts[rows[g]][i];
+      DecoderState group = decoder_state(w, G, P);
+      Act lg(V, 1, G, iface), og(V, 1, G, iface);
+      head(last_rows(decode_step(group, w, tok), std::vector<int>(G, P - 1)), w, lg, og);
+      for (int g = 0; g < G; ++g) {
+        const int b = rows[g];
+        copy_elems(lg, int64_t(g) * V, logits, int64_t(b) * V, V);
+        copy_elems(og, int64_t(g) * V, out, int64_t(b) * V, V);
+        for (size_t l = 0; l < st.cache.size(); ++l) {
+          copy_elems(group.cache[l], int64_t(g) * P * group.row, st.cache[l],
+                     int64_t(b) * bstride + int64_t(st.shift[b]) * st.row, int64_t(P) * st.row);
+          if (iface && st.shift[b] > 0)
+            copy_elems(zeros, 0, st.cache[l], int64_t(b) * bstride, int64_t(st.shift[b]) * st.row);
+        }
       }
     }
-    st.len = Pmax;
+    st.len = by_length.rbegin()->first;
   }
 
   DecodeResult generate(const Weights& w, const std::vector<Sequence>& src, const GenerationOptions& o) {

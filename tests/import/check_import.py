@@ -219,7 +219,7 @@ class Errors:
 def input_sets(rng, low, n_vocab):
     one = [rng.integers(low, n_vocab, 1).tolist()]
     seven = [rng.integers(low, n_vocab, 7).tolist()]
-    batch = [rng.integers(low, n_vocab, n).tolist() for n in (7, 3, 12, 1)]  # padded to 12
+    batch = [rng.integers(low, n_vocab, n).tolist() for n in (7, 3, 12, 1, 7)]  # padded to 12; two of length 7 (one prefill group)
     return {"length 1": one, "length 7": seven, "padded batch": batch}
 
 
@@ -585,7 +585,7 @@ def device(family, hf_dir, spec, halformer, work):
     binary = os.path.join(work, "model", f"imported-{family}")
     weights = os.path.join(hf_dir, "model.safetensors")
     rng = np.random.default_rng(SEED[family])
-    batch = [rng.integers(0, VOCAB - 1, n).tolist() for n in (7, 3, 12, 1)]
+    batch = [rng.integers(0, VOCAB - 1, n).tolist() for n in (7, 3, 12, 1, 7)]
     extra = ["--max-new-tokens", "20"]
     cpu, cpu_dump = run_binary(binary, weights, batch, extra + ["--device", "cpu"])
     dev, dev_dump = run_binary(binary, weights, batch, extra + ["--device", "opencl"])
