@@ -437,6 +437,7 @@ struct Session {
   Act embed_rows(EmbeddingFn fn, const IBuf& tokens, const Weights& w, const std::vector<int>& pos) {
     const int d = cfg.d_model, B = tokens.dim(1).extent();
     Act x(d, 1, B, iface);
+    Act row = iface ? Act(d, 1, 1, iface) : Act();  // a kernel argument on a device must start aligned
     for (int b = 0; b < B; ++b) {
       IBuf one(1, 1);
       one(0, 0) = tokens(0, b);
@@ -444,7 +445,6 @@ struct Session {
         embed_into(fn, one, w.tgt_embedding, cfg.tgt_vocab, w, pos[b], false, x, int64_t(b) * d);
         continue;
       }
-      Act row(d, 1, 1, iface);  // a kernel argument on a device must start aligned
       embed_into(fn, one, w.tgt_embedding, cfg.tgt_vocab, w, pos[b], false, row, 0);
       copy_elems(row, 0, x, int64_t(b) * d, d);
     }
@@ -631,10 +631,14 @@ struct Session {
     if (T > 1 && B > 1 && (len != 0 || st.Tmax != T)) throw Error("internal: several rows of several positions");
     const bool shifted = st.shifted();
     if (shifted && T != 1) throw Error("internal: a left-aligned batch decodes one position per step");
-    std::vector<int> pos(B);
-    for (int b = 0; b < B; ++b) pos[b] = len - st.shift[b];
-    Act x = shifted ? embed_rows(kt.embed_tgt, tokens, w, pos)
-                    : embed(kt.embed_tgt, tokens, w.tgt_embedding, cfg.tgt_vocab, w, len, false);
+    Act x;
+    if (shifted) {
+      std::vector<int> pos(B);
+      for (int b = 0; b < B; ++b) pos[b] = len - st.shift[b];
+      x = embed_rows(kt.embed_tgt, tokens, w, pos);
+    } else {
+      x = embed(kt.embed_tgt, tokens, w.tgt_embedding, cfg.tgt_vocab, w, len, false);
+    }
     // Rotary attention turns keys by their cache position: rows at their own positions
     // each get their own call over their own positions.
     const bool per_row = shifted && cfg.positions == PositionKind::Rotary;
@@ -654,9 +658,9 @@ struct Session {
                     view4(c, 0, hd, heads, len + T, B, row, bstride), view2(st.self_mask, 0, len + T, B, st.Tmax),
                     a.heads(hd));
         } else {
+          Act one = iface ? Act(d, 1, 1, iface) : Act();  // device: an aligned output, then copied
           for (int b = 0; b < B; ++b) {
             const int64_t base = b * bstride, n = len + 1 - st.shift[b];
-            Act one = iface ? Act(d, 1, 1, iface) : Act();  // device: an aligned output, then copied
             View o = iface ? one.heads(hd) : view4(a, int64_t(b) * d, hd, d / hd, 1, 1, d, d);
             attention(kt.decoder_self_attention, "decoder_self_attention", view4(c, base + at, hd, heads, 1, 1, row, row),
                       view4(c, base + int64_t(st.shift[b]) * row, hd, heads, int(n), 1, row, row),
