@@ -169,16 +169,17 @@ def ct2_model(name, hf):
     spec = MODELS[name]
     ref = reference(name, hf)
     if spec["kind"] == "llama":  # give it the checkpoint's grouped key/value heads, not the repeated ones
-        kv, H = spec["num_key_value_heads"], spec["num_attention_heads"]
-        hd, group = spec["hidden_size"] // H, H // kv
+        from safetensors.torch import load_file
+
+        checkpoint = load_file(hf / "model.safetensors")
         with torch.no_grad():
-            for layer in ref.model.layers:
+            for i, layer in enumerate(ref.model.layers):
                 for proj in ("k_proj", "v_proj"):
-                    old = getattr(layer.self_attn, proj)
-                    new = torch.nn.Linear(old.in_features, kv * hd, bias=False)
-                    new.weight.copy_(old.weight.view(H, hd, -1)[::group].reshape(kv * hd, -1))
+                    w = checkpoint[f"model.layers.{i}.self_attn.{proj}.weight"]
+                    new = torch.nn.Linear(w.shape[1], w.shape[0], bias=False)
+                    new.weight.copy_(w)
                     setattr(layer.self_attn, proj, new)
-        ref.config.num_key_value_heads = kv
+        ref.config.num_key_value_heads = spec["num_key_value_heads"]
     bos, eos = ref.config.bos_token_id, ref.config.eos_token_id
 
     class Converter(ctranslate2.converters.TransformersConverter):
