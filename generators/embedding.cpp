@@ -8,6 +8,9 @@
 //                         OpenCL devices without doubles)
 //   positions learned:    a (C, max_len) table, the pos_table input
 //   positions none:       nothing added
+// embedding_int8: the same, over a table of int8 rows (halformer/packed_layout.h): row r
+// holds C int8 values then the row's fp32 scale in 4 bytes, table(c, r) * scale(r) being
+// the fp32 value; one contiguous row per token (a quarter of the fp32 table's memory).
 // Token ids are range-checked by the runtime before the call; the clamp here only keeps
 // a bad id from reading outside the table.
 #include "common.h"
@@ -17,8 +20,15 @@ using namespace Halide;
 
 enum class PosKind { Sinusoidal, Learned, None, SinusoidalSplit };
 
-class Embedding : public Generator<Embedding> {
+template <bool kInt8>
+class Embedding : public Generator<Embedding<kInt8>> {
  public:
+  template <typename T> using GeneratorParam = Halide::GeneratorParam<T>;
+  template <typename T> using Input = typename Generator<Embedding<kInt8>>::template Input<T>;
+  template <typename T> using Output = typename Generator<Embedding<kInt8>>::template Output<T>;
+  using TableType = std::conditional_t<kInt8, int8_t, float>;
+  using Generator<Embedding<kInt8>>::get_target;
+  using Generator<Embedding<kInt8>>::using_autoscheduler;
   GeneratorParam<int> channels{"channels", 64};
   GeneratorParam<int> vocab{"vocab", 16};
   GeneratorParam<int> max_len{"max_len", 64};
@@ -33,7 +43,7 @@ class Embedding : public Generator<Embedding> {
 
   Input<Buffer<int32_t, 2>> tokens{"tokens"};  // (T, B)
   Input<Buffer<int32_t, 2>> type_ids{"type_ids"};  // (T, B); read only when type_vocab > 0
-  Input<Buffer<float, 2>> table{"table"};       // (C, vocab)
+  Input<Buffer<TableType, 2>> table{"table"};   // (C, vocab); int8: (C + 4, vocab)
   Input<Buffer<float, 2>> pos_table{"pos_table"};  // (C, max_len); read only when learned
   Input<Buffer<float, 2>> type_table{"type_table"};  // (C, type_vocab); read only when type_vocab > 0
   Input<int32_t> pos_offset{"pos_offset"};      // position of t = 0 (decode steps)
@@ -43,8 +53,18 @@ class Embedding : public Generator<Embedding> {
     const int C = channels;
     Var c("c"), t("t"), b("b");
     Expr tok = clamp(tokens(t, b), 0, int(vocab) - 1);
-    Expr e = table(c, tok);
-    if (scale) e = e * std::sqrt(float(C));
+    const float embed_scale = scale ? std::sqrt(float(C)) : 1.0f;
+    Func row_scale("row_scale");  // int8: per token, its row's scale (x sqrt(C))
+    Expr e;
+    if (kInt8) {
+      Expr bits = cast<uint32_t>(0);
+      for (int i = 0; i < 4; ++i) bits = bits | (cast<uint32_t>(cast<uint8_t>(table(C + i, tok))) << (8 * i));
+      row_scale(t, b) = reinterpret<float>(bits) * embed_scale;
+      e = cast<float>(table(c, tok)) * row_scale(t, b);
+    } else {
+      e = table(c, tok);
+      if (scale) e = e * embed_scale;
+    }
     Expr p = pos_offset + t;
     Func freq("freq");  // per feature, not per element
     freq(c) = exp(cast<float>((c / 2) * 2) * float(-std::log(10000.0) / C));
@@ -66,12 +86,13 @@ class Embedding : public Generator<Embedding> {
     if (type_vocab > 0) e = e + type_table(c, clamp(type_ids(t, b), 0, int(type_vocab) - 1));
     out(c, t, b) = e;
 
-    table.dim(0).set_bounds(0, C).dim(1).set_bounds(0, vocab).set_stride(C);
+    const int row = kInt8 ? C + 4 : C;
+    table.dim(0).set_bounds(0, row).dim(1).set_bounds(0, vocab).set_stride(row);
     out.dim(0).set_bounds(0, C);
 
     if (using_autoscheduler()) {
       tokens.set_estimates({{0, 128}, {0, 1}});
-      table.set_estimates({{0, C}, {0, vocab}});
+      table.set_estimates({{0, row}, {0, vocab}});
       pos_table.set_estimates({{0, C}, {0, max_len}});
       type_ids.set_estimates({{0, 128}, {0, 1}});
       type_table.set_estimates({{0, C}, {0, std::max(1, int(type_vocab))}});
@@ -96,4 +117,5 @@ class Embedding : public Generator<Embedding> {
 
 }  // namespace halformer
 
-HALIDE_REGISTER_GENERATOR(halformer::Embedding, embedding)
+HALIDE_REGISTER_GENERATOR(halformer::Embedding<false>, embedding)
+HALIDE_REGISTER_GENERATOR(halformer::Embedding<true>, embedding_int8)

@@ -38,6 +38,9 @@ struct WeightBuffers {
   using Views = std::map<const T*, std::unique_ptr<Halide::Runtime::Buffer<T>>>;
   Views<int8_t> int8_bufs;
   Views<uint16_t> bf16_bufs;
+  // A float input a kernel does not read where the real tensor has another type (an
+  // int8 embedding table standing in for absent learned positions).
+  const std::vector<float> stand_in = std::vector<float>(1, 0.0f);
   // The tensor v as (inner, rows) -- a 1-D vector when rows == 0 (biases, norms; a table
   // of one row stays 2-D) -- or, with panels > 0, as the
   // packed linear weight (kPanel, inner, panels).
@@ -61,6 +64,11 @@ struct WeightBuffers {
                                {0, kInt8Panel, kInt8Group},
                                {0, groups, kInt8Group * kInt8Panel},
                                {0, int8_panel_count(out), kInt8Group * kInt8Panel * groups}});
+  }
+  // An int8 embedding table: rows of d int8 values and their 4-byte scale, (d + 4, vocab).
+  halide_buffer_t* get_int8_table(const std::vector<int8_t>& q, int d, int vocab) {
+    const int stride = d + kInt8RowScaleBytes;
+    return view(int8_bufs, q, {{0, stride, 1}, {0, vocab, stride}});
   }
   // A bf16 linear's weights: fp32's packed layout (kPanel, in, panels), bf16 bits; CPU only.
   halide_buffer_t* get_bf16(const std::vector<uint16_t>& h, int in, int out) {
@@ -424,12 +432,12 @@ struct Session {
     });
   }
 
-  // Embedding (+ positions, + token types), then the embedding LayerNorm if any.
-  Act embed(EmbeddingFn fn, const IBuf& tokens, const std::vector<float>& table, int vocab,
-            const Weights& w, int pos_offset, bool token_types) {
+  // Embedding (+ positions, + token types), then the embedding LayerNorm if any: the
+  // encoder's (source table, token types) or, with `tgt`, the decoder's.
+  Act embed(EmbeddingFn fn, const IBuf& tokens, bool tgt, const Weights& w, int pos_offset) {
     Act x(cfg.d_model, tokens.dim(0).extent(), tokens.dim(1).extent(), iface);
-    embed_into(fn, tokens, table, vocab, w, pos_offset, token_types, x, 0);
-    return embedding_norm(std::move(x), w, &table == &w.tgt_embedding);
+    embed_into(fn, tokens, tgt, w, pos_offset, x, 0);
+    return embedding_norm(std::move(x), w, tgt);
   }
 
   // Decoder rows at their own positions (a batch of left-aligned prompts of different
@@ -442,29 +450,31 @@ struct Session {
       IBuf one(1, 1);
       one(0, 0) = tokens(0, b);
       if (!iface) {
-        embed_into(fn, one, w.tgt_embedding, cfg.tgt_vocab, w, pos[b], false, x, int64_t(b) * d);
+        embed_into(fn, one, true, w, pos[b], x, int64_t(b) * d);
         continue;
       }
-      embed_into(fn, one, w.tgt_embedding, cfg.tgt_vocab, w, pos[b], false, row, 0);
+      embed_into(fn, one, true, w, pos[b], row, 0);
       copy_elems(row, 0, x, int64_t(b) * d, d);
     }
     return embedding_norm(std::move(x), w, true);
   }
 
   // The embedding kernel on tokens (T, B) into x's elements from `offset` (d, T, B).
-  void embed_into(EmbeddingFn fn, const IBuf& tokens, const std::vector<float>& table, int vocab,
-                  const Weights& w, int pos_offset, bool token_types, Act& x, int64_t offset) {
+  void embed_into(EmbeddingFn fn, const IBuf& tokens, bool tgt, const Weights& w, int pos_offset, Act& x,
+                  int64_t offset) {
     const int d = cfg.d_model, T = tokens.dim(0).extent(), B = tokens.dim(1).extent();
-    // Tables a kernel does not read (no learned positions / types) get the token table as
-    // a stand-in.
-    halide_buffer_t* tb = weight(table, d, vocab);
-    // The decoder (vocab table tgt_embedding) reads its own positions and norm where the
-    // weights have them (BART, Marian).
-    const bool tgt = &table == &w.tgt_embedding;
+    const EmbeddingTable& table = tgt ? w.tgt_table() : w.src_embedding;
+    const int vocab = tgt ? cfg.tgt_vocab : cfg.src_vocab;
+    const bool token_types = !tgt && cfg.type_vocab > 0;
+    // An int8 table's rows carry their scale (generators/embedding.cpp, embedding_int8).
+    halide_buffer_t* tb = table.int8() ? wbufs.get_int8_table(table.q, d, vocab) : weight(table.f, d, vocab);
+    // Tables a kernel does not read (no learned positions / types) get a stand-in.
+    halide_buffer_t* unread = table.int8() ? weight(wbufs.stand_in, 1, 1) : tb;
+    // The decoder reads its own positions and norm where the weights have them (BART, Marian).
     const std::vector<float>& positions = tgt && !w.tgt_positions.empty() ? w.tgt_positions : w.positions;
-    halide_buffer_t* pb = positions.empty() ? tb : weight(positions, d, cfg.max_len);
+    halide_buffer_t* pb = positions.empty() ? unread : weight(positions, d, cfg.max_len);
     const bool types_read = token_types && !w.token_types.empty();
-    halide_buffer_t* yb = types_read ? weight(w.token_types, d, cfg.type_vocab) : tb;
+    halide_buffer_t* yb = types_read ? weight(w.token_types, d, cfg.type_vocab) : unread;
     IBuf types(T, B);
     types.fill(0);  // token type 0 for every token (single-segment inputs)
     halide_dimension_t dims[3] = {{0, d, 1}, {0, T, d}, {0, B, d * T}};
@@ -538,7 +548,7 @@ struct Session {
   }
 
   Act run_encoder(const Weights& w, const IBuf& src, const Act& src_mask) {
-    Act x = embed(kt.embed_src, src, w.src_embedding, cfg.src_vocab, w, 0, cfg.type_vocab > 0);
+    Act x = embed(kt.embed_src, src, false, w, 0);
     for (const auto& L : w.encoder) {
       self_attention_block(x, L, kt.encoder_self_attention, "encoder_self_attention", src_mask);
       feed_forward(x, L);
@@ -637,7 +647,7 @@ struct Session {
       for (int b = 0; b < B; ++b) pos[b] = len - st.shift[b];
       x = embed_rows(kt.embed_tgt, tokens, w, pos);
     } else {
-      x = embed(kt.embed_tgt, tokens, w.tgt_embedding, cfg.tgt_vocab, w, len, false);
+      x = embed(kt.embed_tgt, tokens, true, w, len);
     }
     // Rotary attention turns keys by their cache position: rows at their own positions
     // each get their own call over their own positions.
@@ -711,7 +721,7 @@ struct Session {
                       const Act& smask, const char* what, Act* last_logits = nullptr, Act* last_out = nullptr) {
     IBuf t = pad_batch(tgt, cfg.tgt_vocab, what);
     Act tmask = key_mask(tgt, t.dim(0).extent());
-    Act x = embed(kt.embed_tgt, t, w.tgt_embedding, cfg.tgt_vocab, w, 0, false);
+    Act x = embed(kt.embed_tgt, t, true, w, 0);
     for (size_t l = 0; l < w.decoder.size(); ++l) {
       const auto& L = w.decoder[l];
       self_attention_block(x, L, kt.decoder_self_attention, "decoder_self_attention", tmask);

@@ -89,7 +89,14 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     // Not a structured binding: lambdas below capture `name` (C++20, clang 14 refuses).
     const std::string name = item.key();
     auto& entry = item.value();
-    if (name == "__metadata__") continue;
+    if (name == "__metadata__") {
+      if (!entry.is_object()) fail("'__metadata__' is not an object");
+      for (auto& m : entry.items()) {
+        if (!m.value().is_string()) fail("'__metadata__' entry '" + m.key() + "' is not a string");
+        metadata_[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
     auto bad = [&](const std::string& what) { fail("tensor '" + name + "': " + what); };
     if (!entry.is_object()) bad("entry is not an object");
     if (!entry.contains("dtype") || !entry["dtype"].is_string()) bad("missing string 'dtype'");
@@ -151,8 +158,10 @@ void SafetensorsFile::release(const void* p, size_t bytes) const {
   ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
 
-void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors) {
+void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
   nlohmann::json header = nlohmann::json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
   size_t offset = 0;
   std::vector<size_t> sizes;
   for (const auto& t : tensors) {

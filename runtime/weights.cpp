@@ -18,6 +18,8 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
+#include <deque>
 #include <set>
 #include <sstream>
 
@@ -308,6 +310,56 @@ Source hf_preset(const HfFamily& f, const std::string& prefix, const ModelConfig
   return source(prefix + layers + str(n.layer) + ".", it->second, true);
 }
 
+// Fills a linear's weights one output channel at a time, straight into the format its
+// kernel reads (docs/precision.md), so that loading an int8 or bf16 model never holds an
+// fp32 copy of a whole matrix.
+class LinearBuilder {
+ public:
+  LinearBuilder(int in, int out, WeightFormat format) : format_(format) {
+    l_.in = in;
+    l_.out = out;
+    if (format == WeightFormat::Int8) {
+      l_.q.assign(packed_int8_size(in, out), 0);
+      scales_.assign(size_t(out), 0.0f);
+      channel_q_.resize(size_t(in));
+    } else if (format == WeightFormat::Bf16) {
+      l_.h.assign(packed_size(in, out), 0);
+    } else {
+      l_.w.assign(packed_size(in, out), 0.0f);
+    }
+  }
+  int in() const { return l_.in; }
+  WeightFormat format() const { return format_; }
+  // Output channel n from its fp32 values v[in].
+  void channel(int n, const float* v) {
+    if (format_ == WeightFormat::Int8) {
+      scales_[size_t(n)] = quantize_row_int8(v, l_.in, channel_q_.data());
+      put_int8_channel(l_.q.data(), l_.in, n, channel_q_.data());
+    } else if (format_ == WeightFormat::Bf16) {
+      uint16_t* dst = l_.h.data() + size_t(n / kPanel) * l_.in * kPanel + n % kPanel;
+      for (int k = 0; k < l_.in; ++k) dst[size_t(k) * kPanel] = to_bf16(v[k]);
+    } else {
+      pack_rows(v, 1, l_.in, n, l_.w);
+    }
+  }
+  // Output channel n already quantized (int8 builds only).
+  void channel_int8(int n, const int8_t* q, float scale) {
+    put_int8_channel(l_.q.data(), l_.in, n, q);
+    scales_[size_t(n)] = scale;
+  }
+  LinearWeights finish(std::vector<float> bias) {
+    l_.b = std::move(bias);
+    l_.b.insert(l_.b.end(), scales_.begin(), scales_.end());  // int8: (bias | scale)
+    return std::move(l_);
+  }
+
+ private:
+  WeightFormat format_;
+  LinearWeights l_;
+  std::vector<float> scales_;
+  std::vector<int8_t> channel_q_;
+};
+
 class Loader {
  public:
   Loader(const ModelConfig& c, const std::string& path) : c_(c), file_(path) {
@@ -322,9 +374,12 @@ class Loader {
     }
     if (c.preset == Preset::Explicit && c.weight_map)
       for (const char* const* kv = c.weight_map; *kv; kv += 2) map_[kv[0]] = kv[1];
+    auto names = file_.metadata().find("halformer.names");
+    canonical_ = names != file_.metadata().end() && names->second == "canonical";
   }
 
   Source resolve(const std::string& canonical) {
+    if (canonical_) return {canonical};  // save_weights' file: no preset, no offsets
     Source s = resolve_name(canonical);
     if (canonical == "pos_embedding.weight" || canonical == "tgt_pos_embedding.weight")
       s.row_offset = c_.position_offset;
@@ -430,41 +485,116 @@ class Loader {
     }
   }
 
-  // Linear with torch layout [out][in] -> the kernels' packed layout (halformer/packed_layout.h).
-  LinearWeights linear(const std::string& prefix, int in, int out) {
-    LinearWeights l = empty_linear(in, out);
-    read_rows(prefix + ".weight", {out, in}, [&](int r, const float* row, size_t) { pack_rows(row, 1, in, r, l.w); });
-    l.b = take(prefix + ".bias", {out});
-    return l;
+  // A linear's weight rows (torch layout [out][in], `rows` of them from output n0) into
+  // `lb`: float rows from any file; I8 rows with their scales from a canonical file.
+  void weight_rows(LinearBuilder& lb, const std::string& canonical, int n0, int rows) {
+    const int in = lb.in();
+    if (int8_rows(canonical, rows, in, lb.format() == WeightFormat::Int8,
+                  [&](int r, const int8_t* q, float scale) { lb.channel_int8(n0 + r, q, scale); }))
+      return;
+    read_rows(canonical, {rows, in}, [&](int r, const float* row, size_t) { lb.channel(n0 + r, row); });
+  }
+  // Linear with torch layout [out][in] -> the format and packed layout its kernel reads.
+  LinearWeights linear(const std::string& prefix, int in, int out, WeightFormat format) {
+    return projections(prefix, {""}, in, {out}, format);
   }
   // Concatenation of several projections' outputs (outs[i] each, input d), e.g. Q | K | V
-  // (K and V narrower with grouped-query attention).
+  // (K and V narrower with grouped-query attention); proj "" is `prefix` itself.
   LinearWeights projections(const std::string& prefix, const std::vector<std::string>& projs, int d,
-                            const std::vector<int>& outs) {
+                            const std::vector<int>& outs, WeightFormat format) {
     int total = 0;
     for (int o : outs) total += o;
-    LinearWeights l = empty_linear(d, total);
+    LinearBuilder lb(d, total, format);
+    std::vector<float> bias;
     for (size_t i = 0, n0 = 0; i < projs.size(); n0 += size_t(outs[i]), ++i) {
-      read_rows(prefix + "." + projs[i] + ".weight", {outs[i], d},
-                [&](int r, const float* row, size_t) { pack_rows(row, 1, d, int(n0) + r, l.w); });
-      std::vector<float> b = take(prefix + "." + projs[i] + ".bias", {outs[i]});
-      l.b.insert(l.b.end(), b.begin(), b.end());
+      const std::string p = projs[i].empty() ? prefix : prefix + "." + projs[i];
+      weight_rows(lb, p + ".weight", int(n0), outs[i]);
+      std::vector<float> b = take(p + ".bias", {outs[i]});
+      bias.insert(bias.end(), b.begin(), b.end());
     }
-    return l;
+    return lb.finish(std::move(bias));
   }
-  static LinearWeights empty_linear(int in, int out) {
-    LinearWeights l;
-    l.in = in;
-    l.out = out;
-    l.w.assign(packed_size(in, out), 0.0f);
-    return l;
+  // A token table [vocab][d] in `format`; with `shared`, also the output projection that
+  // shares it (share_tgt_output), from the same rows.
+  EmbeddingTable table(const std::string& canonical, int vocab, int d, WeightFormat format, LinearBuilder* shared) {
+    EmbeddingTable t;
+    const bool int8 = format == WeightFormat::Int8;
+    const size_t stride = size_t(d) + kInt8RowScaleBytes;
+    if (int8)
+      t.q.assign(size_t(vocab) * stride, 0);
+    else
+      t.f.assign(size_t(vocab) * d, 0.0f);
+    // From a canonical file's I8 rows: a table that is int8 and a projection that is
+    // int8 too (its channels are the same quantized rows).
+    const bool shared_ok = !shared || shared->format() == WeightFormat::Int8;
+    if (int8_rows(canonical, vocab, d, int8 && shared_ok, [&](int r, const int8_t* q, float scale) {
+          put_int8_table_row(t.q.data() + size_t(r) * stride, d, q, scale);
+          if (shared) shared->channel_int8(r, q, scale);
+        }))
+      return t;
+    std::vector<int8_t> q(int8 ? size_t(d) : 0);
+    read_rows(canonical, {vocab, d}, [&](int r, const float* row, size_t) {
+      if (int8) {
+        const float scale = quantize_row_int8(row, d, q.data());
+        put_int8_table_row(t.q.data() + size_t(r) * stride, d, q.data(), scale);
+      } else {
+        std::copy_n(row, d, t.f.data() + size_t(r) * d);
+      }
+      if (shared) shared->channel(r, row);
+    });
+    return t;
   }
-  // RMSNorm: gamma only (offset + weight), beta zeros; else weight and bias.
+  // RMSNorm: gamma only (offset + weight), beta zeros; else weight and bias. A canonical
+  // file holds the gamma the kernel multiplies by (offset already added).
   NormWeights norm(const std::string& prefix, int d) {
     if (!c_.rms_norm) return {take(prefix + ".weight", {d}), take(prefix + ".bias", {d})};
     NormWeights n{take(prefix + ".weight", {d}), std::vector<float>(size_t(d), 0.0f)};
-    for (float& g : n.gamma) g = float(double(g) + c_.norm_weight_offset);
+    if (!canonical_)
+      for (float& g : n.gamma) g = float(double(g) + c_.norm_weight_offset);
     return n;
+  }
+
+  // The I8 rows [rows][cols] of a canonical file's tensor for `canonical` and its F32
+  // "_scale" [rows], through row(r, q, scale). Returns false (nothing read) when the file
+  // stores that tensor otherwise; records a problem when it is I8 but malformed or the
+  // model does not read it as int8 (`accepted` false).
+  template <typename RowFn>
+  bool int8_rows(const std::string& canonical, int rows, int cols, bool accepted, RowFn row) {
+    const TensorInfo* t = canonical_ ? file_.find(canonical) : nullptr;
+    if (!t || t->dtype != "I8") return false;
+    used_.insert(canonical);
+    const std::string scale_name = canonical + "_scale";
+    const TensorInfo* s = file_.find(scale_name);
+    used_.insert(scale_name);
+    const std::vector<int64_t> shape{rows, cols}, scale_shape{rows};
+    if (!accepted) {
+      mismatched_.push_back(canonical + ": I8 (quantized by halformer quantize), but this model reads it as " +
+                            "floats: quantize for this build's precision, or use the original weights");
+      return true;
+    }
+    if (t->shape != shape) {
+      mismatched_.push_back(canonical + ": expected I8 " + shape_str(shape) + ", found I8 " + shape_str(t->shape));
+      return true;
+    }
+    if (!s) {
+      missing_.push_back(scale_name + " F32 " + shape_str(scale_shape) + " (the scales of the I8 " + canonical + ")");
+      return true;
+    }
+    if (s->dtype != "F32" || s->shape != scale_shape) {
+      mismatched_.push_back(scale_name + ": expected F32 " + shape_str(scale_shape) + ", found " + s->dtype + " " +
+                            shape_str(s->shape));
+      return true;
+    }
+    bool valid = true;
+    for (int r = 0; r < rows; ++r) {
+      float scale;
+      std::memcpy(&scale, s->data + size_t(r) * 4, 4);
+      valid = valid && std::isfinite(scale) && scale >= 0.0f;
+      row(r, reinterpret_cast<const int8_t*>(t->data) + size_t(r) * cols, scale);
+    }
+    if (!valid) nonfinite_.push_back(scale_name + " (scales must be finite and >= 0)");
+    file_.release(t->data, t->bytes);
+    return true;
   }
 
   void check() const {
@@ -519,29 +649,28 @@ class Loader {
   std::map<std::string, std::string> map_;
   std::set<std::string> used_;
   std::vector<std::string> missing_, mismatched_, nonfinite_;
+  bool canonical_ = false;  // a file written by save_weights
 };
 
 LayerWeights load_layer(Loader& ld, const ModelConfig& c, const std::string& stack, int i) {
   const int d = c.d_model;
+  const WeightFormat f = c.layer_weights;
   const std::string p = stack + "." + str(i) + ".";
   LayerWeights L;
   const int kvd = c.kv_heads * (d / c.heads);
-  L.qkv = ld.projections(p + "self_attn", {"q", "k", "v"}, d, {d, kvd, kvd});
-  L.attn_out = ld.linear(p + "self_attn.o", d, d);
+  L.qkv = ld.projections(p + "self_attn", {"q", "k", "v"}, d, {d, kvd, kvd}, f);
+  L.attn_out = ld.linear(p + "self_attn.o", d, d, f);
   if (stack == "decoder" && c.arch == Arch::EncoderDecoder) {
-    L.cross_q = ld.projections(p + "cross_attn", {"q"}, d, {d});
-    L.cross_kv = ld.projections(p + "cross_attn", {"k", "v"}, d, {d, d});
-    L.cross_out = ld.linear(p + "cross_attn.o", d, d);
+    L.cross_q = ld.projections(p + "cross_attn", {"q"}, d, {d}, f);
+    L.cross_kv = ld.projections(p + "cross_attn", {"k", "v"}, d, {d, d}, f);
+    L.cross_out = ld.linear(p + "cross_attn.o", d, d, f);
     L.cross_norm = ld.norm(p + "cross_norm", d);
   }
-  if (c.gated_ff) L.ff_gate = ld.linear(p + "ff_gate", d, c.d_ff);
-  L.ff1 = ld.linear(p + "ff1", d, c.d_ff);
-  L.ff2 = ld.linear(p + "ff2", c.d_ff, d);
+  if (c.gated_ff) L.ff_gate = ld.linear(p + "ff_gate", d, c.d_ff, f);
+  L.ff1 = ld.linear(p + "ff1", d, c.d_ff, f);
+  L.ff2 = ld.linear(p + "ff2", c.d_ff, d, f);
   L.self_norm = ld.norm(p + "self_norm", d);
   L.ff_norm = ld.norm(p + "ff_norm", d);
-  // Converted layer by layer, so that the fp32 copies of only one layer are ever alive.
-  for (LinearWeights* l : {&L.qkv, &L.attn_out, &L.ff1, &L.ff2, &L.ff_gate, &L.cross_q, &L.cross_kv, &L.cross_out})
-    convert_linear(*l, c.layer_weights);
   return L;
 }
 
@@ -565,14 +694,17 @@ Weights load_weights(const ModelConfig& c, const std::string& path) {
   const int d = c.d_model;
   const bool enc = c.arch != Arch::Decoder, dec = c.arch != Arch::Encoder;
   Weights w;
-  if (enc) w.src_embedding = ld.take("src_embedding.weight", {c.src_vocab, d});
+  // The output projection that shares the target table is filled from its rows.
+  std::unique_ptr<LinearBuilder> shared;
+  if (dec && c.share_tgt_output) shared = std::make_unique<LinearBuilder>(d, c.tgt_vocab, c.generator_weights);
+  const WeightFormat tf = c.embedding_weights;
+  if (enc)
+    w.src_embedding = ld.table("src_embedding.weight", c.src_vocab, d, tf, c.share_src_tgt ? shared.get() : nullptr);
   if (dec) {
-    if (c.share_src_tgt) {
-      w.tgt_embedding = w.src_embedding;
-      ld.alias("tgt_embedding.weight");
-    } else {
-      w.tgt_embedding = ld.take("tgt_embedding.weight", {c.tgt_vocab, d});
-    }
+    if (c.share_src_tgt)
+      ld.alias("tgt_embedding.weight");  // tgt_table() is the source table
+    else
+      w.tgt_embedding = ld.table("tgt_embedding.weight", c.tgt_vocab, d, tf, shared.get());
   }
   const bool per_stack = is_hf(c.preset) && hf_family(c.preset).per_stack_embeddings;
   if (c.positions == PositionKind::Learned) {
@@ -591,24 +723,16 @@ Weights load_weights(const ModelConfig& c, const std::string& path) {
     if (dec) w.decoder_norm = ld.norm("decoder_norm", d);
   }
   if (dec) {
-    if (c.share_tgt_output) {
-      // The output projection is the target embedding table, [vocab][d] = torch [out][in].
-      LinearWeights g;
-      g.in = d;
-      g.out = c.tgt_vocab;
-      g.w = pack_linear(w.tgt_embedding.data(), c.tgt_vocab, d);
-      g.b = ld.take("generator.bias", {c.tgt_vocab});
+    if (shared) {
+      w.generator = shared->finish(ld.take("generator.bias", {c.tgt_vocab}));
       ld.alias("generator.weight");
-      w.generator = std::move(g);
     } else {
-      w.generator = ld.linear("generator", d, c.tgt_vocab);
+      w.generator = ld.linear("generator", d, c.tgt_vocab, c.generator_weights);
     }
   }
-  if (dec) convert_linear(w.generator, c.generator_weights);
   if (c.head == HeadOutput::Classifier) {
-    if (c.pooler) w.pooler = ld.linear("pooler", d, d);
-    w.classifier = ld.linear("classifier", d, c.num_classes);
-    convert_linear(w.pooler, c.layer_weights), convert_linear(w.classifier, c.layer_weights);
+    if (c.pooler) w.pooler = ld.linear("pooler", d, d, c.layer_weights);
+    w.classifier = ld.linear("classifier", d, c.num_classes, c.layer_weights);
   } else if (is_hf(c.preset) && hf_family(c.preset).model.count("pooler")) {
     ld.alias("pooler.weight");  // BertModel always carries a pooler; only classifiers use it
     ld.alias("pooler.bias");
@@ -619,6 +743,151 @@ Weights load_weights(const ModelConfig& c, const std::string& path) {
   ld.ignore_family_buffers(std::max(c.encoder_layers, c.decoder_layers));
   ld.check();
   return w;
+}
+
+namespace {
+
+// Collects canonical tensors for save_weights, owning the bytes they are written from.
+class CanonicalWriter {
+ public:
+  explicit CanonicalWriter(const ModelConfig& c) : c_(c) {}
+
+  void floats(const std::string& name, const std::vector<float>& v, std::vector<int64_t> shape) {
+    add(name, "F32", std::move(shape), v.data(), v.size() * sizeof(float));
+  }
+  void norm(const std::string& prefix, const NormWeights& n) {
+    floats(prefix + ".weight", n.gamma, {int64_t(n.gamma.size())});
+    if (!c_.rms_norm) floats(prefix + ".bias", n.beta, {int64_t(n.beta.size())});
+  }
+  void table(const std::string& name, const EmbeddingTable& t, int vocab) {
+    const int d = c_.d_model;
+    if (!t.int8()) return floats(name, t.f, {vocab, d});
+    std::vector<uint8_t> q(size_t(vocab) * d), scales(size_t(vocab) * sizeof(float));
+    const size_t stride = size_t(d) + kInt8RowScaleBytes;
+    for (int r = 0; r < vocab; ++r) {
+      std::memcpy(q.data() + size_t(r) * d, t.q.data() + r * stride, size_t(d));
+      std::memcpy(scales.data() + size_t(r) * 4, t.q.data() + r * stride + d, 4);
+    }
+    add(name, "I8", {vocab, d}, std::move(q));
+    add(name + "_scale", "F32", {vocab}, std::move(scales));
+  }
+  // Rows [n0, n0 + rows) of a loaded linear as `prefix`.weight [rows][in] (+ _scale) and
+  // `prefix`.bias, in the format the linear is stored in.
+  void linear(const std::string& prefix, const LinearWeights& l, int n0, int rows) {
+    const int in = l.in;
+    const size_t esize = l.int8() ? 1 : l.bf16() ? 2 : 4;
+    std::vector<uint8_t> w(size_t(rows) * in * esize);
+    for (int r = 0; r < rows; ++r)
+      for (int k = 0; k < in; ++k) {
+        const int n = n0 + r;
+        uint8_t* dst = w.data() + (size_t(r) * in + k) * esize;
+        const size_t packed = size_t(n / kPanel) * in * kPanel + size_t(k) * kPanel + n % kPanel;
+        if (l.int8())
+          std::memcpy(dst, &l.q[packed_int8_index(in, n, k)], 1);
+        else if (l.bf16())
+          std::memcpy(dst, &l.h[packed], 2);
+        else
+          std::memcpy(dst, &l.w[packed], 4);
+      }
+    add(prefix + ".weight", l.int8() ? "I8" : l.bf16() ? "BF16" : "F32", {rows, in}, std::move(w));
+    std::vector<float> bias(l.b.begin() + n0, l.b.begin() + n0 + rows);
+    if (l.int8()) {
+      std::vector<float> scales(l.b.begin() + l.out + n0, l.b.begin() + l.out + n0 + rows);
+      owned_floats(prefix + ".weight_scale", std::move(scales));
+    }
+    owned_floats(prefix + ".bias", std::move(bias));
+  }
+  // A concatenated projection split back into its parts (outs[i] rows each).
+  void projections(const std::string& prefix, const std::vector<std::string>& projs, const LinearWeights& l,
+                   const std::vector<int>& outs) {
+    for (size_t i = 0, n0 = 0; i < projs.size(); n0 += size_t(outs[i]), ++i)
+      linear(prefix + "." + projs[i], l, int(n0), outs[i]);
+  }
+  void layer(const std::string& stack, int i, const LayerWeights& L) {
+    const int d = c_.d_model, kvd = c_.kv_heads * (d / c_.heads);
+    const std::string p = stack + "." + std::to_string(i) + ".";
+    projections(p + "self_attn", {"q", "k", "v"}, L.qkv, {d, kvd, kvd});
+    linear(p + "self_attn.o", L.attn_out, 0, d);
+    if (stack == "decoder" && c_.arch == Arch::EncoderDecoder) {
+      projections(p + "cross_attn", {"q"}, L.cross_q, {d});
+      projections(p + "cross_attn", {"k", "v"}, L.cross_kv, {d, d});
+      linear(p + "cross_attn.o", L.cross_out, 0, d);
+      norm(p + "cross_norm", L.cross_norm);
+    }
+    if (c_.gated_ff) linear(p + "ff_gate", L.ff_gate, 0, c_.d_ff);
+    linear(p + "ff1", L.ff1, 0, c_.d_ff);
+    linear(p + "ff2", L.ff2, 0, d);
+    norm(p + "self_norm", L.self_norm);
+    norm(p + "ff_norm", L.ff_norm);
+  }
+  void write(const std::string& path, const std::map<std::string, std::string>& metadata) const {
+    std::vector<NamedTensor> list;
+    for (const auto& t : tensors_) list.push_back({t.name, t.dtype, t.shape, t.data});
+    write_safetensors(path, list, metadata);
+  }
+  void owned_floats(const std::string& name, std::vector<float> v) {
+    const int64_t n = int64_t(v.size());
+    owned_f_.push_back(std::move(v));
+    tensors_.push_back({name, "F32", {n}, owned_f_.back().data()});
+  }
+
+ private:
+  struct Entry {
+    std::string name, dtype;
+    std::vector<int64_t> shape;
+    const void* data;
+  };
+  void add(const std::string& name, const char* dtype, std::vector<int64_t> shape, const void* data, size_t) {
+    tensors_.push_back({name, dtype, std::move(shape), data});
+  }
+  void add(const std::string& name, const char* dtype, std::vector<int64_t> shape, std::vector<uint8_t> bytes) {
+    owned_.push_back(std::move(bytes));
+    tensors_.push_back({name, dtype, std::move(shape), owned_.back().data()});
+  }
+  const ModelConfig& c_;
+  std::vector<Entry> tensors_;
+  std::deque<std::vector<uint8_t>> owned_;  // deque: pointers into it stay valid
+  std::deque<std::vector<float>> owned_f_;
+};
+
+}  // namespace
+
+const char* weight_format_name(WeightFormat f) {
+  return f == WeightFormat::Int8 ? "int8" : f == WeightFormat::Bf16 ? "bf16" : "fp32";
+}
+
+void save_weights(const ModelConfig& c, const Weights& w, const std::string& path) {
+  CanonicalWriter out(c);
+  const int d = c.d_model;
+  const bool enc = c.arch != Arch::Decoder, dec = c.arch != Arch::Encoder;
+  if (enc) out.table("src_embedding.weight", w.src_embedding, c.src_vocab);
+  if (dec && !c.share_src_tgt) out.table("tgt_embedding.weight", w.tgt_embedding, c.tgt_vocab);
+  if (!w.positions.empty()) out.floats("pos_embedding.weight", w.positions, {c.max_len, d});
+  if (!w.tgt_positions.empty()) out.floats("tgt_pos_embedding.weight", w.tgt_positions, {c.max_len, d});
+  if (!w.token_types.empty()) out.floats("type_embedding.weight", w.token_types, {c.type_vocab, d});
+  if (c.embedding_norm) out.norm("embedding_norm", w.embedding_norm);
+  if (!w.tgt_embedding_norm.gamma.empty()) out.norm("tgt_embedding_norm", w.tgt_embedding_norm);
+  for (size_t i = 0; i < w.encoder.size(); ++i) out.layer("encoder", int(i), w.encoder[i]);
+  for (size_t i = 0; i < w.decoder.size(); ++i) out.layer("decoder", int(i), w.decoder[i]);
+  if (c.final_norm) {
+    if (enc) out.norm("encoder_norm", w.encoder_norm);
+    if (dec) out.norm("decoder_norm", w.decoder_norm);
+  }
+  if (dec) {
+    if (c.share_tgt_output)  // the weight is the target table's
+      out.owned_floats("generator.bias", {w.generator.b.begin(), w.generator.b.begin() + c.tgt_vocab});
+    else
+      out.linear("generator", w.generator, 0, c.tgt_vocab);
+  }
+  if (c.head == HeadOutput::Classifier) {
+    if (c.pooler) out.linear("pooler", w.pooler, 0, d);
+    out.linear("classifier", w.classifier, 0, c.num_classes);
+  }
+  out.write(path, {{"halformer.names", "canonical"},
+                   {"halformer.model", c.name},
+                   {"halformer.layers", weight_format_name(c.layer_weights)},
+                   {"halformer.generator", weight_format_name(c.generator_weights)},
+                   {"halformer.embeddings", weight_format_name(c.embedding_weights)}});
 }
 
 }  // namespace halformer

@@ -130,4 +130,37 @@ TEST(LinearInt8, IntegerAccumulationExact) {
   }
 }
 
+// int8 embedding tables (embedding_int8): each row quantized by the reference
+// (ref::quantize_int8) and laid out as the runtime does (q then the fp32 scale); the kernel
+// against the fp32 reference over the dequantized table, with sinusoidal positions added
+// at two offsets, on 1 to 39 tokens, C = 60 (not a multiple of the vector width), and a
+// row of zeros (scale 0).
+TEST(EmbeddingInt8, DequantizedRowsPlusPositionsC60) {
+  const int V = 11, C = 60, P = 40;
+  Vec table = random_vec(size_t(V) * C, 21, 3.0f), dequant(table.size());
+  std::fill(table.begin() + 5 * C, table.begin() + 6 * C, 0.0f);
+  const size_t stride = size_t(C) + hf::kInt8RowScaleBytes;
+  std::vector<int8_t> rows(V * stride), q(C);
+  for (int v = 0; v < V; ++v) {
+    const float s = ref::quantize_int8(&table[size_t(v) * C], C, q.data());
+    hf::put_int8_table_row(&rows[v * stride], C, q.data(), s);
+    for (int c = 0; c < C; ++c) dequant[size_t(v) * C + c] = float(q[c]) * s;
+  }
+  Halide::Runtime::Buffer<int8_t> tab(rows.data(), {int(stride), V});
+  Vec unused(1);
+  Buf ub(unused.data(), {1, 1});
+  for (int offset : {0, 7}) {
+    for (auto [B, T] : {std::pair{1, 1}, {2, 13}, {3, 13}}) {
+      std::vector<int32_t> tok(size_t(B) * T), types(tok.size(), 0);
+      for (size_t i = 0; i < tok.size(); ++i) tok[i] = int32_t((i * 7 + 3) % V);
+      Vec out(size_t(B) * T * C);
+      Halide::Runtime::Buffer<int32_t> tb(tok.data(), T, B), yb(types.data(), T, B);
+      Buf ob(out.data(), {C, T, B});
+      ASSERT_EQ(test_embedding_int8(tb, yb, tab, ub, ub, offset, ob), 0);
+      expect_close(out, ref::embedding(tok, B, T, dequant, C, true, "sinusoidal", Vec{}, offset), "embedding_int8",
+                   1e-6);
+    }
+  }
+}
+
 }  // namespace

@@ -6,6 +6,8 @@
 //   halformer tune  SPEC ...      search schedules (runs halformer-tune; docs/tuning.md)
 //   halformer import HF_DIR -o SPEC [--name N] [--force]   a spec from a Hugging Face
 //                                 model directory (tools/import; docs/import.md)
+//   halformer quantize SPEC W -o OUT [--precision P] [--force]   W in the int8 / bf16
+//                                 formats the spec's build reads (docs/precision.md)
 #include <CLI/CLI.hpp>
 #include <fcntl.h>
 #include <signal.h>
@@ -15,15 +17,18 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 #include <map>
 #include <sstream>
 #include <vector>
 
+#include "halformer/weights.h"
 #include "importer.h"
 #include "plan.h"
 #include "spec.h"
@@ -303,6 +308,49 @@ int import_model(const std::string& dir, const std::string& out, std::string nam
   return 0;
 }
 
+// `halformer quantize`: the spec's weights file, loaded as its build loads it (int8
+// quantized per channel, bf16 rounded), written under canonical names so that the
+// runtime reads them as they are -- a smaller file and no quantization at load.
+int quantize(const Spec& spec, const std::string& weights, const std::string& out, bool force) {
+  std::error_code ec;
+  if (fs::exists(out, ec) && fs::equivalent(out, weights, ec)) {
+    std::cerr << "halformer quantize: output " << out << " is the input weights file; refusing to overwrite it\n";
+    return 1;
+  }
+  if (fs::is_directory(out, ec)) {
+    std::cerr << "halformer quantize: output " << out << " is a directory; give the file to write\n";
+    return 1;
+  }
+  if (fs::exists(out, ec) && !force) {
+    std::cerr << "halformer quantize: " << out << " exists; add --force to replace it\n";
+    return 1;
+  }
+  auto mc = model_config(spec);
+  const ModelConfig& c = mc->config;
+  if (c.layer_weights == WeightFormat::Fp32 && c.generator_weights == WeightFormat::Fp32 &&
+      c.embedding_weights == WeightFormat::Fp32) {
+    std::cerr << "halformer quantize: " << spec.name << " is fp32 throughout: nothing to quantize (give "
+              << "--precision int8 or bf16, or set the spec's precision)\n";
+    return 1;
+  }
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  std::cout << "halformer quantize: reading " << weights << " (" << c.preset_name << ")...\n" << std::flush;
+  const Weights w = load_weights(c, weights);
+  const auto t1 = clock::now();
+  std::cout << "halformer quantize: writing " << out << " (layers " << weight_format_name(c.layer_weights) << ", output "
+            << weight_format_name(c.generator_weights) << ", embeddings " << weight_format_name(c.embedding_weights) << ")...\n"
+            << std::flush;
+  save_weights(c, w, out);
+  const auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+  const double mb_in = double(fs::file_size(weights)) / 1e6, mb_out = double(fs::file_size(out)) / 1e6;
+  std::cout << "halformer quantize: wrote " << out << ": " << std::fixed << std::setprecision(1) << mb_out << " MB ("
+            << std::setprecision(2) << mb_out / mb_in << " x " << std::setprecision(1) << mb_in << " MB) in "
+            << secs(t0, clock::now()) << " s (read " << secs(t0, t1) << " s)\n  use it as --weights with a "
+            << weight_format_name(c.layer_weights) << " build of " << spec.name << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int run_cli(int argc, char** argv) {
@@ -346,8 +394,27 @@ int run_cli(int argc, char** argv) {
   imp->add_option("--name", import_name, "the spec's name (default: the output file's stem)");
   imp->add_flag("--force", import_force, "replace an existing output file (never one of the inputs)");
 
+  std::string quant_spec, quant_weights, quant_out, quant_precision;
+  bool quant_force = false;
+  auto* quant = app.add_subcommand("quantize", "write a weights file in the int8 / bf16 formats the spec's build reads, "
+                                               "loaded as it is (docs/precision.md)");
+  quant->add_option("SPEC", quant_spec)->required();
+  quant->add_option("WEIGHTS", quant_weights, "the model's safetensors weights (as for the fp32 build)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  quant->add_option("-o,--out", quant_out, "the safetensors file to write")->required();
+  quant->add_option("--precision", quant_precision, "quantize for this precision instead of the spec's")
+      ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
+  quant->add_flag("--force", quant_force, "replace an existing output file (never the input)");
+
   CLI11_PARSE(app, argc, argv);
 
+  if (*quant) {
+    if (!quant_precision.empty()) setenv("HALFORMER_PRECISION", quant_precision.c_str(), 1);
+    auto spec = load(quant_spec, true);
+    if (!spec) return 1;
+    return quantize(*spec, quant_weights, quant_out, quant_force);
+  }
   if (*imp) return import_model(import_dir, import_out, import_name, import_force);
 
   if (*check) {

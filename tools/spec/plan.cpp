@@ -107,7 +107,8 @@ class Planner {
   }
 
   void embedding(const std::string& role, int64_t vocab) {
-    bind(role, "embedding", "embedding_" + std::to_string(vocab),
+    const bool int8 = spec_.table_precision() == Precision::Int8;
+    bind(role, int8 ? "embedding_int8" : "embedding", std::string(int8 ? "embedding_int8_" : "embedding_") + std::to_string(vocab),
          {{"channels", std::to_string(spec_.d_model)},
           {"vocab", std::to_string(vocab)},
           {"max_len", std::to_string(spec_.max_len)},
@@ -283,6 +284,68 @@ const char* position_enum(Positions p) {
 
 Plan make_plan(const Spec& spec) { return Planner(spec).build(); }
 
+WeightFormat weight_format_of(Precision p) {
+  return p == Precision::Int8 ? WeightFormat::Int8 : p == Precision::Bf16 ? WeightFormat::Bf16 : WeightFormat::Fp32;
+}
+
+std::unique_ptr<SpecModelConfig> model_config(const Spec& s) {
+  // The spec's enums list the runtime's in the same order.
+  static_assert(int(Architecture::Decoder) == int(Arch::Decoder) && int(Architecture::Encoder) == int(Arch::Encoder));
+  static_assert(int(Positions::Rotary) == int(PositionKind::Rotary) &&
+                int(Positions::SinusoidalSplit) == int(PositionKind::SinusoidalSplit) &&
+                int(Positions::None) == int(PositionKind::None) && int(Positions::Learned) == int(PositionKind::Learned));
+  static_assert(int(HeadKind::Hidden) == int(HeadOutput::Hidden) && int(HeadKind::Embedding) == int(HeadOutput::Embedding) &&
+                int(HeadKind::Classifier) == int(HeadOutput::Classifier) && int(HeadKind::Logits) == int(HeadOutput::Logits) &&
+                int(HeadKind::Softmax) == int(HeadOutput::Softmax));
+  static_assert(int(WeightPreset::Explicit) == int(Preset::Explicit) &&
+                int(WeightPreset::HuggingfaceLlama) == int(Preset::HuggingfaceLlama) &&
+                int(WeightPreset::HuggingfaceBart) == int(Preset::HuggingfaceBart) &&
+                int(WeightPreset::HuggingfaceGpt2) == int(Preset::HuggingfaceGpt2) &&
+                int(WeightPreset::HuggingfaceDistilbert) == int(Preset::HuggingfaceDistilbert) &&
+                int(WeightPreset::HuggingfaceRoberta) == int(Preset::HuggingfaceRoberta) &&
+                int(WeightPreset::HuggingfaceBert) == int(Preset::HuggingfaceBert) &&
+                int(WeightPreset::AnnotatedTransformer) == int(Preset::AnnotatedTransformer));
+  auto r = std::make_unique<SpecModelConfig>();
+  auto str = [&](const std::string& v) { return r->strings.emplace_back(v).c_str(); };
+  for (const auto& [k, v] : s.weight_map) r->weight_map.push_back(str(k)), r->weight_map.push_back(str(v));
+  r->weight_map.push_back(nullptr);
+  ModelConfig& c = r->config;
+  c.name = str(s.name);
+  c.spec_file = str(s.file);
+  c.arch = Arch(int(s.architecture));
+  c.d_model = int(s.d_model), c.heads = int(s.heads), c.d_ff = int(s.d_ff);
+  c.encoder_layers = int(s.encoder_layers), c.decoder_layers = int(s.decoder_layers);
+  c.src_vocab = int(s.src_vocab), c.tgt_vocab = int(s.tgt_vocab), c.max_len = int(s.max_len);
+  c.type_vocab = int(s.type_vocab);
+  c.pre_norm = s.norm_placement == NormPlacement::Pre;
+  c.final_norm = s.final_norm;
+  c.positions = PositionKind(int(s.positions));
+  c.embedding_norm = s.embedding_norm;
+  c.share_src_tgt = s.share_src_tgt, c.share_tgt_output = s.share_tgt_output;
+  c.causal = s.causal, c.padding_mask = s.padding_mask;
+  c.head = HeadOutput(int(s.head));
+  c.mean_pooling = s.pooling == Pooling::Mean;
+  c.pooler = s.pooler == Pooler::DenseTanh;
+  c.num_classes = int(s.num_classes);
+  c.pad_id = int(s.pad_id), c.bos_id = int(s.bos_id), c.eos_id = int(s.eos_id);
+  c.max_new_tokens = int(s.max_new_tokens);
+  c.beam = s.decoding == DecodeStrategy::Beam;
+  c.beam_size = int(s.beam_size);
+  c.length_penalty = s.length_penalty;
+  c.preset = Preset(int(s.preset));
+  c.preset_name = str(to_string(s.preset));
+  c.weight_map = s.preset == WeightPreset::Explicit ? r->weight_map.data() : nullptr;
+  c.position_offset = int(s.position_offset);
+  c.kv_heads = int(s.kv_heads);
+  c.rms_norm = s.norm_kind == NormKind::Rms;
+  c.norm_weight_offset = s.norm_weight_offset;
+  c.gated_ff = is_gated(s.activation);
+  c.layer_weights = weight_format_of(s.precision);
+  c.generator_weights = weight_format_of(s.output_precision());
+  c.embedding_weights = weight_format_of(s.table_precision());
+  return r;
+}
+
 void write_plan(const Spec& spec, const Plan& plan, const std::string& dir) {
   namespace fs = std::filesystem;
   fs::create_directories(dir);
@@ -360,7 +423,8 @@ void write_plan(const Spec& spec, const Plan& plan, const std::string& dir) {
     << ", /*norm_weight_offset*/ " << Planner::format_float(s.norm_weight_offset) << ", /*gated_ff*/ "
     << b(is_gated(s.activation)) << ",\n"
     << "      /*layer_weights*/ halformer::WeightFormat::" << weight_format(s.precision)
-    << ", /*generator_weights*/ halformer::WeightFormat::" << weight_format(s.output_precision()) << "};\n\n";
+    << ", /*generator_weights*/ halformer::WeightFormat::" << weight_format(s.output_precision()) << ",\n"
+    << "      /*embedding_weights*/ halformer::WeightFormat::" << weight_format(s.table_precision()) << "};\n\n";
   static const char* kRoles[] = {"embed_src", "embed_tgt", "qkv", "encoder_self_attention",
                                  "decoder_self_attention", "cross_attention", "attention_out",
                                  "cross_q", "cross_kv", "ff1", "ff2", "layer_norm", "generator",

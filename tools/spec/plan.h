@@ -4,10 +4,13 @@
 // its config and a kernel table.
 #pragma once
 
+#include <deque>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "halformer/model_config.h"
 #include "spec.h"
 
 namespace halformer {
@@ -33,6 +36,16 @@ struct Plan {
 };
 
 Plan make_plan(const Spec& spec);
+
+// The runtime's ModelConfig for a spec -- the values <name>_model.cpp bakes in -- for
+// tools that read a model's weights without building it (`halformer quantize`). Owns the
+// strings the config points at.
+struct SpecModelConfig {
+  ModelConfig config{};
+  std::deque<std::string> strings;
+  std::vector<const char*> weight_map;  // key, value, ..., nullptr
+};
+std::unique_ptr<SpecModelConfig> model_config(const Spec& spec);
 
 // "<dir>/plan.cmake" (kernels for halformer_add_model) and "<dir>/<name>_model.cpp".
 // Files are rewritten only when their content changes, so an unchanged spec rebuilds

@@ -117,7 +117,7 @@ const std::map<std::string, std::vector<std::string>>& schema() {
       {"",
        {"name", "architecture", "sizes", "layer", "embedding", "attention", "head", "tokens", "decoding", "weights",
         "precision", "precision_overrides", "targets", "cuda_capability", "schedule", "tuning"}},
-      {"precision_overrides", {"generator"}},
+      {"precision_overrides", {"generator", "embeddings"}},
       {"sizes",
        {"d_model", "heads", "d_ff", "encoder_layers", "decoder_layers", "src_vocab", "tgt_vocab", "max_len",
         "type_vocab", "kv_heads"}},
@@ -824,6 +824,11 @@ ParseResult parse_root(const YAML::Node& root, const std::string& file) {
     overrides.read("generator", p, "precision");
     spec.generator_precision = p;
   }
+  if (overrides.has("embeddings")) {
+    Precision p = spec.precision;
+    overrides.read("embeddings", p, "precision");
+    spec.embedding_precision = p;
+  }
   read_targets(top, spec);
   top.read("cuda_capability", spec.cuda_capability, 50, 120);
   read_schedule(top.section("schedule", /*free_form=*/true), spec);
@@ -923,9 +928,11 @@ std::vector<Diagnostic> check_supported(const Spec& s) {
   // int8 and bf16 kernels are CPU only (generators/linear_int8.cpp, linear.cpp).
   for (Precision p : {Precision::Int8, Precision::Bf16})
     for (Target t : s.targets)
-      if ((s.precision == p || s.output_precision() == p) && t != Target::Host)
+      if ((s.precision == p || s.output_precision() == p || s.table_precision() == p) && t != Target::Host)
         unsupported("targets", std::string("precision '") + name_of(p) + "' with target '" + name_of(t) + "' (" +
                                    name_of(p) + " kernels are CPU only)");
+  if (s.table_precision() == Precision::Bf16)
+    unsupported("precision_overrides.embeddings", "'bf16' (embedding tables are fp32 or int8)");
   if (std::find(s.targets.begin(), s.targets.end(), Target::Host) == s.targets.end())
     unsupported("targets", "a target list without 'host' (the CPU build is the reference and the fallback-free default)");
   sort_by_position(out);

@@ -112,6 +112,12 @@ struct Spec {
   // precision_overrides.generator: the output projection's own precision (absent: precision)
   std::optional<Precision> generator_precision;
   Precision output_precision() const { return generator_precision.value_or(precision); }
+  // precision_overrides.embeddings: the token tables' (fp32 or int8; absent: int8 in an
+  // int8 build, else fp32)
+  std::optional<Precision> embedding_precision;
+  Precision table_precision() const {
+    return embedding_precision.value_or(precision == Precision::Int8 ? Precision::Int8 : Precision::Fp32);
+  }
   std::vector<Target> targets = {Target::Host};
   int64_t cuda_capability = 80;
 

@@ -86,6 +86,9 @@ struct ModelConfig {
   // (bias | scale); bf16 (linear_bf16) rounded at load, w as packed uint16 (bf16 bits).
   WeightFormat layer_weights;      // every linear of the layers, the pooler and the classifier
   WeightFormat generator_weights;  // the output projection (precision_overrides.generator)
+  // The token embedding tables: fp32, or int8 rows with their scale (EmbeddingTable;
+  // int8 builds, unless precision_overrides.embeddings keeps them fp32).
+  WeightFormat embedding_weights;
 };
 
 struct KernelTable {
@@ -113,7 +116,7 @@ struct KernelTable {
 // A built model as a value: what the generated <name>_model.cpp exports, under a name
 // derived from the model's (extern "C" halformer_model_<name>(), see model.h), so that
 // any number of models link into one program.
-constexpr int kDescriptorVersion = 6;  // bumped when ModelConfig / KernelTable change
+constexpr int kDescriptorVersion = 7;  // bumped when ModelConfig / KernelTable change
 struct ModelDescriptor {
   int version;              // kDescriptorVersion of the halformer that generated it
   const ModelConfig* config;

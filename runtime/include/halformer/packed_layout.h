@@ -105,6 +105,20 @@ inline float quantize_row_int8(const float* v, int count, int8_t* q) {
   return amax * (1.0f / 127.0f);
 }
 
+// Scatters one quantized channel n (q[k], k < in_features) into the packed int8 layout.
+inline void put_int8_channel(int8_t* packed, int in_features, int n, const int8_t* q) {
+  for (int k = 0; k < in_features; ++k) packed[packed_int8_index(in_features, n, k)] = q[k];
+}
+
+// int8 embedding tables (generators/embedding.cpp, table_int8): row r is its d values
+// quantized as one channel (quantize_row_int8), then the row's fp32 scale as 4 bytes, so
+// that a token's lookup reads one contiguous row.
+constexpr int kInt8RowScaleBytes = 4;
+inline void put_int8_table_row(int8_t* row, int d, const int8_t* q, float scale) {
+  std::memcpy(row, q, size_t(d));
+  std::memcpy(row + d, &scale, sizeof(float));
+}
+
 // The fp32 packed weight (pack_linear's layout), quantized per channel into the int8
 // packed layout; `scales` gets N per-channel scales.
 inline std::vector<int8_t> quantize_packed_int8(const std::vector<float>& packed, int in_features,
@@ -117,7 +131,7 @@ inline std::vector<int8_t> quantize_packed_int8(const std::vector<float>& packed
     const float* src = packed.data() + size_t(n / kPanel) * in_features * kPanel + n % kPanel;
     for (int k = 0; k < in_features; ++k) channel[k] = src[size_t(k) * kPanel];
     scales[n] = quantize_row_int8(channel.data(), in_features, row.data());
-    for (int k = 0; k < in_features; ++k) q[packed_int8_index(in_features, n, k)] = row[k];
+    put_int8_channel(q.data(), in_features, n, row.data());
   }
   return q;
 }

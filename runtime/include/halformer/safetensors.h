@@ -30,6 +30,8 @@ class SafetensorsFile {
   const std::string& path() const { return path_; }
   const std::map<std::string, TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* find(const std::string& name) const;
+  // The header's "__metadata__" (string -> string; empty when the file has none).
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // Drops the mapped pages of [p, p + bytes) from resident memory once the caller holds
   // its own (converted) copy, so that loading never keeps the file and the weights
   // resident at once. Reading them again faults them back in from the file.
@@ -40,16 +42,18 @@ class SafetensorsFile {
   void* map_ = nullptr;
   size_t size_ = 0;
   std::map<std::string, TensorInfo> tensors_;
+  std::map<std::string, std::string> metadata_;
 };
 
-// Writes float32/int32 tensors (row-major) as a safetensors file, atomically
-// (temporary file then rename). Used for --dump.
+// Writes tensors (row-major) as a safetensors file, atomically (temporary file then
+// rename), with optional "__metadata__". Used for --dump and `halformer quantize`.
 struct NamedTensor {
   std::string name;
-  std::string dtype;  // "F32" or "I32"
+  std::string dtype;  // "F32", "I32", "I8", "BF16"
   std::vector<int64_t> shape;
   const void* data;
 };
-void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors);
+void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace halformer

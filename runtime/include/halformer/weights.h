@@ -27,6 +27,15 @@ struct LinearWeights {
 // quantizes per output channel (symmetric; w -> q, the scales appended to b); bf16 rounds
 // to nearest even (w -> h); fp32 leaves it. A linear already converted (or absent) stays.
 void convert_linear(LinearWeights& l, WeightFormat format);
+// A token embedding table [vocab][d]: fp32, or int8 (ModelConfig::embedding_weights):
+// each row quantized like a linear's output channel and stored as its d int8 values
+// followed by the row's fp32 scale (4 bytes, little-endian), halformer/packed_layout.h.
+struct EmbeddingTable {
+  std::vector<float> f;   // fp32: [vocab][d]
+  std::vector<int8_t> q;  // int8: [vocab][d + kInt8RowScaleBytes]
+  bool int8() const { return !q.empty(); }
+  bool empty() const { return f.empty() && q.empty(); }
+};
 struct NormWeights {
   std::vector<float> gamma, beta;
 };
@@ -37,7 +46,10 @@ struct LayerWeights {
   NormWeights self_norm, cross_norm, ff_norm;
 };
 struct Weights {
-  std::vector<float> src_embedding, tgt_embedding;  // [vocab][d]
+  // [vocab][d]; a decoder sharing the encoder's table (share_src_tgt) leaves
+  // tgt_embedding empty: tgt_table() is the one it reads.
+  EmbeddingTable src_embedding, tgt_embedding;
+  const EmbeddingTable& tgt_table() const { return tgt_embedding.empty() ? src_embedding : tgt_embedding; }
   std::vector<float> positions;                     // [max_len][d], learned only
   std::vector<float> token_types;                   // [type_vocab][d]
   NormWeights embedding_norm;
@@ -53,6 +65,17 @@ struct Weights {
 // Checks every tensor the preset expects (name, dtype F32, shape, finite values) and
 // that there are no unexpected ones, reporting all problems in one Error, then loads.
 // The canonical names of docs/weights.md are what an explicit weights.map maps from.
+// A file written by save_weights (metadata halformer.names = canonical) is read by its
+// canonical names whatever the preset; its I8 linears and tables load as they are.
 Weights load_weights(const ModelConfig& config, const std::string& path);
+
+// Writes loaded weights as a safetensors file under the canonical names, in the formats
+// the model's kernels read (`halformer quantize`, docs/precision.md): int8 linears and
+// tables as I8 [rows][cols] plus F32 "<name>_scale" [rows], bf16 linears as BF16, the
+// rest F32. Loading the file back gives bit-identical weights.
+void save_weights(const ModelConfig& config, const Weights& weights, const std::string& path);
+
+// "fp32", "int8", "bf16".
+const char* weight_format_name(WeightFormat format);
 
 }  // namespace halformer
