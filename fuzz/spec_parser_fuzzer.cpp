@@ -2,7 +2,7 @@
 // the "not supported yet" checks and the build plan. Any input must give either a Spec
 // or at least one diagnostic with a message, never a crash, hang or sanitizer report.
 //
-//   clang++ -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -I tools/spec \
+//   clang++ -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -I tools/spec -I runtime/include \
 //     fuzz/spec_parser_fuzzer.cpp tools/spec/spec.cpp tools/spec/plan.cpp -lyaml-cpp -o fuzz_spec_parser
 //   ./fuzz_spec_parser -dict=fuzz/spec.dict NEW_CORPUS fuzz/corpus/spec_parser models tests/spec/broken
 //

@@ -18,7 +18,7 @@ case $harness in
   spec_parser)
     sources="fuzz/spec_parser_fuzzer.cpp tools/spec/spec.cpp tools/spec/plan.cpp"
     deps="$sources tools/spec/spec.h tools/spec/plan.h"
-    flags="-I tools/spec" libs="-lyaml-cpp"
+    flags="-I tools/spec -I runtime/include" libs="-lyaml-cpp"
     # models/ also holds weights: seed with its specs only.
     mkdir -p "$work/spec_parser-seeds-models"
     cp models/*.yaml "$work/spec_parser-seeds-models/"
