@@ -220,6 +220,15 @@ def make_inputs(work: str, spec: Dict, batches: List[int], src_len: int, seed: i
     return out
 
 
+def quantize_weights(cfg, spec_path: str, weights: str, work: str, precision: str) -> str:
+    out = os.path.join(work, f"weights-{precision}.safetensors")
+    t0 = time.time()
+    run([cfg["halformer"], "quantize", spec_path, weights, "--precision", precision, "-o", out, "--force"])
+    log(f"halformer quantize --precision {precision}: {os.path.getsize(out) / 1e6:.1f} MB "
+        f"({os.path.getsize(out) / os.path.getsize(weights):.2f} x the fp32 file, {time.time() - t0:.1f} s)")
+    return out
+
+
 def build_model(cfg, spec_path: str, name: str, work: str, model_dir: Optional[str], precision: str = "fp32") -> str:
     suffix = "" if precision == "fp32" else "-" + precision
     if model_dir:
@@ -463,6 +472,9 @@ def main(argv=None) -> int:
         raise SystemExit("bench: --precision with more than fp32 builds the model itself; drop --model-dir")
     driver = build_model(cfg, spec_path, name, work, args.model_dir and os.path.abspath(args.model_dir))
     reduced = {p: build_model(cfg, spec_path, name, work, None, p) for p in precisions[1:]}
+    # Reduced-precision builds read their weights as deployed: `halformer quantize`'s file
+    # (the same outputs as the fp32 file, docs/precision.md), rewritten every run.
+    quantized = {p: quantize_weights(cfg, spec_path, weights, work, p) for p in precisions[1:]}
     peak = run_peak(cfg, q, args.threads)
     rounds = max(1, args.rounds or (1 if q else 2))
     if rounds > 1:
@@ -473,7 +485,7 @@ def main(argv=None) -> int:
     st["rounds"] = rounds
     hal = run_halformer(driver, weights, inputs, batches, st, out_dir, profile=not (q or args.no_profile))
     # The same model at reduced precision, as systems of their own (checked against fp32).
-    variants = {p: run_halformer(d, weights, inputs, batches, st, out_dir, profile=False, dump_outputs=False,
+    variants = {p: run_halformer(d, quantized[p], inputs, batches, st, out_dir, profile=False, dump_outputs=False,
                                  system="halformer-" + p) for p, d in reduced.items()}
 
     task = {"spec": spec_path, "weights": weights, "work": work, "threads": args.threads, "batches": batches,
@@ -492,8 +504,9 @@ def main(argv=None) -> int:
             merge_halformer(hal, run_halformer(driver, weights, inputs, batches, st, out_dir, profile=False,
                                                dump_outputs=False))
             for p, d in reduced.items():
-                merge_halformer(variants[p], run_halformer(d, weights, inputs, batches, st, out_dir, profile=False,
-                                                           dump_outputs=False, system="halformer-" + p))
+                merge_halformer(variants[p], run_halformer(d, quantized[p], inputs, batches, st, out_dir,
+                                                           profile=False, dump_outputs=False,
+                                                           system="halformer-" + p))
         for pname, module, extra in PEERS + [v for p in precisions[1:] for v in REDUCED_PEERS[p]]:
             if pname not in wanted and pname.rsplit("-", 1)[0] not in wanted:
                 continue

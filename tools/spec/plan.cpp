@@ -233,49 +233,50 @@ std::string cmake_string(const std::string& s) {
   return r + "\"";
 }
 
-const char* head_enum(HeadKind h) {
+// The runtime enums' C++ names, for the generated config.
+const char* head_enum(HeadOutput h) {
   switch (h) {
-    case HeadKind::LogSoftmax: return "LogSoftmax";
-    case HeadKind::Softmax: return "Softmax";
-    case HeadKind::Logits: return "Logits";
-    case HeadKind::Classifier: return "Classifier";
-    case HeadKind::Embedding: return "Embedding";
+    case HeadOutput::LogSoftmax: return "LogSoftmax";
+    case HeadOutput::Softmax: return "Softmax";
+    case HeadOutput::Logits: return "Logits";
+    case HeadOutput::Classifier: return "Classifier";
+    case HeadOutput::Embedding: return "Embedding";
     default: return "Hidden";
   }
 }
-const char* weight_format(Precision p) {
+const char* weight_format(WeightFormat p) {
   switch (p) {
-    case Precision::Int8: return "Int8";
-    case Precision::Bf16: return "Bf16";
+    case WeightFormat::Int8: return "Int8";
+    case WeightFormat::Bf16: return "Bf16";
     default: return "Fp32";
   }
 }
-const char* arch_enum(Architecture a) {
+const char* arch_enum(Arch a) {
   switch (a) {
-    case Architecture::EncoderDecoder: return "EncoderDecoder";
-    case Architecture::Encoder: return "Encoder";
+    case Arch::EncoderDecoder: return "EncoderDecoder";
+    case Arch::Encoder: return "Encoder";
     default: return "Decoder";
   }
 }
-const char* preset_enum(WeightPreset p) {
+const char* preset_enum(Preset p) {
   switch (p) {
-    case WeightPreset::TorchTransformer: return "TorchTransformer";
-    case WeightPreset::AnnotatedTransformer: return "AnnotatedTransformer";
-    case WeightPreset::HuggingfaceBert: return "HuggingfaceBert";
-    case WeightPreset::HuggingfaceRoberta: return "HuggingfaceRoberta";
-    case WeightPreset::HuggingfaceDistilbert: return "HuggingfaceDistilbert";
-    case WeightPreset::HuggingfaceGpt2: return "HuggingfaceGpt2";
-    case WeightPreset::HuggingfaceBart: return "HuggingfaceBart";
-    case WeightPreset::HuggingfaceLlama: return "HuggingfaceLlama";
+    case Preset::TorchTransformer: return "TorchTransformer";
+    case Preset::AnnotatedTransformer: return "AnnotatedTransformer";
+    case Preset::HuggingfaceBert: return "HuggingfaceBert";
+    case Preset::HuggingfaceRoberta: return "HuggingfaceRoberta";
+    case Preset::HuggingfaceDistilbert: return "HuggingfaceDistilbert";
+    case Preset::HuggingfaceGpt2: return "HuggingfaceGpt2";
+    case Preset::HuggingfaceBart: return "HuggingfaceBart";
+    case Preset::HuggingfaceLlama: return "HuggingfaceLlama";
     default: return "Explicit";
   }
 }
-const char* position_enum(Positions p) {
+const char* position_enum(PositionKind p) {
   switch (p) {
-    case Positions::Sinusoidal: return "Sinusoidal";
-    case Positions::Learned: return "Learned";
-    case Positions::SinusoidalSplit: return "SinusoidalSplit";
-    case Positions::Rotary: return "Rotary";
+    case PositionKind::Sinusoidal: return "Sinusoidal";
+    case PositionKind::Learned: return "Learned";
+    case PositionKind::SinusoidalSplit: return "SinusoidalSplit";
+    case PositionKind::Rotary: return "Rotary";
     default: return "None";
   }
 }
@@ -284,7 +285,7 @@ const char* position_enum(Positions p) {
 
 Plan make_plan(const Spec& spec) { return Planner(spec).build(); }
 
-WeightFormat weight_format_of(Precision p) {
+static WeightFormat weight_format_of(Precision p) {
   return p == Precision::Int8 ? WeightFormat::Int8 : p == Precision::Bf16 ? WeightFormat::Bf16 : WeightFormat::Fp32;
 }
 
@@ -390,41 +391,43 @@ void write_plan(const Spec& spec, const Plan& plan, const std::string& dir) {
   };
   for (const auto& [device, target] : plan.variants)
     for (const auto& k : plan.kernels) c << "#include \"" << variant_fn(k.function, device) << ".h\"\n";
-  const Spec& s = spec;
+  // The config is model_config(spec) (what `halformer quantize` uses too), written out.
+  const auto owned = model_config(spec);
+  const ModelConfig& cfg = owned->config;
   auto b = [](bool v) { return v ? "true" : "false"; };
-  if (s.preset == WeightPreset::Explicit) {
+  if (cfg.weight_map) {
     c << "\nstatic const char* const kWeightMap[] = {\n";
-    for (const auto& [k, v] : s.weight_map) c << "    " << cpp_string(k) << ", " << cpp_string(v) << ",\n";
+    for (const char* const* kv = cfg.weight_map; *kv; kv += 2) c << "    " << cpp_string(kv[0]) << ", " << cpp_string(kv[1]) << ",\n";
     c << "    nullptr};\n";
   }
   c << "\nstatic const halformer::ModelConfig kConfig = {\n"
-    << "      " << cpp_string(s.name) << ", " << cpp_string(s.file) << ",\n"
-    << "      halformer::Arch::" << arch_enum(s.architecture) << ",\n"
-    << "      /*d_model*/ " << s.d_model << ", /*heads*/ " << s.heads << ", /*d_ff*/ " << s.d_ff << ",\n"
-    << "      /*encoder_layers*/ " << s.encoder_layers << ", /*decoder_layers*/ " << s.decoder_layers << ",\n"
-    << "      /*src_vocab*/ " << s.src_vocab << ", /*tgt_vocab*/ " << s.tgt_vocab << ", /*max_len*/ " << s.max_len
-    << ", /*type_vocab*/ " << s.type_vocab << ",\n"
-    << "      /*pre_norm*/ " << b(s.norm_placement == NormPlacement::Pre) << ", /*final_norm*/ " << b(s.final_norm) << ",\n"
-    << "      halformer::PositionKind::" << position_enum(s.positions) << ",\n"
-    << "      /*embedding_norm*/ " << b(s.embedding_norm) << ", /*share_src_tgt*/ " << b(s.share_src_tgt)
-    << ", /*share_tgt_output*/ " << b(s.share_tgt_output) << ",\n"
-    << "      /*causal*/ " << b(s.causal) << ", /*padding_mask*/ " << b(s.padding_mask) << ",\n"
-    << "      halformer::HeadOutput::" << head_enum(s.head) << ",\n"
-    << "      /*mean_pooling*/ " << b(s.pooling == Pooling::Mean) << ", /*pooler*/ " << b(s.pooler == Pooler::DenseTanh)
-    << ", /*num_classes*/ " << s.num_classes << ",\n"
-    << "      /*pad*/ " << s.pad_id << ", /*bos*/ " << s.bos_id << ", /*eos*/ " << s.eos_id
-    << ", /*max_new_tokens*/ " << s.max_new_tokens << ",\n"
-    << "      /*beam*/ " << b(s.decoding == DecodeStrategy::Beam) << ", /*beam_size*/ " << s.beam_size
-    << ", /*length_penalty*/ " << Planner::format_float(s.length_penalty) << ",\n"
-    << "      halformer::Preset::" << preset_enum(s.preset) << ", " << cpp_string(to_string(s.preset)) << ",\n"
-    << "      " << (s.preset == WeightPreset::Explicit ? "kWeightMap" : "nullptr") << ",\n"
-    << "      /*position_offset*/ " << s.position_offset << ",\n"
-    << "      /*kv_heads*/ " << s.kv_heads << ", /*rms_norm*/ " << b(s.norm_kind == NormKind::Rms)
-    << ", /*norm_weight_offset*/ " << Planner::format_float(s.norm_weight_offset) << ", /*gated_ff*/ "
-    << b(is_gated(s.activation)) << ",\n"
-    << "      /*layer_weights*/ halformer::WeightFormat::" << weight_format(s.precision)
-    << ", /*generator_weights*/ halformer::WeightFormat::" << weight_format(s.output_precision()) << ",\n"
-    << "      /*embedding_weights*/ halformer::WeightFormat::" << weight_format(s.table_precision()) << "};\n\n";
+    << "      " << cpp_string(cfg.name) << ", " << cpp_string(cfg.spec_file) << ",\n"
+    << "      halformer::Arch::" << arch_enum(cfg.arch) << ",\n"
+    << "      /*d_model*/ " << cfg.d_model << ", /*heads*/ " << cfg.heads << ", /*d_ff*/ " << cfg.d_ff << ",\n"
+    << "      /*encoder_layers*/ " << cfg.encoder_layers << ", /*decoder_layers*/ " << cfg.decoder_layers << ",\n"
+    << "      /*src_vocab*/ " << cfg.src_vocab << ", /*tgt_vocab*/ " << cfg.tgt_vocab << ", /*max_len*/ " << cfg.max_len
+    << ", /*type_vocab*/ " << cfg.type_vocab << ",\n"
+    << "      /*pre_norm*/ " << b(cfg.pre_norm) << ", /*final_norm*/ " << b(cfg.final_norm) << ",\n"
+    << "      halformer::PositionKind::" << position_enum(cfg.positions) << ",\n"
+    << "      /*embedding_norm*/ " << b(cfg.embedding_norm) << ", /*share_src_tgt*/ " << b(cfg.share_src_tgt)
+    << ", /*share_tgt_output*/ " << b(cfg.share_tgt_output) << ",\n"
+    << "      /*causal*/ " << b(cfg.causal) << ", /*padding_mask*/ " << b(cfg.padding_mask) << ",\n"
+    << "      halformer::HeadOutput::" << head_enum(cfg.head) << ",\n"
+    << "      /*mean_pooling*/ " << b(cfg.mean_pooling) << ", /*pooler*/ " << b(cfg.pooler)
+    << ", /*num_classes*/ " << cfg.num_classes << ",\n"
+    << "      /*pad*/ " << cfg.pad_id << ", /*bos*/ " << cfg.bos_id << ", /*eos*/ " << cfg.eos_id
+    << ", /*max_new_tokens*/ " << cfg.max_new_tokens << ",\n"
+    << "      /*beam*/ " << b(cfg.beam) << ", /*beam_size*/ " << cfg.beam_size
+    << ", /*length_penalty*/ " << Planner::format_float(cfg.length_penalty) << ",\n"
+    << "      halformer::Preset::" << preset_enum(cfg.preset) << ", " << cpp_string(cfg.preset_name) << ",\n"
+    << "      " << (cfg.weight_map ? "kWeightMap" : "nullptr") << ",\n"
+    << "      /*position_offset*/ " << cfg.position_offset << ",\n"
+    << "      /*kv_heads*/ " << cfg.kv_heads << ", /*rms_norm*/ " << b(cfg.rms_norm)
+    << ", /*norm_weight_offset*/ " << Planner::format_float(cfg.norm_weight_offset) << ", /*gated_ff*/ "
+    << b(cfg.gated_ff) << ",\n"
+    << "      /*layer_weights*/ halformer::WeightFormat::" << weight_format(cfg.layer_weights)
+    << ", /*generator_weights*/ halformer::WeightFormat::" << weight_format(cfg.generator_weights) << ",\n"
+    << "      /*embedding_weights*/ halformer::WeightFormat::" << weight_format(cfg.embedding_weights) << "};\n\n";
   static const char* kRoles[] = {"embed_src", "embed_tgt", "qkv", "encoder_self_attention",
                                  "decoder_self_attention", "cross_attention", "attention_out",
                                  "cross_q", "cross_kv", "ff1", "ff2", "layer_norm", "generator",
