@@ -23,8 +23,12 @@ fp32 weight bytes read per step / the machine's measured streaming-read bandwidt
 lengths) is left out of the bound; a batch's step reads the weights once. CTranslate2
 runs the model its own Transformers converter made from the same weights
 (`generate_batch`; per token: (time for 64 tokens - time for 1) / 63; prompt: the time
-for 1 token). All use the same thread count. Tokens are checked: halformer's and
-CTranslate2's greedy tokens equal PyTorch's for every row.
+for 1 token). ONNX Runtime runs PyTorch's model exported as one step graph with the KV
+cache in and out (ort_model; the prompt is that graph with an empty cache). All use the
+same thread count. Tokens are checked: halformer's, CTranslate2's and ONNX Runtime's
+greedy tokens equal PyTorch's for every row. transformers 4.30's Llama has no grouped
+key/value heads: PyTorch and ONNX Runtime run the checkpoint's 4 key/value heads repeated
+to 12 (the same function, 3x the key/value projection and cache).
 """
 import argparse
 import json
@@ -219,6 +223,88 @@ def ct2_times(model_dir, prompts, new_tokens, repeat, threads):
     return p, (f - p) / (new_tokens - 1), tokens
 
 
+def ort_model(name, hf):
+    """ONNX Runtime: the PyTorch reference exported (TorchScript exporter, opset 17) as one
+    step graph with the KV cache as inputs and outputs -- input_ids [B, T], attention_mask
+    [B, past + T], position_ids [B, T], past K/V [B, H, past, hd] x 2L -> last position's
+    logits [B, V], present K/V -- used for the prompt (past length 0) and every decode
+    step, as Optimum's decoder exports are. Cached."""
+    import torch
+
+    out = CACHE / name / "onnx" / "decoder.onnx"
+    if out.exists():
+        return out
+    ref = reference(name, hf)
+    c = ref.config  # GPT2Config maps these names to n_layer, n_head, n_embd
+    L, H, hd = c.num_hidden_layers, c.num_attention_heads, c.hidden_size // c.num_attention_heads
+
+    class Step(torch.nn.Module):
+        def forward(self, input_ids, attention_mask, position_ids, *past):
+            pkv = tuple((past[2 * i], past[2 * i + 1]) for i in range(L))
+            o = ref(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                    past_key_values=pkv, use_cache=True)
+            return (o.logits[:, -1],) + tuple(t for kv in o.past_key_values for t in kv)
+
+    log(f"{name}: ONNX export (torch {torch.__version__})")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    b, t, past = 2, 3, 4
+    args = (torch.randint(3, 100, (b, t)), torch.ones(b, past + t, dtype=torch.int64),
+            torch.arange(past, past + t).repeat(b, 1), *[torch.randn(b, H, past, hd) for _ in range(2 * L)])
+    kvn = [f"{kv}{i}" for i in range(L) for kv in ("k", "v")]
+    dyn = {"input_ids": {0: "B", 1: "T"}, "attention_mask": {0: "B", 1: "PT"}, "position_ids": {0: "B", 1: "T"},
+           "logits": {0: "B"}}
+    dyn.update({"past_" + n: {0: "B", 2: "P"} for n in kvn})
+    dyn.update({"present_" + n: {0: "B", 2: "PT"} for n in kvn})
+    kw = {"opset_version": 17, "do_constant_folding": True}
+    import inspect
+
+    if "dynamo" in inspect.signature(torch.onnx.export).parameters:
+        kw["dynamo"] = False
+    with torch.no_grad():
+        torch.onnx.export(Step(), args, str(out), input_names=["input_ids", "attention_mask", "position_ids"] +
+                          ["past_" + n for n in kvn], output_names=["logits"] + ["present_" + n for n in kvn],
+                          dynamic_axes=dyn, **kw)
+    return out
+
+
+def ort_times(path, prompts, new_tokens, repeat, threads):
+    """(prompt ms, per-token decode ms, tokens) medians: the step graph on the prompts (an
+    empty cache), then greedy steps feeding each step's present K/V back."""
+    import numpy as np
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    pasts = [i for i in sess.get_inputs() if i.name.startswith("past_")]
+    ids = np.asarray(prompts, np.int64)
+    B, P = ids.shape
+    p_ms, s_ms, tokens = [], [], None
+    for _ in range(repeat + 1):  # the first run warms up
+        feed = {"input_ids": ids, "attention_mask": np.ones((B, P), np.int64),
+                "position_ids": np.tile(np.arange(P, dtype=np.int64), (B, 1))}
+        feed.update({i.name: np.zeros((B, i.shape[1], 0, i.shape[3]), np.float32) for i in pasts})
+        t0 = time.perf_counter()
+        out = sess.run(None, feed)
+        t1 = time.perf_counter()
+        nxt, steps, toks = out[0].argmax(-1), [], []
+        for step in range(new_tokens):
+            toks.append(nxt)
+            n = P + step
+            feed = {"input_ids": nxt[:, None].astype(np.int64), "attention_mask": np.ones((B, n + 1), np.int64),
+                    "position_ids": np.full((B, 1), n, np.int64)}
+            feed.update({i.name: o for i, o in zip(pasts, out[1:])})
+            ts = time.perf_counter()
+            out = sess.run(None, feed)
+            steps.append(time.perf_counter() - ts)
+            nxt = out[0].argmax(-1)
+        p_ms.append((t1 - t0) * 1e3)
+        s_ms.append(statistics.median(steps[:-1]) * 1e3)  # the last step's token is not used
+        tokens = np.stack(toks, 1).tolist()
+    return statistics.median(p_ms[1:]), statistics.median(s_ms[1:]), tokens
+
+
 def weight_bytes(name):
     """fp32 bytes a decode step reads: every tensor once, but an untied input embedding
     table only by the rows looked up (nothing, against the bound)."""
@@ -237,6 +323,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="2 repeats, 16 new tokens, batch 1 only")
     ap.add_argument("--out", default=None, help="write the results as JSON here too")
     ap.add_argument("--no-ct2", action="store_true", help="leave CTranslate2 out")
+    ap.add_argument("--no-ort", action="store_true", help="leave ONNX Runtime out")
     a = ap.parse_args()
     import numpy as np
     import torch
@@ -252,6 +339,7 @@ def main():
         hf, binary = make(name, spec)
         ref = reference(name, hf)
         ct2 = ct2_model(name, hf) if not a.no_ct2 else None
+        onnx = ort_model(name, hf) if not a.no_ort else None
         bound_ms = weight_bytes(name) / (gbs * 1e9) * 1e3
         for b in batches:
             rng = np.random.default_rng(b)
@@ -268,17 +356,24 @@ def main():
                 cp, cs, ctok = ct2_times(ct2, prompts, new_tokens, repeat, a.threads)
                 row.update(ct2_prompt_ms=cp, ct2_step_ms=cs,
                            ct2_tokens_identical=f"{sum(c[:len(t)] == t[:len(c)] for c, t in zip(ctok, ttok))}/{b}")
+            if onnx:
+                log(f"{name} b{b}: ONNX Runtime")
+                op, os_, otok = ort_times(onnx, prompts, new_tokens, repeat, a.threads)
+                row.update(ort_prompt_ms=op, ort_step_ms=os_,
+                           ort_tokens_identical=f"{sum(o[:len(t)] == t for o, t in zip(otok, ttok))}/{b}")
             rows.append(row)
     print(f"decoder-only models, {a.threads} threads, prompt 128 + {new_tokens} greedy tokens, fp32; "
           f"read bandwidth {gbs:.1f} GB/s (halformer_peak); torch {torch.__version__}")
-    print(f"{'model':12} {'batch':>5} {'prompt ms (hf / torch / ct2)':>30} {'decode ms/token (hf / torch / ct2)':>36} "
-          f"{'bound ms':>9} {'hf / bound':>10} {'tokens torch, ct2':>18}")
+    print(f"{'model':12} {'batch':>5} {'prompt ms (hf / torch / ct2 / ort)':>38} "
+          f"{'decode ms/token (hf / torch / ct2 / ort)':>44} {'bound ms':>9} {'hf / bound':>10} "
+          f"{'tokens torch, ct2, ort':>22}")
     na = float("nan")
     for r in rows:
         print(f"{r['model']:12} {r['batch']:>5} {r['halformer_prompt_ms']:>9.1f} / {r['torch_prompt_ms']:<7.1f}/ "
-              f"{r.get('ct2_prompt_ms', na):<8.1f} {r['halformer_step_ms']:>11.2f} / {r['torch_step_ms']:<8.2f}/ "
-              f"{r.get('ct2_step_ms', na):<8.2f} {r['bound_ms']:>9.2f} {r['halformer_step_ms'] / r['bound_ms']:>10.2f} "
-              f"{r['tokens_identical']:>9}, {r.get('ct2_tokens_identical', '-')}")
+              f"{r.get('ct2_prompt_ms', na):<7.1f}/ {r.get('ort_prompt_ms', na):<7.1f} "
+              f"{r['halformer_step_ms']:>11.2f} / {r['torch_step_ms']:<7.2f}/ {r.get('ct2_step_ms', na):<7.2f}/ "
+              f"{r.get('ort_step_ms', na):<7.2f} {r['bound_ms']:>9.2f} {r['halformer_step_ms'] / r['bound_ms']:>10.2f} "
+              f"{r['tokens_identical']:>9}, {r.get('ct2_tokens_identical', '-')}, {r.get('ort_tokens_identical', '-')}")
     if a.out:
         json.dump(dict(threads=a.threads, read_gbs=gbs, rows=rows), open(a.out, "w"), indent=2)
 

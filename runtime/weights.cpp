@@ -676,19 +676,6 @@ LayerWeights load_layer(Loader& ld, const ModelConfig& c, const std::string& sta
 
 }  // namespace
 
-void convert_linear(LinearWeights& l, WeightFormat format) {
-  if (l.w.empty() || format == WeightFormat::Fp32) return;  // absent, already converted, or fp32
-  if (format == WeightFormat::Int8) {
-    std::vector<float> scales;
-    l.q = quantize_packed_int8(l.w, l.in, l.out, scales);
-    l.b.insert(l.b.end(), scales.begin(), scales.end());
-  } else {
-    l.h.resize(l.w.size());
-    std::transform(l.w.begin(), l.w.end(), l.h.begin(), to_bf16);
-  }
-  std::vector<float>().swap(l.w);
-}
-
 Weights load_weights(const ModelConfig& c, const std::string& path) {
   Loader ld(c, path);
   const int d = c.d_model;

@@ -13,7 +13,8 @@ from tritonclient.utils import InferenceServerException
 
 
 SOURCES = [[3, 7, 1, 9], [5, 4, 3], [1, 2, 3, 4, 5, 6, 7, 8], [13], [2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2]]
-GEN_OPTIONS = [{}, {"max_new_tokens": 3}, {"sampling_topk": 0, "sampling_temperature": 0.8, "seed": 7}]
+GEN_OPTIONS = [{}, {"max_new_tokens": 3}, {"sampling_topk": 0, "sampling_temperature": 0.8, "seed": 7},
+               {"beam_size": 3}, {"beam_size": 2, "length_penalty": 0.6, "max_new_tokens": 4}]
 TEXTS = ["A man is eating food.", "Someone is eating a meal.", "The stock market fell.", "héllo wörld ☃",
          " ".join(["word"] * 600)]  # 600 words: truncated at max_seq_length (256 tokens), as the API does
 ID_ROWS = [[101, 7592, 2088, 102], [101, 1037, 2158, 2003, 5983, 2833, 1012, 102], [101, 102]]
@@ -64,19 +65,27 @@ def out(mod, name):
     return [mod.InferRequestedOutput(name, binary_data=True)] if mod is th else [mod.InferRequestedOutput(name)]
 
 
-def generate(mod, c, src, **params):
-    r = c.infer("reverse", [ids_input(mod, src)], outputs=out(mod, "OUTPUT_IDS"), parameters=params or None)
-    return r.as_numpy("OUTPUT_IDS")
+def generate(mod, c, src, scores=False, **params):
+    names = ["OUTPUT_IDS", "SCORES"] if scores else ["OUTPUT_IDS"]
+    r = c.infer("reverse", [ids_input(mod, src)], outputs=[o for n in names for o in out(mod, n)],
+                parameters=params or None)
+    return (r.as_numpy("OUTPUT_IDS"), r.as_numpy("SCORES")) if scores else r.as_numpy("OUTPUT_IDS")
 
 
 def test_generate_equals_python_api(server, api):
+    """Greedy, sampling and beam search: tokens and SCORES (per-token log-probabilities; a
+    beam's score) equal the Python API's with return_scores."""
     for proto, mod, c in clients(server):
         for opts in GEN_OPTIONS:
             for src in SOURCES:
-                got = generate(mod, c, src, **opts)
-                want = api["reverse"].generate([src], **opts)[0]
-                assert got.dtype == np.int32 and got.shape == (1, len(want)), (proto, src, opts, got)
-                assert got[0].tolist() == want, (proto, src, opts)
+                got, scores = generate(mod, c, src, scores=True, **opts)
+                want = api["reverse"].generate([src], return_scores=True, **opts)[0]
+                want_scores = want["log_probs"] if "log_probs" in want else [want["score"]]
+                assert got.dtype == np.int32 and got.shape == (1, len(want["tokens"])), (proto, src, opts, got)
+                assert got[0].tolist() == want["tokens"], (proto, src, opts)
+                assert api["reverse"].generate([src], **opts)[0] == want["tokens"]  # scores change nothing
+                assert scores.dtype == np.float32 and scores.shape == (1, len(want_scores)), (proto, opts, scores)
+                assert scores[0].tolist() == np.asarray(want_scores, np.float32).tolist(), (proto, src, opts)
     assert generate(th, clients(server)[0][2], [3, 7, 1, 9]).tolist() == [[9, 1, 7, 3, 15]]
 
 
@@ -208,6 +217,9 @@ def test_bad_requests_then_good(server, api):
             (lambda: generate(mod, c, [3, 7], max_new_tokens=1000), ["max_new_tokens 1000"]),
             (lambda: generate(mod, c, [3, 7], max_new_tokens="many"), ["max_new_tokens", "integer"]),
             (lambda: generate(mod, c, [3, 7], sampling_topp=2.5), ["sampling_topp"]),
+            (lambda: generate(mod, c, [3, 7], beam_size=0), ["beam_size 0"]),
+            (lambda: generate(mod, c, [3, 7], beam_size=2, sampling_topk=5), ["beam search takes", "sampling_topk"]),
+            (lambda: generate(mod, c, [3, 7], length_penalty=0.5), ["length_penalty applies to beam search"]),
         ]
         for fn, fragments in bad:
             msg = expect_error(fn, *fragments)

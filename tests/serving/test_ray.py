@@ -28,7 +28,8 @@ import pytest
 from conftest import free_ports, write_config
 
 SOURCES = [[3, 7, 1, 9], [5, 4, 3], [1, 2, 3, 4, 5, 6, 7, 8], [13], [2] * 12]
-GEN_OPTIONS = [{}, {"max_new_tokens": 3}, {"sampling_topk": 0, "sampling_temperature": 0.8, "seed": 7}]
+GEN_OPTIONS = [{}, {"max_new_tokens": 3}, {"sampling_topk": 0, "sampling_temperature": 0.8, "seed": 7},
+               {"beam_size": 3}]
 TEXTS = ["A man is eating food.", "Someone is eating a meal.", "The stock market fell.", "héllo wörld ☃",
          " ".join(["word"] * 600)]  # truncated at max_seq_length (256 tokens), as the API does
 ID_ROWS = [[101, 7592, 2088, 102], [101, 1037, 2158, 2003, 5983, 2833, 1012, 102], [101, 102]]
@@ -161,7 +162,7 @@ def expected(api):
     cases = []
     for src in SOURCES:
         for opts in GEN_OPTIONS:
-            cases.append(("reverse", {"input_ids": src, **opts}, api["reverse"].generate([src], **opts)[0]))
+            cases.append(("reverse", {"input_ids": src, **opts}, want_generate(api, src, **opts)))
     for t in TEXTS:
         cases.append(("minilm", {"text": t}, api["embed"].encode([t], convert_to_numpy=True)[0]))
     for row in ID_ROWS:
@@ -169,10 +170,18 @@ def expected(api):
     return cases
 
 
+def want_generate(api, src, **opts):
+    """(tokens, scores) the Python API gives: per-token log-probabilities, or a beam's score."""
+    d = api["reverse"].generate([src], return_scores=True, **opts)[0]
+    return d["tokens"], d.get("log_probs", [d.get("score")])
+
+
 def check(model, status, body, want):
     assert status == 200, (model, status, body)
     if model == "reverse":
-        assert body["output_ids"] == list(want)
+        tokens, scores = want
+        assert body["output_ids"] == list(tokens)
+        assert np.asarray(body["scores"], np.float32).tolist() == np.asarray(scores, np.float32).tolist()
     else:
         got = np.asarray(body["embedding" if model == "minilm" else "output"], dtype=np.float32)
         assert got.shape == want.shape and got.tobytes() == np.asarray(want, np.float32).tobytes()
@@ -222,7 +231,8 @@ BAD = [  # (model, method, raw body, status, words the error must contain)
     ("reverse", "POST", b'{"input_ids": [-1]}', 400, "= -1 is outside the vocabulary"),
     ("reverse", "POST", b'{"input_ids": [99999999999999999999999]}', 400, "is outside the vocabulary"),
     ("reverse", "POST", json.dumps({"input_ids": [3] * 65}).encode(), 400, "65 tokens, more than the model's max_len 64"),
-    ("reverse", "POST", b'{"input_ids": [3], "beam_size": 2}', 400, "unknown key(s) ['beam_size']"),
+    ("reverse", "POST", b'{"input_ids": [3], "num_beams": 2}', 400, "unknown key(s) ['num_beams']"),
+    ("reverse", "POST", b'{"input_ids": [3], "beam_size": 2, "sampling_topk": 5}', 400, "beam search takes"),
     ("reverse", "POST", b'{"input_ids": [3], "max_new_tokens": 0}', 400, "max_new_tokens 0 is outside"),
     ("reverse", "POST", b'{"input_ids": [3], "max_new_tokens": "many"}', 400, "max_new_tokens must be an integer"),
     ("reverse", "POST", b'{"input_ids": [3], "sampling_temperature": "hot"}', 400, "sampling_temperature must be a number"),
@@ -240,7 +250,7 @@ BAD = [  # (model, method, raw body, status, words the error must contain)
 
 def test_bad_requests_get_errors_and_the_server_keeps_serving(server, api):
     src = SOURCES[0]
-    good = api["reverse"].generate([src])[0]
+    good = want_generate(api, src)
     for model, method, raw, status, words in BAD:
         code, body, _ = call(server, model, method=method, raw=raw)
         assert code == status and words in body["error"], (model, raw[:60], code, body)
@@ -255,7 +265,7 @@ def test_bad_requests_get_errors_and_the_server_keeps_serving(server, api):
         if 16 in body["input_ids"]:
             assert code == 400 and "outside the vocabulary" in out["error"]
         else:
-            check("reverse", code, out, api["reverse"].generate([body["input_ids"]])[0])
+            check("reverse", code, out, want_generate(api, body["input_ids"]))
     assert max(sizes) > 1, sizes
     # clients that hang up: mid-body, and after sending a long request without reading the answer
     body = json.dumps({"text": " ".join(["serving"] * 300)}).encode()

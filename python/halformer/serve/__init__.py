@@ -24,9 +24,12 @@ CONFIG.yaml:
         max_text_bytes: 65536     # embed_text only: longer texts are rejected (default 65536)
 
 Kinds (inputs and outputs carry Triton's batch dimension in front):
-  generate:   INPUT_IDS int32 [-1]  -> OUTPUT_IDS int32 [-1]   (Model.generate; options as
-              request parameters: max_new_tokens, sampling_topk, sampling_topp,
-              sampling_temperature, seed, repetition_penalty, no_repeat_ngram_size, min_length)
+  generate:   INPUT_IDS int32 [-1]  -> OUTPUT_IDS int32 [-1], SCORES float32 [-1]
+              (Model.generate with return_scores: SCORES holds each new token's
+              log-probability, or with beam_size > 1 the best hypothesis' score; options as
+              request parameters: max_new_tokens, beam_size, length_penalty, sampling_topk,
+              sampling_topp, sampling_temperature, seed, repetition_penalty,
+              no_repeat_ngram_size, min_length)
   embed_text: TEXT bytes [1]        -> EMBEDDING float32 [d]   (SentenceEmbedder.encode)
   pooled:     INPUT_IDS int32 [-1]  -> OUTPUT float32 [X]      (Model.pooled)
 
@@ -55,7 +58,7 @@ DEFAULT_MAX_BATCH_SIZE = 16
 DEFAULT_MAX_QUEUE_DELAY_US = 1000
 DEFAULT_MAX_TEXT_BYTES = 65536
 GENERATE_PARAMETERS = {
-    "max_new_tokens": int, "sampling_topk": int, "sampling_topp": float, "sampling_temperature": float,
+    "max_new_tokens": int, "beam_size": int, "length_penalty": float, "sampling_topk": int, "sampling_topp": float, "sampling_temperature": float,
     "seed": int, "repetition_penalty": float, "no_repeat_ngram_size": int, "min_length": int,
 }
 ERROR_KEY = "__halformer_error__"
@@ -198,7 +201,9 @@ class _Served:
     def tensors(self):
         from pytriton.model_config import Tensor
         if self.kind == "generate":
-            return [Tensor(name="INPUT_IDS", dtype=np.int32, shape=(-1,))], [Tensor(name="OUTPUT_IDS", dtype=np.int32, shape=(-1,))]
+            return ([Tensor(name="INPUT_IDS", dtype=np.int32, shape=(-1,))],
+                    [Tensor(name="OUTPUT_IDS", dtype=np.int32, shape=(-1,)),
+                     Tensor(name="SCORES", dtype=np.float32, shape=(-1,))])
         if self.kind == "embed_text":
             return [Tensor(name="TEXT", dtype=np.bytes_, shape=(1,))], [Tensor(name="EMBEDDING", dtype=np.float32, shape=(self.width,))]
         return [Tensor(name="INPUT_IDS", dtype=np.int32, shape=(-1,))], [Tensor(name="OUTPUT", dtype=np.float32, shape=(self.width,))]
@@ -266,8 +271,10 @@ class _Served:
 
     def _run(self, rows, opts):
         if self.kind == "generate":
-            out = self.model.generate(rows, **opts)
-            return [{"OUTPUT_IDS": np.asarray([t], dtype=np.int32)} for t in out]
+            out = self.model.generate(rows, return_scores=True, **opts)
+            return [{"OUTPUT_IDS": np.asarray([d["tokens"]], dtype=np.int32).reshape(1, -1),
+                     "SCORES": np.asarray([d["log_probs"] if "log_probs" in d else [d["score"]]],
+                                          dtype=np.float32).reshape(1, -1)} for d in out]
         if self.kind == "embed_text":
             emb = self.embedder.encode(rows, batch_size=max(1, len(rows)), convert_to_numpy=True)
         else:

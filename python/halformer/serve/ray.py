@@ -9,7 +9,8 @@ only), and per model name, kind, model_dir, weights, vocab, threads, max_text_by
 max_batch_size and max_queue_delay_microseconds become @serve.batch's max_batch_size and
 batch_wait_timeout_s. Each model is one Ray Serve application at route /<name>:
 
-    POST /<name>  generate:   {"input_ids": [3, 7, 1, 9], "max_new_tokens": 10}  -> {"output_ids": [9, 1, 7, 3, 15]}
+    POST /<name>  generate:   {"input_ids": [3, 7, 1, 9], "max_new_tokens": 10}  -> {"output_ids": [9, 1, 7, 3, 15],
+                                                                  "scores": [5 log-probabilities]}
                               (options: the Triton server's request parameters, as JSON keys)
                   embed_text: {"text": "A man is eating food."}                  -> {"embedding": [384 floats]}
                   pooled:     {"input_ids": [101, 7592, 102]}                     -> {"output": [floats]}
@@ -52,7 +53,7 @@ from halformer.serve import ERROR_KEY, GENERATE_PARAMETERS, ConfigError, _Served
 MAX_BODY_BYTES = 1 << 20  # per request, plus 6 bytes per byte of max_text_bytes (JSON's \uXXXX)
 OUTPUT_KEY = {"generate": ("OUTPUT_IDS", "output_ids"), "embed_text": ("EMBEDDING", "embedding"),
               "pooled": ("OUTPUT", "output")}
-EXAMPLE = {"generate": '{"input_ids": [3, 7, 1, 9], "max_new_tokens": 10}',
+EXAMPLE = {"generate": '{"input_ids": [3, 7, 1, 9], "max_new_tokens": 10}',  # answer: output_ids, scores
            "embed_text": '{"text": "A man is eating food."}', "pooled": '{"input_ids": [101, 7592, 102]}'}
 
 
@@ -111,7 +112,10 @@ class ModelDeployment:
                 out.append((400, {"error": bytes(r[ERROR_KEY].reshape(-1)[0]).decode("utf-8", "replace")}, n))
             else:
                 tensor, key = OUTPUT_KEY[self.kind]
-                out.append((200, {key: r[tensor][0].tolist()}, n))
+                body = {key: r[tensor][0].tolist()}
+                if self.kind == "generate":  # per-token log-probabilities, or the beam's score
+                    body["scores"] = r["SCORES"][0].tolist()
+                out.append((200, body, n))
         return out
 
     async def __call__(self, request):

@@ -16,17 +16,13 @@ namespace halformer {
 
 struct LinearWeights {
   int in = 0, out = 0;
-  std::vector<float> w;  // packed: [panel_count(out)][in][kPanel]; empty once converted
+  std::vector<float> w;  // fp32 only: packed [panel_count(out)][in][kPanel]
   std::vector<float> b;  // [out]; int8: [out] biases, then [out] per-channel weight scales
   std::vector<int8_t> q;  // int8 only: packed_int8 layout (halformer/packed_layout.h)
   std::vector<uint16_t> h;  // bf16 only: w's layout, bf16 bits
   bool int8() const { return !q.empty(); }
   bool bf16() const { return !h.empty(); }
 };
-// Converts a loaded linear in place to the format its kernel reads, freeing w: int8
-// quantizes per output channel (symmetric; w -> q, the scales appended to b); bf16 rounds
-// to nearest even (w -> h); fp32 leaves it. A linear already converted (or absent) stays.
-void convert_linear(LinearWeights& l, WeightFormat format);
 // A token embedding table [vocab][d]: fp32, or int8 (ModelConfig::embedding_weights):
 // each row quantized like a linear's output channel and stored as its d int8 values
 // followed by the row's fp32 scale (4 bytes, little-endian), halformer/packed_layout.h.
