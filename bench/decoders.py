@@ -239,9 +239,13 @@ def ort_model(name, hf):
     L, H, hd = c.num_hidden_layers, c.num_attention_heads, c.hidden_size // c.num_attention_heads
 
     class Step(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = ref  # a submodule: its weights export as initializers
+
         def forward(self, input_ids, attention_mask, position_ids, *past):
             pkv = tuple((past[2 * i], past[2 * i + 1]) for i in range(L))
-            o = ref(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+            o = self.m(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                     past_key_values=pkv, use_cache=True)
             return (o.logits[:, -1],) + tuple(t for kv in o.past_key_values for t in kv)
 
@@ -260,7 +264,10 @@ def ort_model(name, hf):
 
     if "dynamo" in inspect.signature(torch.onnx.export).parameters:
         kw["dynamo"] = False
-    with torch.no_grad():
+    import warnings
+
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tracer's notes on transformers' shape arithmetic
         torch.onnx.export(Step(), args, str(out), input_names=["input_ids", "attention_mask", "position_ids"] +
                           ["past_" + n for n in kvn], output_names=["logits"] + ["present_" + n for n in kvn],
                           dynamic_axes=dyn, **kw)
