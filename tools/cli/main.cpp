@@ -249,6 +249,26 @@ int build(const Spec& spec, const std::string& spec_path, const std::string& out
 
 // `halformer import`: writes the spec only when it is new (or --force), never over one of
 // the files it read, and only after the spec compiler accepted it.
+// Whether `cmd` may write the file `out`: never one of its inputs or a directory, and an
+// existing file only with --force (nothing a user wrote is replaced unasked).
+bool may_write(const char* cmd, const std::string& out, const std::vector<std::string>& inputs, bool force) {
+  std::error_code ec;
+  for (const auto& input : inputs)
+    if (fs::exists(out, ec) && fs::equivalent(out, input, ec)) {
+      std::cerr << cmd << ": output " << out << " is the input " << input << "; refusing to overwrite it\n";
+      return false;
+    }
+  if (fs::is_directory(out, ec)) {
+    std::cerr << cmd << ": output " << out << " is a directory; give the file to write\n";
+    return false;
+  }
+  if (fs::exists(out, ec) && !force) {
+    std::cerr << cmd << ": " << out << " exists; add --force to replace it\n";
+    return false;
+  }
+  return true;
+}
+
 int import_model(const std::string& dir, const std::string& out, std::string name, bool force) {
   if (name.empty()) name = import::name_from_path(out);
   if (name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-") != std::string::npos) {
@@ -265,20 +285,7 @@ int import_model(const std::string& dir, const std::string& out, std::string nam
     for (const auto& p : e.problems) std::cerr << "  " << p << "\n";
     return 1;
   }
-  std::error_code ec;
-  for (const auto& input : imp.inputs)
-    if (fs::exists(out, ec) && fs::equivalent(out, input, ec)) {
-      std::cerr << "halformer import: output " << out << " is the input " << input << "; refusing to overwrite it\n";
-      return 1;
-    }
-  if (fs::is_directory(out, ec)) {
-    std::cerr << "halformer import: output " << out << " is a directory; give the spec file to write\n";
-    return 1;
-  }
-  if (fs::exists(out, ec) && !force) {
-    std::cerr << "halformer import: " << out << " exists; add --force to replace it\n";
-    return 1;
-  }
+  if (!may_write("halformer import", out, imp.inputs, force)) return 1;
   // The importer only writes what the spec compiler accepts; anything else is a bug here.
   ParseResult parsed = parse_spec_string(imp.yaml, out);
   std::vector<Diagnostic> problems = parsed.diagnostics;
@@ -297,6 +304,7 @@ int import_model(const std::string& dir, const std::string& out, std::string nam
     f << imp.yaml;
     if (!f.flush()) {
       std::cerr << "halformer import: cannot write " << tmp.string() << ": " << std::strerror(errno) << "\n";
+      std::error_code ec;
       fs::remove(tmp, ec);
       return 1;
     }
@@ -312,19 +320,7 @@ int import_model(const std::string& dir, const std::string& out, std::string nam
 // quantized per channel, bf16 rounded), written under canonical names so that the
 // runtime reads them as they are -- a smaller file and no quantization at load.
 int quantize(const Spec& spec, const std::string& weights, const std::string& out, bool force) {
-  std::error_code ec;
-  if (fs::exists(out, ec) && fs::equivalent(out, weights, ec)) {
-    std::cerr << "halformer quantize: output " << out << " is the input weights file; refusing to overwrite it\n";
-    return 1;
-  }
-  if (fs::is_directory(out, ec)) {
-    std::cerr << "halformer quantize: output " << out << " is a directory; give the file to write\n";
-    return 1;
-  }
-  if (fs::exists(out, ec) && !force) {
-    std::cerr << "halformer quantize: " << out << " exists; add --force to replace it\n";
-    return 1;
-  }
+  if (!may_write("halformer quantize", out, {weights}, force)) return 1;
   auto mc = model_config(spec);
   const ModelConfig& c = mc->config;
   if (c.layer_weights == WeightFormat::Fp32 && c.generator_weights == WeightFormat::Fp32 &&
