@@ -11,7 +11,7 @@
 // docs/precision.md).
 //
 // Weights are quantized per output channel at load (runtime/weights.cpp,
-// halformer/packed_layout.h: quantize_packed_int8) and stored as panels of kInt8Panel
+// halformer/packed_layout.h: quantize_row_int8) and stored as panels of kInt8Panel
 // features whose K is walked in groups of kInt8Group: w(j, n % kInt8Panel, k / kInt8Group,
 // panel), j = k % kInt8Group. Both operands are signed (range +-127), so the product of a
 // k group is one multiply-add per lane: AVX2's vpmaddwd (two int16 products summed into

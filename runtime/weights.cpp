@@ -336,8 +336,7 @@ class LinearBuilder {
       scales_[size_t(n)] = quantize_row_int8(v, l_.in, channel_q_.data());
       put_int8_channel(l_.q.data(), l_.in, n, channel_q_.data());
     } else if (format_ == WeightFormat::Bf16) {
-      uint16_t* dst = l_.h.data() + size_t(n / kPanel) * l_.in * kPanel + n % kPanel;
-      for (int k = 0; k < l_.in; ++k) dst[size_t(k) * kPanel] = to_bf16(v[k]);
+      for (int k = 0; k < l_.in; ++k) l_.h[packed_index(l_.in, n, k)] = to_bf16(v[k]);
     } else {
       pack_rows(v, 1, l_.in, n, l_.w);
     }
@@ -534,13 +533,18 @@ class Loader {
       return t;
     std::vector<int8_t> q(int8 ? size_t(d) : 0);
     read_rows(canonical, {vocab, d}, [&](int r, const float* row, size_t) {
-      if (int8) {
-        const float scale = quantize_row_int8(row, d, q.data());
-        put_int8_table_row(t.q.data() + size_t(r) * stride, d, q.data(), scale);
-      } else {
+      if (!int8) {
         std::copy_n(row, d, t.f.data() + size_t(r) * d);
+        if (shared) shared->channel(r, row);
+        return;
       }
-      if (shared) shared->channel(r, row);
+      const float scale = quantize_row_int8(row, d, q.data());
+      put_int8_table_row(t.q.data() + size_t(r) * stride, d, q.data(), scale);
+      if (!shared) return;
+      if (shared->format() == WeightFormat::Int8)
+        shared->channel_int8(r, q.data(), scale);  // the same quantized row
+      else
+        shared->channel(r, row);
     });
     return t;
   }
@@ -740,7 +744,7 @@ class CanonicalWriter {
   explicit CanonicalWriter(const ModelConfig& c) : c_(c) {}
 
   void floats(const std::string& name, const std::vector<float>& v, std::vector<int64_t> shape) {
-    add(name, "F32", std::move(shape), v.data(), v.size() * sizeof(float));
+    tensors_.push_back({name, "F32", std::move(shape), v.data()});
   }
   void norm(const std::string& prefix, const NormWeights& n) {
     floats(prefix + ".weight", n.gamma, {int64_t(n.gamma.size())});
@@ -768,13 +772,12 @@ class CanonicalWriter {
       for (int k = 0; k < in; ++k) {
         const int n = n0 + r;
         uint8_t* dst = w.data() + (size_t(r) * in + k) * esize;
-        const size_t packed = size_t(n / kPanel) * in * kPanel + size_t(k) * kPanel + n % kPanel;
         if (l.int8())
           std::memcpy(dst, &l.q[packed_int8_index(in, n, k)], 1);
         else if (l.bf16())
-          std::memcpy(dst, &l.h[packed], 2);
+          std::memcpy(dst, &l.h[packed_index(in, n, k)], 2);
         else
-          std::memcpy(dst, &l.w[packed], 4);
+          std::memcpy(dst, &l.w[packed_index(in, n, k)], 4);
       }
     add(prefix + ".weight", l.int8() ? "I8" : l.bf16() ? "BF16" : "F32", {rows, in}, std::move(w));
     std::vector<float> bias(l.b.begin() + n0, l.b.begin() + n0 + rows);
@@ -808,9 +811,7 @@ class CanonicalWriter {
     norm(p + "ff_norm", L.ff_norm);
   }
   void write(const std::string& path, const std::map<std::string, std::string>& metadata) const {
-    std::vector<NamedTensor> list;
-    for (const auto& t : tensors_) list.push_back({t.name, t.dtype, t.shape, t.data});
-    write_safetensors(path, list, metadata);
+    write_safetensors(path, tensors_, metadata);
   }
   void owned_floats(const std::string& name, std::vector<float> v) {
     const int64_t n = int64_t(v.size());
@@ -819,20 +820,12 @@ class CanonicalWriter {
   }
 
  private:
-  struct Entry {
-    std::string name, dtype;
-    std::vector<int64_t> shape;
-    const void* data;
-  };
-  void add(const std::string& name, const char* dtype, std::vector<int64_t> shape, const void* data, size_t) {
-    tensors_.push_back({name, dtype, std::move(shape), data});
-  }
   void add(const std::string& name, const char* dtype, std::vector<int64_t> shape, std::vector<uint8_t> bytes) {
     owned_.push_back(std::move(bytes));
     tensors_.push_back({name, dtype, std::move(shape), owned_.back().data()});
   }
   const ModelConfig& c_;
-  std::vector<Entry> tensors_;
+  std::vector<NamedTensor> tensors_;
   std::deque<std::vector<uint8_t>> owned_;  // deque: pointers into it stay valid
   std::deque<std::vector<float>> owned_f_;
 };

@@ -26,14 +26,17 @@ inline size_t packed_size(int in_features, int out_features) {
   return size_t(panel_count(out_features)) * in_features * kPanel;
 }
 
+// Element offset of weight (n, k) in the packed layout (fp32, and bf16's 16-bit copy).
+inline size_t packed_index(int in_features, int n, int k) {
+  return size_t(n / kPanel) * in_features * kPanel + size_t(k) * kPanel + n % kPanel;
+}
+
 // Writes rows [n0, n0 + rows) of a torch-layout [rows][K] weight (out x in) into the
 // packed buffer `w` (of packed_size elements, zero-initialised for the padding).
 inline void pack_rows(const float* torch_rows, int rows, int in_features, int n0, std::vector<float>& w) {
   for (int r = 0; r < rows; ++r) {
-    const int n = n0 + r;
-    float* dst = w.data() + size_t(n / kPanel) * in_features * kPanel + n % kPanel;
     const float* src = torch_rows + size_t(r) * in_features;
-    for (int k = 0; k < in_features; ++k) dst[size_t(k) * kPanel] = src[k];
+    for (int k = 0; k < in_features; ++k) w[packed_index(in_features, n0 + r, k)] = src[k];
   }
 }
 
@@ -119,27 +122,19 @@ inline void put_int8_table_row(int8_t* row, int d, const int8_t* q, float scale)
   std::memcpy(row + d, &scale, sizeof(float));
 }
 
-// The fp32 packed weight (pack_linear's layout), quantized per channel into the int8
-// packed layout; `scales` gets N per-channel scales.
-inline std::vector<int8_t> quantize_packed_int8(const std::vector<float>& packed, int in_features,
-                                                int out_features, std::vector<float>& scales) {
+// A torch-layout [N][K] weight, quantized per channel (quantize_row_int8) into the packed
+// int8 layout; `scales` gets N per-channel scales. The runtime's loader does the same one
+// channel at a time as it reads a file (runtime/weights.cpp, LinearBuilder).
+inline std::vector<int8_t> pack_linear_int8(const float* torch_w, int out_features, int in_features,
+                                            std::vector<float>& scales) {
   std::vector<int8_t> q(packed_int8_size(in_features, out_features), 0);
-  std::vector<float> channel(static_cast<size_t>(in_features));
   std::vector<int8_t> row(static_cast<size_t>(in_features));
   scales.assign(size_t(out_features), 0.0f);
   for (int n = 0; n < out_features; ++n) {
-    const float* src = packed.data() + size_t(n / kPanel) * in_features * kPanel + n % kPanel;
-    for (int k = 0; k < in_features; ++k) channel[k] = src[size_t(k) * kPanel];
-    scales[n] = quantize_row_int8(channel.data(), in_features, row.data());
+    scales[n] = quantize_row_int8(torch_w + size_t(n) * in_features, in_features, row.data());
     put_int8_channel(q.data(), in_features, n, row.data());
   }
   return q;
-}
-
-// A torch-layout [N][K] weight, quantized and packed; `scales` gets N per-channel scales.
-inline std::vector<int8_t> pack_linear_int8(const float* torch_w, int out_features, int in_features,
-                                            std::vector<float>& scales) {
-  return quantize_packed_int8(pack_linear(torch_w, out_features, in_features), in_features, out_features, scales);
 }
 
 }  // namespace halformer
