@@ -267,11 +267,18 @@ class _Served:
                 except (TypeError, ValueError):
                     raise ValueError(f"parameter {k} must be a number, got {v!r}") from None
             opts[k] = v
+        # Scores move greedy's choice from the argmax kernel to the host (the step's logits
+        # come down): made only for a request that asks for SCORES (Triton lists the
+        # outputs wanted; Ray's requests list none and always answer scores).
+        names = getattr(req, "requested_output_names", None)
+        opts["return_scores"] = names is None or "SCORES" in names
         return opts
 
     def _run(self, rows, opts):
         if self.kind == "generate":
-            out = self.model.generate(rows, return_scores=True, **opts)
+            out = self.model.generate(rows, **opts)
+            if not opts["return_scores"]:
+                return [{"OUTPUT_IDS": np.asarray([t], dtype=np.int32).reshape(1, -1)} for t in out]
             return [{"OUTPUT_IDS": np.asarray([d["tokens"]], dtype=np.int32).reshape(1, -1),
                      "SCORES": np.asarray([d["log_probs"] if "log_probs" in d else [d["score"]]],
                                           dtype=np.float32).reshape(1, -1)} for d in out]
