@@ -234,7 +234,7 @@ def ort_model(name, hf):
     out = CACHE / name / "onnx" / "decoder.onnx"
     if out.exists():
         return out
-    ref = reference(name, hf)
+    ref = reference(name, hf)  # its own copy: exporting changed the model it traced (GPT-2's tokens)
     c = ref.config  # GPT2Config maps these names to n_layer, n_head, n_embd
     L, H, hd = c.num_hidden_layers, c.num_attention_heads, c.hidden_size // c.num_attention_heads
 
