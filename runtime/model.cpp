@@ -40,11 +40,11 @@ struct WeightBuffers {
   Views<uint16_t> bf16_bufs;
   // A float input a kernel does not read where the real tensor has another type (an
   // int8 embedding table standing in for absent learned positions).
-  const std::vector<float> stand_in = std::vector<float>(1, 0.0f);
+  const WeightVector<float> stand_in = WeightVector<float>(1, 0.0f);
   // The tensor v as (inner, rows) -- a 1-D vector when rows == 0 (biases, norms; a table
   // of one row stays 2-D) -- or, with panels > 0, as the
   // packed linear weight (kPanel, inner, panels).
-  halide_buffer_t* get(const std::vector<float>& v, int inner, int rows, int panels = 0) {
+  halide_buffer_t* get(const WeightVector<float>& v, int inner, int rows, int panels = 0) {
     std::lock_guard<std::mutex> guard(lock);
     auto& b = bufs[{v.data(), rows}];
     if (!b) {
@@ -58,7 +58,7 @@ struct WeightBuffers {
     return b->raw_buffer();
   }
   // An int8 linear's weights (kInt8Group, kInt8Panel, groups, panels); CPU only.
-  halide_buffer_t* get_int8(const std::vector<int8_t>& q, int in, int out) {
+  halide_buffer_t* get_int8(const WeightVector<int8_t>& q, int in, int out) {
     const int groups = int8_groups(in);
     return view(int8_bufs, q, {{0, kInt8Group, 1},
                                {0, kInt8Panel, kInt8Group},
@@ -66,17 +66,17 @@ struct WeightBuffers {
                                {0, int8_panel_count(out), kInt8Group * kInt8Panel * groups}});
   }
   // An int8 embedding table: rows of d int8 values and their 4-byte scale, (d + 4, vocab).
-  halide_buffer_t* get_int8_table(const std::vector<int8_t>& q, int d, int vocab) {
+  halide_buffer_t* get_int8_table(const WeightVector<int8_t>& q, int d, int vocab) {
     const int stride = d + kInt8RowScaleBytes;
     return view(int8_bufs, q, {{0, stride, 1}, {0, vocab, stride}});
   }
   // A bf16 linear's weights: fp32's packed layout (kPanel, in, panels), bf16 bits; CPU only.
-  halide_buffer_t* get_bf16(const std::vector<uint16_t>& h, int in, int out) {
+  halide_buffer_t* get_bf16(const WeightVector<uint16_t>& h, int in, int out) {
     return view(bf16_bufs, h, {{0, kPanel, 1}, {0, in, kPanel}, {0, panel_count(out), kPanel * in}});
   }
   // The buffer over v's data with `dims`, made on first use.
   template <typename T>
-  halide_buffer_t* view(Views<T>& views, const std::vector<T>& v, std::vector<halide_dimension_t> dims) {
+  halide_buffer_t* view(Views<T>& views, const WeightVector<T>& v, std::vector<halide_dimension_t> dims) {
     std::lock_guard<std::mutex> guard(lock);
     auto& b = views[v.data()];
     if (!b) b = std::make_unique<Halide::Runtime::Buffer<T>>(const_cast<T*>(v.data()), int(dims.size()), dims.data());
@@ -281,7 +281,7 @@ struct Session {
   TransferStats& stats;
 
   // A weight tensor's buffer (see WeightBuffers::get). On a GPU device its first use uploads it (once per model).
-  halide_buffer_t* weight(const std::vector<float>& v, int inner, int rows, int panels = 0) {
+  halide_buffer_t* weight(const WeightVector<float>& v, int inner, int rows, int panels = 0) {
     halide_buffer_t* b = wbufs.get(v, inner, rows, panels);
     if (iface && b->host_dirty()) {
       KernelTimer timer("upload", iface);
@@ -471,7 +471,7 @@ struct Session {
     // Tables a kernel does not read (no learned positions / types) get a stand-in.
     halide_buffer_t* unread = table.int8() ? weight(wbufs.stand_in, 1, 1) : tb;
     // The decoder reads its own positions and norm where the weights have them (BART, Marian).
-    const std::vector<float>& positions = tgt && !w.tgt_positions.empty() ? w.tgt_positions : w.positions;
+    const WeightVector<float>& positions = tgt && !w.tgt_positions.empty() ? w.tgt_positions : w.positions;
     halide_buffer_t* pb = positions.empty() ? unread : weight(positions, d, cfg.max_len);
     const bool types_read = token_types && !w.token_types.empty();
     halide_buffer_t* yb = types_read ? weight(w.token_types, d, cfg.type_vocab) : unread;

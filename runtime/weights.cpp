@@ -338,7 +338,7 @@ class LinearBuilder {
     } else if (format_ == WeightFormat::Bf16) {
       for (int k = 0; k < l_.in; ++k) l_.h[packed_index(l_.in, n, k)] = to_bf16(v[k]);
     } else {
-      pack_rows(v, 1, l_.in, n, l_.w);
+      pack_rows(v, 1, l_.in, n, l_.w.data());
     }
   }
   // Output channel n already quantized (int8 builds only).
@@ -346,7 +346,7 @@ class LinearBuilder {
     put_int8_channel(l_.q.data(), l_.in, n, q);
     scales_[size_t(n)] = scale;
   }
-  LinearWeights finish(std::vector<float> bias) {
+  LinearWeights finish(WeightVector<float> bias) {
     l_.b = std::move(bias);
     l_.b.insert(l_.b.end(), scales_.begin(), scales_.end());  // int8: (bias | scale)
     return std::move(l_);
@@ -461,10 +461,10 @@ class Loader {
 
   // The tensor for `canonical` with `shape` (row-major floats), or zeros and a recorded
   // problem.
-  std::vector<float> take(const std::string& canonical, std::vector<int64_t> shape) {
+  WeightVector<float> take(const std::string& canonical, std::vector<int64_t> shape) {
     size_t n = 1;
     for (int64_t d : shape) n *= static_cast<size_t>(d);
-    std::vector<float> v(n, 0.0f);
+    WeightVector<float> v(n, 0.0f);
     read_rows(canonical, shape,
               [&](int r, const float* row, size_t cols) { std::copy_n(row, cols, v.data() + size_t(r) * cols); });
     return v;
@@ -504,11 +504,11 @@ class Loader {
     int total = 0;
     for (int o : outs) total += o;
     LinearBuilder lb(d, total, format);
-    std::vector<float> bias;
+    WeightVector<float> bias;
     for (size_t i = 0, n0 = 0; i < projs.size(); n0 += size_t(outs[i]), ++i) {
       const std::string p = projs[i].empty() ? prefix : prefix + "." + projs[i];
       weight_rows(lb, p + ".weight", int(n0), outs[i]);
-      std::vector<float> b = take(p + ".bias", {outs[i]});
+      WeightVector<float> b = take(p + ".bias", {outs[i]});
       bias.insert(bias.end(), b.begin(), b.end());
     }
     return lb.finish(std::move(bias));
@@ -552,7 +552,7 @@ class Loader {
   // file holds the gamma the kernel multiplies by (offset already added).
   NormWeights norm(const std::string& prefix, int d) {
     if (!c_.rms_norm) return {take(prefix + ".weight", {d}), take(prefix + ".bias", {d})};
-    NormWeights n{take(prefix + ".weight", {d}), std::vector<float>(size_t(d), 0.0f)};
+    NormWeights n{take(prefix + ".weight", {d}), WeightVector<float>(size_t(d), 0.0f)};
     if (!canonical_)
       for (float& g : n.gamma) g = float(double(g) + c_.norm_weight_offset);
     return n;
@@ -743,7 +743,7 @@ class CanonicalWriter {
  public:
   explicit CanonicalWriter(const ModelConfig& c) : c_(c) {}
 
-  void floats(const std::string& name, const std::vector<float>& v, std::vector<int64_t> shape) {
+  void floats(const std::string& name, const WeightVector<float>& v, std::vector<int64_t> shape) {
     tensors_.push_back({name, "F32", std::move(shape), v.data()});
   }
   void norm(const std::string& prefix, const NormWeights& n) {

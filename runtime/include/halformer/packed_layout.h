@@ -33,7 +33,7 @@ inline size_t packed_index(int in_features, int n, int k) {
 
 // Writes rows [n0, n0 + rows) of a torch-layout [rows][K] weight (out x in) into the
 // packed buffer `w` (of packed_size elements, zero-initialised for the padding).
-inline void pack_rows(const float* torch_rows, int rows, int in_features, int n0, std::vector<float>& w) {
+inline void pack_rows(const float* torch_rows, int rows, int in_features, int n0, float* w) {
   for (int r = 0; r < rows; ++r) {
     const float* src = torch_rows + size_t(r) * in_features;
     for (int k = 0; k < in_features; ++k) w[packed_index(in_features, n0 + r, k)] = src[k];
@@ -43,7 +43,7 @@ inline void pack_rows(const float* torch_rows, int rows, int in_features, int n0
 // A whole torch-layout [N][K] weight, packed.
 inline std::vector<float> pack_linear(const float* torch_w, int out_features, int in_features) {
   std::vector<float> w(packed_size(in_features, out_features), 0.0f);
-  pack_rows(torch_w, out_features, in_features, 0, w);
+  pack_rows(torch_w, out_features, in_features, 0, w.data());
   return w;
 }
 
