@@ -39,6 +39,9 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
   GP<int> tile_n{"tile_n", 0};
   GP<int> tile_m{"tile_m", 0};
   GP<bool> parallel{"parallel", true};
+  // The weights' panel width; 0: the target's (weight_panel). Set only by the tuner, whose
+  // CPU reference for a GPU kernel reads the GPU's layout.
+  GP<int> panel_width{"panel", 0};
   // GPU (schedules/gpu.h): a block of gpu_tile_n x gpu_tile_m outputs, gpu_reg_n x
   // gpu_reg_m of them per thread; calls of at most gpu_split_rows rows: gpu_slice_n
   // outputs x 16 K slices per block.
@@ -51,7 +54,7 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
   GP<int> gpu_unroll_k{"gpu_unroll_k", 4};
 
   In<Buffer<float, 2>> x{"x"};        // (K, M)
-  In<Buffer<WeightType, 3>> w{"w"};   // (kPanel, K, panels): halformer/packed_layout.h
+  In<Buffer<WeightType, 3>> w{"w"};   // (panel, K, panels): halformer/packed_layout.h
   In<Buffer<float, 1>> b{"b"};        // (N)
   Out<Buffer<float, 2>> out{"out"};   // (N, M)
   In<Buffer<float, 2>>* residual = nullptr;  // (N, M), linear_residual / linear_gated only
@@ -68,16 +71,17 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
 
     // Rows beyond M are computed by the last partial tile and discarded: clamp reads.
     Expr M = x.dim(1).extent();
-    const int P = panel_count(N);
+    const int panel = panel_width > 0 ? int(panel_width) : weight_panel(this->get_target().to_string());
+    const int P = panel_count(N, panel);
     const bool gpu = this->get_target().has_gpu_feature() && !this->using_autoscheduler();
     Func xc("x_clamped"), wf("w_func");
     xc(k, m) = x(k, min(m, M - 1));
     // A last tile that reaches past N (whole register tiles keep the loads dense vectors;
     // its extra outputs are not stored) reads a clamped panel index (panels are zero-padded
-    // to kPanel features already) and bias. Only then: a clamped bias is a gather.
+    // to whole panels already) and bias. Only then: a clamped bias is a gather.
     const MatmulKnobs knobs = matmul_knobs_for(this->get_target(), false, MatmulKnobs{vec, tile_n, tile_m, parallel});
-    const bool overhang = gpu || matmul_widths(N, knobs, kPanel).overhangs(N);
-    Expr wv = w(n % kPanel, k, overhang ? min(n / kPanel, P - 1) : n / kPanel);
+    const bool overhang = gpu || matmul_widths(N, knobs, panel).overhangs(N);
+    Expr wv = w(n % panel, k, overhang ? min(n / panel, P - 1) : n / panel);
     wf(n, k) = kBf16 ? reinterpret<float>(cast<uint32_t>(wv) << 16) : wv;
     Func bc("b_clamped");
     bc(n) = b(overhang ? min(n, N - 1) : n);
@@ -108,8 +112,8 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
 
     // ---- shapes the runtime must honour
     x.dim(0).set_bounds(0, K);
-    w.dim(0).set_bounds(0, kPanel).dim(1).set_bounds(0, K).set_stride(kPanel);
-    w.dim(2).set_bounds(0, P).set_stride(kPanel * K);
+    w.dim(0).set_bounds(0, panel).dim(1).set_bounds(0, K).set_stride(panel);
+    w.dim(2).set_bounds(0, P).set_stride(panel * K);
     out.dim(0).set_bounds(0, N);
     x.dim(1).set_min(0);
     out.dim(1).set_min(0);
@@ -118,7 +122,7 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
     // ---- schedule
     if (this->using_autoscheduler()) {
       x.set_estimates({{0, K}, {0, 128}});
-      w.set_estimates({{0, kPanel}, {0, K}, {0, panel_count(N)}});
+      w.set_estimates({{0, panel}, {0, K}, {0, P}});
       b.set_estimates({{0, N}});
       if (kResidual) residual->set_estimates({{0, N}, {0, 128}});
       out.set_estimates({{0, N}, {0, 128}});
@@ -129,7 +133,7 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
                           GpuMatmulKnobs{gpu_tile_n, gpu_tile_m, gpu_reg_n, gpu_reg_m, gpu_slice_n, gpu_split_rows, gpu_unroll_k});
       return;
     }
-    schedule_cpu_matmul(out, acc, n, m, r.x, N, M, knobs, kPanel);
+    schedule_cpu_matmul(out, acc, n, m, r.x, N, M, knobs, panel);
   }
 };
 

@@ -43,14 +43,14 @@ struct WeightBuffers {
   const WeightVector<float> stand_in = WeightVector<float>(1, 0.0f);
   // The tensor v as (inner, rows) -- a 1-D vector when rows == 0 (biases, norms; a table
   // of one row stays 2-D) -- or, with panels > 0, as the
-  // packed linear weight (kPanel, inner, panels).
-  halide_buffer_t* get(const WeightVector<float>& v, int inner, int rows, int panels = 0) {
+  // packed linear weight (panel, inner, panels).
+  halide_buffer_t* get(const WeightVector<float>& v, int inner, int rows, int panels = 0, int panel = 0) {
     std::lock_guard<std::mutex> guard(lock);
     auto& b = bufs[{v.data(), rows}];
     if (!b) {
       halide_dimension_t dims[3] = {{0, inner, 1}, {0, rows, inner}, {0, 0, 0}};
       if (panels > 0)
-        dims[0] = {0, kPanel, 1}, dims[1] = {0, inner, kPanel}, dims[2] = {0, panels, kPanel * inner};
+        dims[0] = {0, panel, 1}, dims[1] = {0, inner, panel}, dims[2] = {0, panels, panel * inner};
       b = std::make_unique<Halide::Runtime::Buffer<float>>(const_cast<float*>(v.data()),
                                                            panels > 0 ? 3 : rows > 0 ? 2 : 1, dims);
       b->set_host_dirty();
@@ -70,9 +70,9 @@ struct WeightBuffers {
     const int stride = d + kInt8RowScaleBytes;
     return view(int8_bufs, q, {{0, stride, 1}, {0, vocab, stride}});
   }
-  // A bf16 linear's weights: fp32's packed layout (kPanel, in, panels), bf16 bits; CPU only.
-  halide_buffer_t* get_bf16(const WeightVector<uint16_t>& h, int in, int out) {
-    return view(bf16_bufs, h, {{0, kPanel, 1}, {0, in, kPanel}, {0, panel_count(out), kPanel * in}});
+  // A bf16 linear's weights: fp32's packed layout (panel, in, panels), bf16 bits; CPU only.
+  halide_buffer_t* get_bf16(const WeightVector<uint16_t>& h, int in, int out, int panel) {
+    return view(bf16_bufs, h, {{0, panel, 1}, {0, in, panel}, {0, panel_count(out, panel), panel * in}});
   }
   // The buffer over v's data with `dims`, made on first use.
   template <typename T>
@@ -281,8 +281,8 @@ struct Session {
   TransferStats& stats;
 
   // A weight tensor's buffer (see WeightBuffers::get). On a GPU device its first use uploads it (once per model).
-  halide_buffer_t* weight(const WeightVector<float>& v, int inner, int rows, int panels = 0) {
-    halide_buffer_t* b = wbufs.get(v, inner, rows, panels);
+  halide_buffer_t* weight(const WeightVector<float>& v, int inner, int rows, int panels = 0, int panel = 0) {
+    halide_buffer_t* b = wbufs.get(v, inner, rows, panels, panel);
     if (iface && b->host_dirty()) {
       KernelTimer timer("upload", iface);
       run(halide_copy_to_device(nullptr, b, iface), "weight upload");
@@ -370,8 +370,8 @@ struct Session {
   // bf16 packed and [N].
   std::pair<halide_buffer_t*, halide_buffer_t*> linear_args(const LinearWeights& w) {
     if (w.int8()) return {wbufs.get_int8(w.q, w.in, w.out), weight(w.b, w.out, 2)};
-    if (w.bf16()) return {wbufs.get_bf16(w.h, w.in, w.out), weight(w.b, w.out, 0)};
-    return {weight(w.w, w.in, w.out, panel_count(w.out)), weight(w.b, w.out, 0)};
+    if (w.bf16()) return {wbufs.get_bf16(w.h, w.in, w.out, w.panel), weight(w.b, w.out, 0)};
+    return {weight(w.w, w.in, w.out, panel_count(w.out, w.panel), w.panel), weight(w.b, w.out, 0)};
   }
   void linear(LinearFn fn, const char* name, View x, const LinearWeights& w, View out) {
     auto [wb, bb] = linear_args(w);
@@ -1166,7 +1166,7 @@ Model Model::load(const ModelDescriptor& desc, const std::string& weights_path, 
                 ": rebuild it on this machine (halformer build) to run it here");
   }
   reserve_threads(options.threads);
-  Model m(desc, std::make_unique<Weights>(load_weights(cfg, weights_path)), device,
+  Model m(desc, std::make_unique<Weights>(load_weights(cfg, weights_path, weight_panel(target))), device,
           std::max(0, options.threads));
   if (device != "cpu") {
     // Fail now, clearly, if the device cannot run a kernel (no driver, no device). The

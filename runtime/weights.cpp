@@ -315,17 +315,18 @@ Source hf_preset(const HfFamily& f, const std::string& prefix, const ModelConfig
 // fp32 copy of a whole matrix.
 class LinearBuilder {
  public:
-  LinearBuilder(int in, int out, WeightFormat format) : format_(format) {
+  LinearBuilder(int in, int out, WeightFormat format, int panel) : format_(format) {
     l_.in = in;
     l_.out = out;
+    l_.panel = panel;
     if (format == WeightFormat::Int8) {
       l_.q.assign(packed_int8_size(in, out), 0);
       scales_.assign(size_t(out), 0.0f);
       channel_q_.resize(size_t(in));
     } else if (format == WeightFormat::Bf16) {
-      l_.h.assign(packed_size(in, out), 0);
+      l_.h.assign(packed_size(in, out, panel), 0);
     } else {
-      l_.w.assign(packed_size(in, out), 0.0f);
+      l_.w.assign(packed_size(in, out, panel), 0.0f);
     }
   }
   int in() const { return l_.in; }
@@ -336,9 +337,9 @@ class LinearBuilder {
       scales_[size_t(n)] = quantize_row_int8(v, l_.in, channel_q_.data());
       put_int8_channel(l_.q.data(), l_.in, n, channel_q_.data());
     } else if (format_ == WeightFormat::Bf16) {
-      for (int k = 0; k < l_.in; ++k) l_.h[packed_index(l_.in, n, k)] = to_bf16(v[k]);
+      for (int k = 0; k < l_.in; ++k) l_.h[packed_index(l_.in, n, k, l_.panel)] = to_bf16(v[k]);
     } else {
-      pack_rows(v, 1, l_.in, n, l_.w.data());
+      pack_rows(v, 1, l_.in, n, l_.panel, l_.w.data());
     }
   }
   // Output channel n already quantized (int8 builds only).
@@ -361,7 +362,7 @@ class LinearBuilder {
 
 class Loader {
  public:
-  Loader(const ModelConfig& c, const std::string& path) : c_(c), file_(path) {
+  Loader(const ModelConfig& c, const std::string& path, int panel) : c_(c), file_(path), panel_(panel) {
     if (is_hf(c.preset)) {  // the base model's scope: the first prefix the file has the probe under
       const HfFamily& f = hf_family(c.preset);
       hf_prefix_ = f.prefixes.back();
@@ -503,7 +504,7 @@ class Loader {
                             const std::vector<int>& outs, WeightFormat format) {
     int total = 0;
     for (int o : outs) total += o;
-    LinearBuilder lb(d, total, format);
+    LinearBuilder lb(d, total, format, panel_);
     WeightVector<float> bias;
     for (size_t i = 0, n0 = 0; i < projs.size(); n0 += size_t(outs[i]), ++i) {
       const std::string p = projs[i].empty() ? prefix : prefix + "." + projs[i];
@@ -649,6 +650,7 @@ class Loader {
 
   const ModelConfig& c_;
   SafetensorsFile file_;
+  const int panel_;  // fp32 / bf16 linears: the packed layout's panel width
   std::string hf_prefix_;
   std::map<std::string, std::string> map_;
   std::set<std::string> used_;
@@ -680,14 +682,14 @@ LayerWeights load_layer(Loader& ld, const ModelConfig& c, const std::string& sta
 
 }  // namespace
 
-Weights load_weights(const ModelConfig& c, const std::string& path) {
-  Loader ld(c, path);
+Weights load_weights(const ModelConfig& c, const std::string& path, int panel) {
+  Loader ld(c, path, panel);
   const int d = c.d_model;
   const bool enc = c.arch != Arch::Decoder, dec = c.arch != Arch::Encoder;
   Weights w;
   // The output projection that shares the target table is filled from its rows.
   std::unique_ptr<LinearBuilder> shared;
-  if (dec && c.share_tgt_output) shared = std::make_unique<LinearBuilder>(d, c.tgt_vocab, c.generator_weights);
+  if (dec && c.share_tgt_output) shared = std::make_unique<LinearBuilder>(d, c.tgt_vocab, c.generator_weights, panel);
   const WeightFormat tf = c.embedding_weights;
   if (enc)
     w.src_embedding = ld.table("src_embedding.weight", c.src_vocab, d, tf, c.share_src_tgt ? shared.get() : nullptr);
@@ -775,9 +777,9 @@ class CanonicalWriter {
         if (l.int8())
           std::memcpy(dst, &l.q[packed_int8_index(in, n, k)], 1);
         else if (l.bf16())
-          std::memcpy(dst, &l.h[packed_index(in, n, k)], 2);
+          std::memcpy(dst, &l.h[packed_index(in, n, k, l.panel)], 2);
         else
-          std::memcpy(dst, &l.w[packed_index(in, n, k)], 4);
+          std::memcpy(dst, &l.w[packed_index(in, n, k, l.panel)], 4);
       }
     add(prefix + ".weight", l.int8() ? "I8" : l.bf16() ? "BF16" : "F32", {rows, in}, std::move(w));
     std::vector<float> bias(l.b.begin() + n0, l.b.begin() + n0 + rows);

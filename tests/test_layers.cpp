@@ -63,6 +63,8 @@ void expect_close(const Vec& got, const Vec& want, const char* what, double rel 
 }
 
 const int kRows[] = {1, 3, 8, 13, 35};
+// The packed weight layout's panel width for this build's kernels (halformer/packed_layout.h).
+const int kPanel = halformer::weight_panel(KERNEL_METADATA(test_linear_relu)()->target);
 // Linear also takes its many-row GPU schedule above 256 rows (schedules/gpu.h): 300 is
 // not a multiple of its 16-row block tile.
 const int kLinearRows[] = {1, 3, 8, 13, 35, 300};
@@ -73,8 +75,8 @@ void check_linear(Fn fn, int K, int N, const char* act, bool residual) {
     SCOPED_TRACE("M=" + std::to_string(M));
     Vec x = random_vec(size_t(M) * K, 1), w = random_vec(size_t(N) * K, 2, 0.2f), b = random_vec(N, 3);
     Vec res = random_vec(size_t(M) * N, 4), out(size_t(M) * N, -7.0f);
-    Vec wp = halformer::pack_linear(w.data(), N, K);  // the runtime's layout
-    Buf xb = view(x, {K, M}), wb = view(wp, {halformer::kPanel, K, halformer::panel_count(N)}), bb = view(b, {N}), ob = view(out, {N, M}),
+    Vec wp = halformer::pack_linear(w.data(), N, K, kPanel);  // the runtime's layout
+    Buf xb = view(x, {K, M}), wb = view(wp, {kPanel, K, halformer::panel_count(N, kPanel)}), bb = view(b, {N}), ob = view(out, {N, M}),
         rb = view(res, {N, M});
     int rc;
     if constexpr (std::is_invocable_v<Fn, halide_buffer_t*, halide_buffer_t*, halide_buffer_t*,
@@ -104,8 +106,8 @@ TEST(Linear, GatedK60N36) {
     SCOPED_TRACE("M=" + std::to_string(M));
     Vec x = random_vec(size_t(M) * K, 1), w = random_vec(size_t(N) * K, 2, 0.2f), b = random_vec(N, 3);
     Vec gate = random_vec(size_t(M) * N, 4), out(size_t(M) * N, -7.0f);
-    Vec wp = halformer::pack_linear(w.data(), N, K);
-    Buf xb = view(x, {K, M}), wb = view(wp, {halformer::kPanel, K, halformer::panel_count(N)}), bb = view(b, {N}),
+    Vec wp = halformer::pack_linear(w.data(), N, K, kPanel);
+    Buf xb = view(x, {K, M}), wb = view(wp, {kPanel, K, halformer::panel_count(N, kPanel)}), bb = view(b, {N}),
         gb = view(gate, {N, M}), ob = view(out, {N, M});
     ASSERT_EQ(KERNEL(test_linear_gated)(xb, wb, bb, gb, ob), 0);
     ob.copy_to_host();

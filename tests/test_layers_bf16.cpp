@@ -22,6 +22,8 @@ namespace hf = halformer;
 
 
 enum class Second { None, Residual, Gate };
+// The packed weight layout's panel width for these kernels (halformer/packed_layout.h).
+const int kPanel = hf::weight_panel(test_linear_bf16_relu_metadata()->target);
 
 template <typename Fn>
 void check(Fn fn, int K, int N, const char* act, Second second) {
@@ -29,13 +31,13 @@ void check(Fn fn, int K, int N, const char* act, Second second) {
     SCOPED_TRACE("M=" + std::to_string(M));
     Vec x = random_vec(size_t(M) * K, 1), w = random_vec(size_t(N) * K, 2, 0.2f), b = random_vec(N, 3);
     Vec res = random_vec(size_t(M) * N, 4), out(size_t(M) * N, -7.0f);
-    Vec wp = hf::pack_linear(w.data(), N, K);  // the runtime's layout, then its bf16 rounding
+    Vec wp = hf::pack_linear(w.data(), N, K, kPanel);  // the runtime's layout, then its bf16 rounding
     std::vector<uint16_t> wh(wp.size());
     for (size_t i = 0; i < wp.size(); ++i) wh[i] = hf::to_bf16(wp[i]);
     Vec wr(w.size());  // the reference's weights: the same rounding, unpacked
     for (size_t i = 0; i < w.size(); ++i) wr[i] = hf::from_bf16(hf::to_bf16(w[i]));
     Buf xb(x.data(), {K, M}), bb(b.data(), {N}), rb(res.data(), {N, M}), ob(out.data(), {N, M});
-    Halide::Runtime::Buffer<uint16_t> wb(wh.data(), {hf::kPanel, K, hf::panel_count(N)});
+    Halide::Runtime::Buffer<uint16_t> wb(wh.data(), {kPanel, K, hf::panel_count(N, kPanel)});
     int rc;
     if constexpr (std::is_invocable_v<Fn, halide_buffer_t*, halide_buffer_t*, halide_buffer_t*, halide_buffer_t*,
                                       halide_buffer_t*>)

@@ -77,8 +77,9 @@ bool bench_shape(int M, int K, int N, int samples, double min_ms, double cold_by
   const double wbytes = double(K) * N * sizeof(float);
   const int copies = int(std::clamp(std::ceil(cold_bytes / wbytes), 1.0, 64.0));
   std::vector<Buf> w;
+  const int panel = halformer::weight_panel(kern->metadata()->target);  // the runtime's packed layout
   for (int c = 0; c < copies; ++c) {
-    w.emplace_back(halformer::kPanel, K, halformer::panel_count(N));  // the runtime's packed layout
+    w.emplace_back(panel, K, halformer::panel_count(N, panel));
     fill(w.back(), rng, 1.0f / std::sqrt(float(K)));
   }
   int next = 0;
@@ -115,7 +116,7 @@ bool bench_shape(int M, int K, int N, int samples, double min_ms, double cold_by
     int m = dm(rng), n = dn(rng);
     double ref = b(n), mag = std::fabs(b(n));
     for (int k = 0; k < K; ++k) {
-      const double wnk = w[0](n % halformer::kPanel, k, n / halformer::kPanel);
+      const double wnk = w[0](n % panel, k, n / panel);
       ref += double(x(k, m)) * wnk;
       mag += std::fabs(double(x(k, m)) * wnk);
     }

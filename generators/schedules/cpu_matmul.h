@@ -124,7 +124,8 @@ inline void schedule_cpu_matmul(Halide::Func out, Halide::Func acc, const Halide
   // One row has no rows to reuse a weight over: its tile is at least 64 lanes wide (8 ymm
   // or 4 zmm accumulators), enough independent sums to keep loads in flight (AVX2's 2-ymm
   // tile alone: vocabulary head 512x32000 at 1 row 2.4 -> 4.6 ms, 2-core Zen 3).
-  const int width1 = widths.row1, sub1 = (width1 % panel == 0) ? panel : width1;
+  // One row's accumulators: at most 64 lanes (8 ymm / 4 zmm), spanning narrower panels.
+  const int width1 = widths.row1, sub1 = (width1 > 64 && width1 % 64 == 0) ? 64 : width1;
   tiles(out.specialize(rows == 1), 1, width1, sub1);
   // A few rows: a task covers a whole panel where it can, walked in `width` strips, so
   // that one core reads each panel. Where the register tile is narrower than the

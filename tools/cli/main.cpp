@@ -28,6 +28,7 @@
 #include <sstream>
 #include <vector>
 
+#include "halformer/packed_layout.h"
 #include "halformer/weights.h"
 #include "importer.h"
 #include "plan.h"
@@ -332,7 +333,8 @@ int quantize(const Spec& spec, const std::string& weights, const std::string& ou
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   std::cout << "halformer quantize: reading " << weights << " (" << c.preset_name << ")...\n" << std::flush;
-  const Weights w = load_weights(c, weights);
+  // The file is written in torch's layout whatever the packed one: any panel width does.
+  const Weights w = load_weights(c, weights, kPanelWide);
   const auto t1 = clock::now();
   std::cout << "halformer quantize: writing " << out << " (layers " << weight_format_name(c.layer_weights) << ", output "
             << weight_format_name(c.generator_weights) << ", embeddings " << weight_format_name(c.embedding_weights) << ")...\n"

@@ -186,7 +186,7 @@ int geti(const std::vector<std::pair<std::string, std::string>>& p, const std::s
 
 // Shapes of every input and of the output for one tuning shape, as the runtime calls the
 // kernel (runtime/model.cpp).
-IoPlan io_plan(const PlannedKernel& k, const Shape& s) {
+IoPlan io_plan(const PlannedKernel& k, const Shape& s, const Halide::Target& target) {
   const auto& p = k.params;
   const int B = s.batch, M = int(s.rows());
   const int T = s.phase == "decode" ? 1 : s.seq;  // new positions
@@ -201,7 +201,8 @@ IoPlan io_plan(const PlannedKernel& k, const Shape& s) {
   if (g.rfind("linear", 0) == 0 && g.rfind("linear_int8", 0) != 0) {  // linear, linear_bf16 (+ _residual, _gated)
     const int K = geti(p, "in_features", 64), N = geti(p, "out_features", 64);
     io.inputs["x"] = uni({K, M});
-    io.inputs["w"] = uni({halformer::kPanel, K, halformer::panel_count(N)}, 1.0f / std::sqrt(float(K)));  // packed_layout.h
+    const int panel = halformer::weight_panel(target.to_string());  // packed_layout.h
+    io.inputs["w"] = uni({panel, K, halformer::panel_count(N, panel)}, 1.0f / std::sqrt(float(K)));
     if (g.rfind("linear_bf16", 0) == 0) io.inputs["w"].kind = InputSpec::Bf16;
     io.inputs["b"] = uni({N}, 0.1f);
     io.inputs["residual"] = uni({N, M});
@@ -502,7 +503,11 @@ bool Tuner::prepare(Job& j) {
   const PlannedKernel& k = *j.k;
   try {
     Cand hand;
-    Compiled ref = compile(k, hand, host_);
+    // The CPU reference reads the weights in the tuned target's layout (its panel width).
+    Cand ref_cand;
+    if (gpu_ && k.generator.rfind("linear", 0) == 0 && k.generator.rfind("linear_int8", 0) != 0)
+      ref_cand.knobs["panel"] = std::to_string(halformer::weight_panel(target_.to_string()));
+    Compiled ref = compile(k, ref_cand, host_);
     j.hand = gpu_ ? compile(k, hand, target_) : ref;
     std::mt19937 rng(opt_.seed * 7919u + uint32_t(std::hash<std::string>()(j.label)));
     std::vector<Shape> all = j.shapes;
@@ -510,7 +515,7 @@ bool Tuner::prepare(Job& j) {
     for (const Shape& s : all) {
       ShapeData d;
       d.shape = s;
-      IoPlan io = io_plan(k, s);
+      IoPlan io = io_plan(k, s, target_);
       d.out_extents = io.out_extents;
       for (const auto& [name, spec] : io.inputs) {
         if (!spec.alias.empty()) continue;
