@@ -67,7 +67,7 @@ const int kRows[] = {1, 3, 8, 13, 35};
 const int kPanel = halformer::weight_panel(KERNEL_METADATA(test_linear_relu)()->target);
 // Linear also takes its many-row GPU schedule above 256 rows (schedules/gpu.h): 300 is
 // not a multiple of its 16-row block tile.
-const int kLinearRows[] = {1, 3, 8, 13, 35, 300};
+const int kLinearRows[] = {1, 2, 3, 8, 13, 35, 300};
 
 template <typename Fn>
 void check_linear(Fn fn, int K, int N, const char* act, bool residual) {

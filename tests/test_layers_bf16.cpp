@@ -27,7 +27,7 @@ const int kPanel = hf::weight_panel(test_linear_bf16_relu_metadata()->target);
 
 template <typename Fn>
 void check(Fn fn, int K, int N, const char* act, Second second) {
-  for (int M : {1, 3, 8, 13, 35, 300}) {
+  for (int M : {1, 2, 3, 8, 13, 35, 300}) {
     SCOPED_TRACE("M=" + std::to_string(M));
     Vec x = random_vec(size_t(M) * K, 1), w = random_vec(size_t(N) * K, 2, 0.2f), b = random_vec(N, 3);
     Vec res = random_vec(size_t(M) * N, 4), out(size_t(M) * N, -7.0f);

@@ -115,33 +115,37 @@ inline void schedule_cpu_matmul(Halide::Func out, Halide::Func acc, const Halide
   };
   // Row-count regimes, each with its own tile (the accumulator extent follows the same
   // conditions, which Halide substitutes into each specialisation):
-  //   1 row (decode at batch 1): one-row tiles, one weight panel after the other,
-  //     bandwidth-bound;
-  //   2..8 rows (decode at batch <= 8, beams): 4-row tiles (AVX2: one-row tiles, below),
-  //     all in one task, so each weight is streamed from memory once, by one core, and
-  //     the later tiles find the panel in cache (8x512x2048: 0.113 -> 0.075 ms);
+  //   1 row (decode at batch 1; AVX2 also 2 rows, below): one-row tiles, one weight panel
+  //     after the other, bandwidth-bound;
+  //   up to 8 rows (decode at batch <= 8, beams): 4-row tiles (one-row tiles where panels
+  //     are wider than the register tile, below), all in one task, so each weight is
+  //     streamed from memory once, by one core, and the later tiles find the panel in
+  //     cache (8x512x2048: 0.113 -> 0.075 ms);
   //   more: the tile_m x tile_n tile, each panel reused from L2 by all row tiles.
   // One row has no rows to reuse a weight over: its tile is at least 64 lanes wide (8 ymm
-  // or 4 zmm accumulators), enough independent sums to keep loads in flight (AVX2's 2-ymm
-  // tile alone: vocabulary head 512x32000 at 1 row 2.4 -> 4.6 ms, 2-core Zen 3).
-  // One row's accumulators: at most 64 lanes (8 ymm / 4 zmm), spanning narrower panels.
+  // or 4 zmm accumulators, spanning narrower panels), enough independent sums to keep
+  // loads in flight (AVX2's 2-ymm tile alone: vocabulary head 512x32000 at 1 row 2.4 ->
+  // 4.6 ms, 2-core Zen 3).
   const int width1 = widths.row1, sub1 = (width1 > 64 && width1 % 64 == 0) ? 64 : width1;
-  tiles(out.specialize(rows == 1), 1, width1, sub1);
   // A few rows: a task covers a whole panel where it can, walked in `width` strips, so
-  // that one core reads each panel. Where the register tile is narrower than the
-  // one-row tile (AVX2: 16 of a panel row's 64 lanes), 4-row strips walk the panel with a
-  // stride of a panel row and pulled it from memory at half the bandwidth; one-row tiles
-  // across the whole panel row instead stream it sequentially for the first row, and the
-  // other rows find it in L2 (8 rows, 2-core Zen 3: 768x50257 24.0 -> 13.6 ms; in the model,
-  // GPT-2 small decode at batch 8 79 -> 60 ms/step, transformer-base 29.3 -> 17.6 ms/step).
+  // that one core reads each panel. Where panels are wider than the register tile (AVX2's
+  // 16 lanes in 64-wide panels), 4-row strips walked the panel with a stride of a panel
+  // row and pulled it from memory at half the bandwidth: one-row tiles across the whole
+  // panel row instead (8 rows, 2-core Zen 3: 768x50257 24.0 -> 13.6 ms). Panels as wide
+  // as the tile (weight_panel) stream sequentially under 4-row tiles, faster from 4 rows
+  // up (8x2048x512 0.29 -> 0.21 ms, 8x512x32000 3.8 -> 3.3 ms), but 2 rows keep more
+  // weight streams in flight as one-row tiles 64 lanes wide (2x512x1536 0.095 vs 0.125 ms).
   const int small_m = 8;
-  const bool small_regime = k.tile_m < small_m, few_by_row = width < sub1;
+  const bool small_regime = k.tile_m < small_m, narrow_tile = width < sub1;
+  const bool few_by_row = narrow_tile && panel > width;
+  const int one_row_max = small_regime && narrow_tile && !few_by_row ? 2 : 1;
+  tiles(out.specialize(rows <= one_row_max), 1, width1, sub1);
   const int few_tile = few_by_row ? 1 : 4, few_width = few_by_row ? width1 : widths.few,
             few_sub = few_by_row ? sub1 : width;
   if (small_regime) tiles(out.specialize(rows <= small_m), few_tile, few_width, few_sub);
   tiles(out, k.tile_m, width, width);
-  Expr acc_rows = select(rows == 1, 1, small_regime ? select(rows <= small_m, few_tile, k.tile_m) : k.tile_m);
-  Expr acc_cols = select(rows == 1, sub1, small_regime ? select(rows <= small_m, few_sub, width) : width);
+  Expr acc_rows = select(rows <= one_row_max, 1, small_regime ? select(rows <= small_m, few_tile, k.tile_m) : k.tile_m);
+  Expr acc_cols = select(rows <= one_row_max, sub1, small_regime ? select(rows <= small_m, few_sub, width) : width);
   acc.compute_at(out, nio)
       .bound_extent(m, acc_rows)
       .bound_extent(n, acc_cols)
