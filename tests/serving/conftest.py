@@ -37,8 +37,9 @@ def free_ports(n):
     return ports
 
 
-def write_config(path, delay_us=1000, max_batch=16, threads=1, replicas=None):
-    """replicas: {model name: n} adds `replicas: n` (halformer.serve.ray's key) to those models."""
+def write_config(path, delay_us=1000, max_batch=16, threads=1, replicas=None, stream=False):
+    """replicas: {model name: n} adds `replicas: n` (halformer.serve.ray's key) to those models;
+    stream adds `reverse_stream`, reverse-tiny as kind generate_stream (Triton only)."""
     w, v = minilm_files()
     text = f"""models:
   - name: reverse
@@ -64,6 +65,13 @@ def write_config(path, delay_us=1000, max_batch=16, threads=1, replicas=None):
     threads: {threads}
     max_batch_size: {max_batch}
     max_queue_delay_microseconds: {delay_us}
+"""
+    if stream:
+        text += f"""  - name: reverse_stream
+    kind: generate_stream
+    model_dir: {REVERSE_DIR}
+    weights: {REVERSE_WEIGHTS}
+    threads: {threads}
 """
     for name, n in (replicas or {}).items():
         text = text.replace(f"  - name: {name}\n", f"  - name: {name}\n    replicas: {n}\n", 1)
@@ -145,11 +153,11 @@ def api():
 def server_factory(tmp_path_factory):
     started = []
 
-    def start(delay_us=1000, max_batch=16, models=("reverse", "minilm", "minilm_pooled")):
+    def start(delay_us=1000, max_batch=16, models=("reverse", "minilm", "minilm_pooled"), stream=False):
         d = tmp_path_factory.mktemp("serve")
-        s = Server(write_config(str(d / "serve.yaml"), delay_us=delay_us, max_batch=max_batch), str(d))
+        s = Server(write_config(str(d / "serve.yaml"), delay_us=delay_us, max_batch=max_batch, stream=stream), str(d))
         started.append(s)
-        s.wait_ready(models)
+        s.wait_ready(tuple(models) + (("reverse_stream",) if stream else ()))
         return s
 
     yield start

@@ -23,7 +23,7 @@ ID_ROWS = [[101, 7592, 2088, 102], [101, 1037, 2158, 2003, 5983, 2833, 1012, 102
 @pytest.fixture(scope="module")
 def server(server_factory):
     # a 20 ms queue delay makes the batching test's batches certain on a loaded machine
-    return server_factory(delay_us=20000, max_batch=16)
+    return server_factory(delay_us=20000, max_batch=16, stream=True)
 
 
 _open = {}
@@ -87,6 +87,58 @@ def test_generate_equals_python_api(server, api):
                 assert scores.dtype == np.float32 and scores.shape == (1, len(want_scores)), (proto, opts, scores)
                 assert scores[0].tolist() == np.asarray(want_scores, np.float32).tolist(), (proto, src, opts)
     assert generate(th, clients(server)[0][2], [3, 7, 1, 9]).tolist() == [[9, 1, 7, 3, 15]]
+
+
+def stream(server, src, request_id="s", **params):
+    """One generate_stream request over gRPC streaming: (tokens, error messages), each
+    response's OUTPUT_IDS in order, until Triton's final (empty) response."""
+    import queue
+    q = queue.Queue()
+    c = tg.InferenceServerClient(server.grpc)
+    try:
+        c.start_stream(callback=lambda result, error: q.put((result, error)))
+        c.async_stream_infer("reverse_stream", [ids_input(tg, src)], request_id=request_id,
+                             parameters=params or None, enable_empty_final_response=True)
+        tokens, errors = [], []
+        while True:
+            result, error = q.get(timeout=120)
+            if error is not None:
+                errors.append(str(error))
+                break  # an error is the request's last response
+            resp = result.get_response()
+            if resp.outputs:
+                ids = result.as_numpy("OUTPUT_IDS")
+                assert ids.dtype == np.int32 and ids.shape == (1, 1), ids
+                tokens.append(int(ids[0, 0]))
+            if resp.parameters["triton_final_response"].bool_param:
+                break
+        return tokens, errors
+    finally:
+        c.stop_stream()
+        c.close()
+
+
+def test_generate_stream_equals_python_api(server, api):
+    """generate_stream sends each new token as its own response, as soon as it is chosen:
+    together the same tokens as the Python API's generate (greedy and sampling); bad
+    requests get one error response naming the problem, and the stream after works."""
+    for src in SOURCES:
+        for opts in ({}, {"max_new_tokens": 3}, {"sampling_topk": 0, "sampling_temperature": 0.8, "seed": 7}):
+            tokens, errors = stream(server, src, **opts)
+            assert not errors, (src, opts, errors)
+            assert tokens == api["reverse"].generate([src], **opts)[0], (src, opts)
+    bad = [([3, 7, 16], {}, ["INPUT_IDS[0][2] = 16", "vocabulary [0, 16)"]),
+           ([3, 7], {"beam_size": 2}, ["beam_size", "kind generate"]),
+           ([3, 7], {"max_new_tokens": 1000}, ["max_new_tokens 1000"]),
+           ([[1, 2], [3, 4]], {}, ["INPUT_IDS"]),
+           (np.zeros((1, 0), np.int32), {}, ["empty"])]
+    for src, params, fragments in bad:
+        tokens, errors = stream(server, src, **params)
+        assert len(errors) == 1 and not tokens, (src, params, tokens, errors)
+        for f in fragments:
+            assert f in errors[0], (f, errors[0])
+        print(f"stream: {errors[0][:160]}")
+        assert stream(server, [3, 7, 1, 9])[0] == [9, 1, 7, 3, 15]
 
 
 def test_embed_text_equals_python_api(server, api):

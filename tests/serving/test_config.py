@@ -25,7 +25,8 @@ def model(**kw):
 
 
 CASES = [
-    ("unknown_kind", "models:\n" + model(kind="classify"), ["unknown kind 'classify'", "generate, embed_text, pooled"]),
+    ("unknown_kind", "models:\n" + model(kind="classify"), ["unknown kind 'classify'", "generate, generate_stream, embed_text, pooled"]),
+    ("batching_on_stream", "models:\n" + model(kind="generate_stream", max_batch_size=4), ["unknown key(s) ['max_batch_size']", "generate_stream"]),
     ("missing_weights", "models:\n" + model(weights="/nonexistent/w.safetensors"), ["weights", "/nonexistent/w.safetensors", "does not exist"]),
     ("missing_model_dir", "models:\n" + model(model_dir="/nonexistent/dir"), ["model_dir", "is not a directory"]),
     ("no_weights_key", "models:\n" + model(weights=None), ["missing weights"]),

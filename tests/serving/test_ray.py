@@ -118,7 +118,9 @@ def test_config_errors_before_ray_starts(tmp_path):
     """Exit 2 and one line naming the problem; Triton's server refuses Ray's `replicas` key."""
     good = write_config(str(tmp_path / "good.yaml"), replicas={"reverse": 2})
     bad = write_config(str(tmp_path / "bad.yaml"), replicas={"minilm": 0})
+    stream = write_config(str(tmp_path / "stream.yaml"), stream=True)
     cases = [(["halformer.serve.ray", bad], "model 'minilm': replicas 0 is outside [1, 1024]"),
+             (["halformer.serve.ray", stream], "kind generate_stream is served by Triton only"),
              (["halformer.serve.ray", good, "--replicas", "0"], "--replicas 0 is outside [1, 1024]"),
              (["halformer.serve.ray", good, "--port", "70000"], "--port 70000 is outside [1, 65535]"),
              (["halformer.serve", good, "--check"], "replicas is for python -m halformer.serve.ray")]

@@ -10,7 +10,7 @@ CONFIG.yaml:
       metrics_port: 8002
     models:
       - name: reverse             # Triton model name: [A-Za-z0-9._-]+, unique
-        kind: generate            # generate | embed_text | pooled
+        kind: generate            # generate | generate_stream | embed_text | pooled
         model_dir: build/models/reverse-tiny   # relative paths: relative to CONFIG.yaml
         weights: models/reverse-tiny.safetensors
         threads: 2                # Halide threads of this model (0: all cores)
@@ -30,6 +30,11 @@ Kinds (inputs and outputs carry Triton's batch dimension in front):
               request parameters: max_new_tokens, beam_size, length_penalty, sampling_topk,
               sampling_topp, sampling_temperature, seed, repetition_penalty,
               no_repeat_ngram_size, min_length)
+  generate_stream: INPUT_IDS int32 [1, -1] -> a stream of responses, each OUTPUT_IDS int32
+              [1, 1]: one new token as soon as it is chosen (Model.generate_iter; Triton's
+              decoupled mode, gRPC streaming; the same tokens as generate; greedy or
+              sampling options, not beam search); no batching keys: each request is its own
+              stream (the rows of a dynamic batch would have to answer in lockstep)
   embed_text: TEXT bytes [1]        -> EMBEDDING float32 [d]   (SentenceEmbedder.encode)
   pooled:     INPUT_IDS int32 [-1]  -> OUTPUT float32 [X]      (Model.pooled)
 
@@ -53,7 +58,8 @@ import time
 
 import numpy as np
 
-KINDS = ("generate", "embed_text", "pooled")
+KINDS = ("generate", "generate_stream", "embed_text", "pooled")
+GENERATE_KINDS = ("generate", "generate_stream")
 DEFAULT_MAX_BATCH_SIZE = 16
 DEFAULT_MAX_QUEUE_DELAY_US = 1000
 DEFAULT_MAX_TEXT_BYTES = 65536
@@ -137,7 +143,11 @@ def load_config(path, ray=False):
         kind = m.get("kind")
         if kind not in KINDS:
             raise ConfigError(f"{where}: unknown kind {kind!r} (known: {', '.join(KINDS)})")
+        if ray and kind == "generate_stream":
+            raise ConfigError(f"{where}: kind generate_stream is served by Triton only (python -m halformer.serve)")
         known = {"name", "kind", "model_dir", "weights", "threads", "max_batch_size", "max_queue_delay_microseconds"}
+        if kind == "generate_stream":
+            known -= {"max_batch_size", "max_queue_delay_microseconds"}
         if kind == "embed_text":
             known |= {"vocab", "max_text_bytes"}
         if ray:
@@ -186,20 +196,23 @@ class _Served:
         else:
             self.model = halformer.Model(entry["model_dir"], weights=entry["weights"], threads=entry["threads"])
         cfg = self.model.config
-        if self.kind == "generate" and cfg["arch"] not in ("encoder_decoder", "decoder"):
-            raise ConfigError(f"model {self.name!r}: kind generate needs an encoder-decoder or decoder model; "
+        if self.kind in GENERATE_KINDS and cfg["arch"] not in ("encoder_decoder", "decoder"):
+            raise ConfigError(f"model {self.name!r}: kind {self.kind} needs an encoder-decoder or decoder model; "
                               f"{cfg['name']} is {cfg['arch']}")
         if self.kind == "pooled" and cfg["arch"] != "encoder":
             raise ConfigError(f"model {self.name!r}: kind pooled needs an encoder-only model; {cfg['name']} is {cfg['arch']}")
         self.vocab = cfg["src_vocab"]
         self.max_len = cfg["max_len"]
-        if self.kind != "generate":  # the output width, from one call
+        if self.kind not in GENERATE_KINDS:  # the output width, from one call
             probe = (self.embedder.encode(["a"], convert_to_numpy=True) if self.kind == "embed_text"
                      else self.model.pooled([[min(1, self.vocab - 1)]]))
             self.width = int(probe.shape[1])
 
     def tensors(self):
         from pytriton.model_config import Tensor
+        if self.kind == "generate_stream":  # no batching: the shapes are the whole tensors'
+            return ([Tensor(name="INPUT_IDS", dtype=np.int32, shape=(1, -1))],
+                    [Tensor(name="OUTPUT_IDS", dtype=np.int32, shape=(1, -1))])
         if self.kind == "generate":
             return ([Tensor(name="INPUT_IDS", dtype=np.int32, shape=(-1,))],
                     [Tensor(name="OUTPUT_IDS", dtype=np.int32, shape=(-1,)),
@@ -218,7 +231,7 @@ class _Served:
             return None, f"{name} must be [batch, length], got shape {list(a.shape)}"
         if a.shape[0] < 1 or a.shape[1] < 1:
             return None, f"{name} is empty (shape {list(a.shape)}): send at least one token id"
-        if self.kind == "generate" and a.shape[0] != 1:
+        if self.kind in GENERATE_KINDS and a.shape[0] != 1:
             return None, f"generate takes one sequence per request ({name} shape [1, length]); got {a.shape[0]} rows"
         if a.shape[1] > self.max_len:
             return None, f"{name} has {a.shape[1]} tokens, more than the model's max_len {self.max_len}"
@@ -267,6 +280,13 @@ class _Served:
                 except (TypeError, ValueError):
                     raise ValueError(f"parameter {k} must be a number, got {v!r}") from None
             opts[k] = v
+        if self.kind == "generate_stream":
+            for k in ("beam_size", "length_penalty"):
+                if k in opts and not (k == "beam_size" and opts[k] == 1):
+                    raise ValueError(f"parameter {k}: a stream sends greedy or sampled tokens one by one; beam "
+                                     f"search needs kind generate")
+            opts.pop("beam_size", None)
+            return opts
         # Scores move greedy's choice from the argmax kernel to the host (the step's logits
         # come down): made only for a request that asks for SCORES (Triton lists the
         # outputs wanted; Ray's requests list none and always answer scores).
@@ -323,6 +343,25 @@ class _Served:
                         responses[item[0]] = _error(f"model {self.name!r}: {e1}")
         return responses
 
+    def stream(self, requests):
+        """pytriton's callable for generate_stream (decoupled, no batching: one request):
+        yields one response per new token, as Model.generate_iter chooses it."""
+        for req in requests:  # Triton hands a model without batching one request at a time
+            try:
+                rows, err = self._ids_rows(req)
+                opts = self._options(req) if err is None else {}
+                tokens = None if err is not None else self.model.generate_iter(rows, **opts)
+            except (ValueError, TypeError) as e:
+                err = str(e)
+            if err is not None:
+                yield [_error(f"model {self.name!r}: {err}")]
+                continue
+            try:
+                for _, token in tokens:
+                    yield [{"OUTPUT_IDS": np.asarray([[token]], dtype=np.int32)}]
+            except (ValueError, TypeError) as e:
+                yield [_error(f"model {self.name!r}: {e}")]
+
     def _answer(self, items, responses):
         all_rows = [r for _, rows, _, _ in items for r in rows]
         out = self._run(all_rows, items[0][3])
@@ -356,6 +395,13 @@ _EXECUTE_PATCH = """    def execute(self, triton_requests):
                     break
         if not bad:
             return self._halformer_execute(triton_requests)
+        if self._decoupled_model:  # a stream's error goes through its sender, as its last response
+            for i, msg in bad.items():
+                triton_requests[i].get_response_sender().send(
+                    pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(msg, pb_utils.TritonError.INVALID_ARG)),  # pytype: disable=module-attr
+                    pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)  # pytype: disable=module-attr
+            good = [r for i, r in enumerate(triton_requests) if i not in bad]
+            return self._halformer_execute(good) if good else None
         good = [r for i, r in enumerate(triton_requests) if i not in bad]
         done = iter(self._halformer_execute(good) if good else [])
         return [pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(bad[i], pb_utils.TritonError.INVALID_ARG))  # pytype: disable=module-attr
@@ -425,6 +471,10 @@ def serve(config, ready_message=True):
     triton = Triton(config=tc)
     for m in served:
         inputs, outputs = m.tensors()
+        if m.kind == "generate_stream":
+            triton.bind(model_name=m.name, infer_func=m.stream, inputs=inputs, outputs=outputs,
+                        config=ModelConfig(batching=False, decoupled=True), strict=False)
+            continue
         triton.bind(model_name=m.name, infer_func=m.infer, inputs=inputs, outputs=outputs,
                     config=ModelConfig(max_batch_size=m.entry["max_batch_size"],
                                        batcher=DynamicBatcher(
