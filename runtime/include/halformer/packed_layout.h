@@ -10,9 +10,9 @@
 //
 // The panel is as wide as the CPU's register tile (weight_panel), so that the tile's
 // weight stream is one contiguous run: AVX-512 tiles are 64 features wide (4 zmm), AVX2
-// tiles 16 (2 ymm), which in 64-wide panels read 64 of every 256 bytes and lost 10-20%
-// (fp32 128 x 2048 x 512 at 128 rows, 2-core Zen 3: 1.98 -> 1.72 ms median with 16-wide
-// panels). GPU kernels read 64-wide panels.
+// tiles 16 (2 ymm), which in 64-wide panels read 64 of every 256 bytes along K and lost
+// 15-25% (2-core Zen 3, halformer_matmul_bench at 128 rows: 128x2048x512 2.08 -> 1.53 ms,
+// 128x512x1536 1.39 -> 1.15 ms with 16-wide panels). GPU kernels read 64-wide panels.
 #pragma once
 
 #include <algorithm>
