@@ -194,6 +194,10 @@ def test_results_equal_python_api(server, api):
     for model, body, want in cases:
         status, out, _ = call(server, model, body)
         check(model, status, out, want)
+    # "scores": false: the same tokens, no scores (greedy keeps its argmax kernel)
+    for opts in ({}, {"beam_size": 2}):
+        status, out, _ = call(server, "reverse", {"input_ids": [3, 7, 1, 9], "scores": False, **opts})
+        assert status == 200 and out == {"output_ids": want_generate(api, [3, 7, 1, 9], **opts)[0]}, (opts, out)
     status, info, _ = call(server, "reverse", method="GET")
     assert status == 200 and info["kind"] == "generate" and info["vocab"] == 16 and info["max_batch_size"] == 8
     print(f"{len(cases)} requests one at a time: equal to the Python API")
@@ -238,6 +242,7 @@ BAD = [  # (model, method, raw body, status, words the error must contain)
     ("reverse", "POST", b'{"input_ids": [3], "max_new_tokens": 0}', 400, "max_new_tokens 0 is outside"),
     ("reverse", "POST", b'{"input_ids": [3], "max_new_tokens": "many"}', 400, "max_new_tokens must be an integer"),
     ("reverse", "POST", b'{"input_ids": [3], "sampling_temperature": "hot"}', 400, "sampling_temperature must be a number"),
+    ("reverse", "POST", b'{"input_ids": [3], "scores": "no"}', 400, '"scores" must be true or false'),
     ("reverse", "PUT", b'{"input_ids": [3]}', 405, "method PUT"),
     ("minilm", "POST", b'{"text": 5}', 400, '"text" must be a string'),
     ("minilm", "POST", b'{"texts": ["a"]}', 400, "unknown key(s) ['texts']"),

@@ -289,7 +289,7 @@ class _Served:
             return opts
         # Scores move greedy's choice from the argmax kernel to the host (the step's logits
         # come down): made only for a request that asks for SCORES (Triton lists the
-        # outputs wanted; Ray's requests list none and always answer scores).
+        # outputs wanted; Ray's requests all of them unless they say "scores": false).
         names = getattr(req, "requested_output_names", None)
         opts["return_scores"] = names is None or "SCORES" in names
         return opts

@@ -67,9 +67,10 @@ class _Request(dict):
     """A request as _Served.infer takes it (Triton's shapes: a batch dimension in front;
     generation options in .parameters)."""
 
-    def __init__(self, inputs, parameters=None):
+    def __init__(self, inputs, parameters=None, requested_output_names=None):
         super().__init__(inputs)
         self.parameters = parameters or {}
+        self.requested_output_names = requested_output_names  # None: all outputs
 
 
 class ModelDeployment:
@@ -113,7 +114,7 @@ class ModelDeployment:
             else:
                 tensor, key = OUTPUT_KEY[self.kind]
                 body = {key: r[tensor][0].tolist()}
-                if self.kind == "generate":  # per-token log-probabilities, or the beam's score
+                if "SCORES" in r:  # per-token log-probabilities, or the beam's score
                     body["scores"] = r["SCORES"][0].tolist()
                 out.append((200, body, n))
         return out
@@ -154,7 +155,7 @@ class ModelDeployment:
             raise _BadRequest(400, f"request body must be a JSON object such as {EXAMPLE[self.kind]}, "
                                    f"got {type(obj).__name__}")
         key = "text" if self.kind == "embed_text" else "input_ids"
-        known = {key} | (set(GENERATE_PARAMETERS) if self.kind == "generate" else set())
+        known = {key} | (set(GENERATE_PARAMETERS) | {"scores"} if self.kind == "generate" else set())
         unknown = set(obj) - known
         if unknown:
             raise _BadRequest(400, f"unknown key(s) {sorted(unknown)} (known: {sorted(known)})")
@@ -168,7 +169,13 @@ class ModelDeployment:
         if not isinstance(v, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in v):
             raise _BadRequest(400, f"\"input_ids\" must be a flat list of integer token ids, got {json.dumps(v)[:80]}")
         ids = np.array(v, dtype=object).reshape(1, -1)  # any int: _Served checks the vocabulary
-        return _Request({"INPUT_IDS": ids}, {k: obj[k] for k in obj if k != key})
+        # "scores": false leaves them out: greedy then keeps its choice on the argmax kernel
+        # (scores bring each step's logits to the host)
+        scores = obj.get("scores", True)
+        if not isinstance(scores, bool):
+            raise _BadRequest(400, f"\"scores\" must be true or false, got {json.dumps(scores)[:80]}")
+        return _Request({"INPUT_IDS": ids}, {k: obj[k] for k in obj if k not in (key, "scores")},
+                        None if scores else ["OUTPUT_IDS"])
 
 
 def _application(entry):
