@@ -48,7 +48,7 @@ const std::map<std::string, std::vector<Knob>>& cpu_table() {
         {"linear_bf16", matmul},
         {"linear_bf16_residual", matmul},
         {"linear_bf16_gated", matmul},
-        {"attention", {{"vec", ints({4, 8, 16, 32}), "16"}, {"tile_q", ints({1, 2, 4, 8, 16, 32}), "8"}}},
+        {"attention", {{"vec", ints({4, 8, 16, 32}), "0"}, {"tile_q", ints({1, 2, 4, 8, 16, 32}), "0"}}},
         {"layernorm", {{"vec", ints({4, 8, 16, 32}), "16"}, {"rows_per_task", ints({1, 2, 4, 8, 16, 32}), "8"}}},
         {"embedding", vec_only},
         {"softmax", vec_only},
