@@ -42,17 +42,17 @@ struct WeightBuffers {
   // int8 embedding table standing in for absent learned positions).
   const WeightVector<float> stand_in = WeightVector<float>(1, 0.0f);
   // The tensor v as (inner, rows) -- a 1-D vector when rows == 0 (biases, norms; a table
-  // of one row stays 2-D) -- or, with panels > 0, as the
-  // packed linear weight (panel, inner, panels).
-  halide_buffer_t* get(const WeightVector<float>& v, int inner, int rows, int panels = 0, int panel = 0) {
+  // of one row stays 2-D) -- or, with panel > 0, as the packed linear weight of `rows`
+  // output features (panel, inner, panels).
+  halide_buffer_t* get(const WeightVector<float>& v, int inner, int rows, int panel = 0) {
     std::lock_guard<std::mutex> guard(lock);
     auto& b = bufs[{v.data(), rows}];
     if (!b) {
       halide_dimension_t dims[3] = {{0, inner, 1}, {0, rows, inner}, {0, 0, 0}};
-      if (panels > 0)
-        dims[0] = {0, panel, 1}, dims[1] = {0, inner, panel}, dims[2] = {0, panels, panel * inner};
+      if (panel > 0)
+        dims[0] = {0, panel, 1}, dims[1] = {0, inner, panel}, dims[2] = {0, panel_count(rows, panel), panel * inner};
       b = std::make_unique<Halide::Runtime::Buffer<float>>(const_cast<float*>(v.data()),
-                                                           panels > 0 ? 3 : rows > 0 ? 2 : 1, dims);
+                                                           panel > 0 ? 3 : rows > 0 ? 2 : 1, dims);
       b->set_host_dirty();
     }
     return b->raw_buffer();
@@ -201,12 +201,11 @@ class HostBlockCache {
         cached_ -= bytes;
       }
     }
-    if (!p) p = static_cast<float*>(::operator new(bytes, kAlign));
+    if (!p) p = CacheLineAllocator<float>().allocate(floats);
     return std::shared_ptr<float>(p, [this, bytes](float* q) { give(q, bytes); });
   }
 
  private:
-  static constexpr std::align_val_t kAlign{64};
   static constexpr size_t kMaxCachedBytes = size_t(128) << 20;
   void give(float* p, size_t bytes) {
     {
@@ -217,7 +216,7 @@ class HostBlockCache {
         return;
       }
     }
-    ::operator delete(p, kAlign);
+    CacheLineAllocator<float>().deallocate(p, bytes / sizeof(float));
   }
   std::mutex lock_;
   std::multimap<size_t, float*> free_;
@@ -329,8 +328,8 @@ struct Session {
   TransferStats& stats;
 
   // A weight tensor's buffer (see WeightBuffers::get). On a GPU device its first use uploads it (once per model).
-  halide_buffer_t* weight(const WeightVector<float>& v, int inner, int rows, int panels = 0, int panel = 0) {
-    halide_buffer_t* b = wbufs.get(v, inner, rows, panels, panel);
+  halide_buffer_t* weight(const WeightVector<float>& v, int inner, int rows, int panel = 0) {
+    halide_buffer_t* b = wbufs.get(v, inner, rows, panel);
     if (iface && b->host_dirty()) {
       KernelTimer timer("upload", iface);
       run(halide_copy_to_device(nullptr, b, iface), "weight upload");
@@ -419,7 +418,7 @@ struct Session {
   std::pair<halide_buffer_t*, halide_buffer_t*> linear_args(const LinearWeights& w) {
     if (w.int8()) return {wbufs.get_int8(w.q, w.in, w.out), weight(w.b, w.out, 2)};
     if (w.bf16()) return {wbufs.get_bf16(w.h, w.in, w.out, w.panel), weight(w.b, w.out, 0)};
-    return {weight(w.w, w.in, w.out, panel_count(w.out, w.panel), w.panel), weight(w.b, w.out, 0)};
+    return {weight(w.w, w.in, w.out, w.panel), weight(w.b, w.out, 0)};
   }
   void linear(LinearFn fn, const char* name, View x, const LinearWeights& w, View out) {
     auto [wb, bb] = linear_args(w);

@@ -248,8 +248,6 @@ int build(const Spec& spec, const std::string& spec_path, const std::string& out
   return 0;
 }
 
-// `halformer import`: writes the spec only when it is new (or --force), never over one of
-// the files it read, and only after the spec compiler accepted it.
 // Whether `cmd` may write the file `out`: never one of its inputs or a directory, and an
 // existing file only with --force (nothing a user wrote is replaced unasked).
 bool may_write(const char* cmd, const std::string& out, const std::vector<std::string>& inputs, bool force) {
@@ -270,6 +268,8 @@ bool may_write(const char* cmd, const std::string& out, const std::vector<std::s
   return true;
 }
 
+// `halformer import`: writes the spec only when it is new (or --force), never over one of
+// the files it read, and only after the spec compiler accepted it.
 int import_model(const std::string& dir, const std::string& out, std::string name, bool force) {
   if (name.empty()) name = import::name_from_path(out);
   if (name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-") != std::string::npos) {

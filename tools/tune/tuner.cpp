@@ -184,6 +184,12 @@ int geti(const std::vector<std::pair<std::string, std::string>>& p, const std::s
   return fallback;
 }
 
+// linear and linear_bf16 (+ _residual, _gated): weights in the fp32 packed layout, whose
+// panel width follows the target (halformer/packed_layout.h); int8 has its own layout.
+bool reads_packed_panels(const std::string& generator) {
+  return generator.rfind("linear", 0) == 0 && generator.rfind("linear_int8", 0) != 0;
+}
+
 // Shapes of every input and of the output for one tuning shape, as the runtime calls the
 // kernel (runtime/model.cpp).
 IoPlan io_plan(const PlannedKernel& k, const Shape& s, const Halide::Target& target) {
@@ -198,7 +204,7 @@ IoPlan io_plan(const PlannedKernel& k, const Shape& s, const Halide::Target& tar
     return i;
   };
   const std::string& g = k.generator;
-  if (g.rfind("linear", 0) == 0 && g.rfind("linear_int8", 0) != 0) {  // linear, linear_bf16 (+ _residual, _gated)
+  if (reads_packed_panels(g)) {
     const int K = geti(p, "in_features", 64), N = geti(p, "out_features", 64);
     io.inputs["x"] = uni({K, M});
     const int panel = halformer::weight_panel(target.to_string());  // packed_layout.h
@@ -505,7 +511,7 @@ bool Tuner::prepare(Job& j) {
     Cand hand;
     // The CPU reference reads the weights in the tuned target's layout (its panel width).
     Cand ref_cand;
-    if (gpu_ && k.generator.rfind("linear", 0) == 0 && k.generator.rfind("linear_int8", 0) != 0)
+    if (gpu_ && reads_packed_panels(k.generator))
       ref_cand.knobs["panel"] = std::to_string(halformer::weight_panel(target_.to_string()));
     Compiled ref = compile(k, ref_cand, host_);
     j.hand = gpu_ ? compile(k, hand, target_) : ref;

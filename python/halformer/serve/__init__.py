@@ -395,14 +395,13 @@ _EXECUTE_PATCH = """    def execute(self, triton_requests):
                     break
         if not bad:
             return self._halformer_execute(triton_requests)
+        good = [r for i, r in enumerate(triton_requests) if i not in bad]
         if self._decoupled_model:  # a stream's error goes through its sender, as its last response
             for i, msg in bad.items():
                 triton_requests[i].get_response_sender().send(
                     pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(msg, pb_utils.TritonError.INVALID_ARG)),  # pytype: disable=module-attr
                     pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)  # pytype: disable=module-attr
-            good = [r for i, r in enumerate(triton_requests) if i not in bad]
             return self._halformer_execute(good) if good else None
-        good = [r for i, r in enumerate(triton_requests) if i not in bad]
         done = iter(self._halformer_execute(good) if good else [])
         return [pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(bad[i], pb_utils.TritonError.INVALID_ARG))  # pytype: disable=module-attr
                 if i in bad else next(done) for i in range(len(triton_requests))]
