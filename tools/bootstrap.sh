@@ -19,6 +19,7 @@ APT_PACKAGES=(
   pocl-opencl-icd ocl-icd-opencl-dev
   libutf8proc-dev
   libsentencepiece-dev python3-sentencepiece
+  libb64-0d
   python3-nltk python3-sklearn python3-scipy python3-pil
 )
 missing=()
@@ -41,7 +42,9 @@ fi
 # (docs/serving.md): nvidia-pytriton (Triton Inference Server 2.51) and tritonclient
 # with the dependencies they import; left out on purpose: typer (pytriton's own CLI
 # only) and urllib3>=2 (declared by tritonclient, never imported; Debian's requests
-# needs urllib3 1.26).
+# needs urllib3 1.26). Triton's load generator, perf_analyzer (in the tritonclient wheel;
+# bench/serving.py), links libb64 (Debian libb64-0d above) and libcudart.so.12, which
+# nvidia-cuda-runtime-cu12 (0.9 MB) provides; it runs without a GPU.
 # Ray Serve (halformer.serve.ray): ray 2.52.1, the newest whose [serve] extra accepts the
 # pins above (2.53+ wants packaging>=24.2), with the dependencies its driver, GCS, raylet
 # agents, dashboard, Serve controller, proxy and replicas import (traced: an import hook in
@@ -72,6 +75,7 @@ PIP_PINS=(halide==21.0.0 cmake==3.31.6 safetensors==0.4.5
           aiohttp==3.11.11 aiosignal==1.3.2 frozenlist==1.5.0 multidict==6.1.0 yarl==1.18.3 propcache==0.2.1
           aiohappyeyeballs==2.4.4 pyzmq==26.2.0 sh==2.1.0 typing-inspect==0.9.0 mypy-extensions==1.0.0
           wrapt==1.17.0 importlib-metadata==8.5.0 zipp==3.21.0
+          nvidia-cuda-runtime-cu12==12.4.127
           "${RAY_PINS[@]}")
 if [ ! -x .venv/bin/python ]; then
   echo "[bootstrap] creating .venv (Debian python3, system site packages)"

@@ -11,6 +11,9 @@
   spm DIR BIN WORK               text through a SentencePiece model: the binary's --spm --text
                                   against transformers' generate() on the tokenizer's ids, decoded
                                   by the same tokenizer (Llama: bos + pieces)
+  spm-marian DIR BIN WORK         Marian's tokenizer files (source.spm, target.spm, vocab.json) made
+                                  now: the binary's text in and out against MarianTokenizer +
+                                  MarianMTModel.generate + MarianTokenizer.decode
   device FAMILY DIR SPEC HALFORMER WORK
                                   the imported SPEC rebuilt with an OpenCL target (PoCL): a padded
                                   batch of prompts on the device gives the CPU's greedy tokens and
@@ -573,6 +576,84 @@ def spm(hf_dir, binary, work):
     print(f"spm: {len(texts)} texts through a {VOCAB}-piece SentencePiece model, plain output = JSON text")
 
 
+def train_spm(corpus_words, rng, prefix, size, **kw):
+    """A SentencePiece model of `size` pieces trained now on random sentences of the words."""
+    import sentencepiece as sp
+
+    corpus = prefix + ".txt"
+    with open(corpus, "w") as f:
+        for _ in range(3000):
+            f.write(" ".join(rng.choice(corpus_words, rng.integers(3, 12))) + "\n")
+    sp.SentencePieceTrainer.train(input=corpus, model_prefix=prefix, vocab_size=size, minloglevel=2, **kw)
+    return prefix + ".model"
+
+
+def spm_marian(hf_dir, binary, work):
+    """Marian's tokenizer files made now: source.spm and target.spm trained on different words,
+    vocab.json giving the model's 1003 ids to the union of their pieces (eos 0, pad 1002,
+    as the test model's config), then text in and out of the binary (--spm DIR and --spm
+    DIR/source.spm) against MarianTokenizer + MarianMTModel.generate + MarianTokenizer.decode."""
+    import torch
+
+    tf = transformers_modules()
+    os.makedirs(work, exist_ok=True)
+    tok_dir = os.path.join(work, "marian-tokenizer")
+    os.makedirs(tok_dir, exist_ok=True)
+    rng = np.random.default_rng(12)
+    letters = list("abcdefghijklmnopqrstuvwxyz")
+    src_words = ["".join(rng.choice(letters, rng.integers(2, 8))) for _ in range(2000)]
+    tgt_words = ["".join(rng.choice(letters[::-1][:14], rng.integers(2, 8))) for _ in range(2000)]
+    for name, words in (("source", src_words), ("target", tgt_words)):
+        model = train_spm(words, rng, os.path.join(work, name), 400, model_type="unigram")
+        shutil.copy(model, os.path.join(tok_dir, f"{name}.spm"))
+    import sentencepiece as sp
+
+    pieces = []
+    for name in ("source", "target"):
+        m = sp.SentencePieceProcessor(model_file=os.path.join(tok_dir, f"{name}.spm"))
+        pieces += [m.id_to_piece(i) for i in range(m.get_piece_size()) if not m.is_control(i) and not m.is_unknown(i)]
+    pieces = list(dict.fromkeys(pieces))  # the union, in order
+    vocab = {"</s>": 0, "<unk>": 1, ">>xyz<<": 2}
+    for p in pieces[:VOCAB - 4]:
+        vocab[p] = len(vocab)
+    while len(vocab) < VOCAB - 1:  # ids no SentencePiece model knows: decode as unk pieces
+        vocab[f"\u2581extra{len(vocab)}"] = len(vocab)
+    vocab["<pad>"] = VOCAB - 1
+    with open(os.path.join(tok_dir, "vocab.json"), "w") as f:
+        json.dump(vocab, f, ensure_ascii=False)
+    tok = tf.MarianTokenizer(os.path.join(tok_dir, "source.spm"), os.path.join(tok_dir, "target.spm"),
+                             os.path.join(tok_dir, "vocab.json"))
+    model = tf.MarianMTModel.from_pretrained(hf_dir)
+    model.eval()
+    texts = [" ".join(src_words[i:i + n]) for i, n in ((0, 3), (10, 9), (40, 1))]
+    texts += [">>xyz<< " + texts[0], "zzz qqq " + " ".join(tgt_words[:2]) + ", and " + src_words[5] + " ."]
+    for spm_arg in (tok_dir, os.path.join(tok_dir, "source.spm")):
+        cmd = [binary, "--weights", os.path.join(hf_dir, "model.safetensors"), "--spm", spm_arg, "--json",
+               "--max-new-tokens", "12"]
+        for t in texts:
+            cmd += ["--text", t]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode:
+            raise SystemExit(f"{' '.join(cmd)} failed: {r.stderr}")
+        out = json.loads(r.stdout)["sequences"]
+        for t, row in zip(texts, out):
+            ids = tok(t).input_ids
+            if row["source"] != ids:
+                raise SystemExit(f"{t!r}: the binary's ids {row['source']}, MarianTokenizer's {ids}")
+            with torch.no_grad():
+                gen = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                     max_new_tokens=12, do_sample=False, num_beams=1, min_length=0,
+                                     forced_bos_token_id=None, forced_eos_token_id=None)
+            new = strip(gen[0, 1:].tolist(), model.config)
+            want = tok.decode(new, skip_special_tokens=True)
+            if row["tokens"] != new or row["text"] != want:
+                raise SystemExit(f"{t!r}: the binary gives {row['tokens']} {row['text']!r}, transformers "
+                                 f"{new} {want!r}")
+            print(f"--spm {os.path.basename(spm_arg)}: {t!r} -> {len(ids)} ids -> {row['text']!r}: equal to "
+                  f"MarianTokenizer + generate + decode")
+    print(f"spm-marian: {len(texts)} texts, ids and text equal to transformers' MarianTokenizer and MarianMTModel")
+
+
 def device(family, hf_dir, spec, halformer, work):
     os.makedirs(work, exist_ok=True)
     text = open(spec).read()
@@ -622,6 +703,8 @@ def main(argv):
         minilm_compare(*argv[2:6])
     elif cmd == "spm" and len(argv) == 5:
         spm(argv[2], argv[3], argv[4])
+    elif cmd == "spm-marian" and len(argv) == 5:
+        spm_marian(argv[2], argv[3], argv[4])
     elif cmd == "device" and len(argv) == 7:
         device(*argv[2:7])
     elif cmd == "refuse" and len(argv) >= 6:

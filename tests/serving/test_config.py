@@ -35,6 +35,7 @@ CASES = [
     ("batch_not_int", "models:\n" + model(max_batch_size="lots"), ["max_batch_size must be an integer", "lots"]),
     ("negative_delay", "models:\n" + model(max_queue_delay_microseconds=-5), ["max_queue_delay_microseconds -5 is outside"]),
     ("threads_float", "models:\n" + model(threads=1.5), ["threads must be an integer"]),
+    ("instances_zero", "models:\n" + model(instances=0), ["instances 0 is outside [1, 64]"]),
     ("bad_name", "models:\n" + model(name="'a b'"), ["name must match"]),
     ("unknown_key", "models:\n" + model(batch=4), ["unknown key(s) ['batch']"]),
     ("vocab_on_generate", "models:\n" + model(vocab=REVERSE_WEIGHTS), ["unknown key(s) ['vocab']"]),

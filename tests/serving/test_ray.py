@@ -115,15 +115,20 @@ def run_cli(args, cwd):
 
 
 def test_config_errors_before_ray_starts(tmp_path):
-    """Exit 2 and one line naming the problem; Triton's server refuses Ray's `replicas` key."""
+    """Exit 2 and one line naming the problem; Triton's server refuses Ray's `replicas` key,
+    Ray Triton's `instances`."""
     good = write_config(str(tmp_path / "good.yaml"), replicas={"reverse": 2})
     bad = write_config(str(tmp_path / "bad.yaml"), replicas={"minilm": 0})
     stream = write_config(str(tmp_path / "stream.yaml"), stream=True)
+    instances = str(tmp_path / "instances.yaml")
+    with open(instances, "w") as f:
+        f.write(open(write_config(str(tmp_path / "base.yaml"))).read().replace("    threads:", "    instances: 2\n    threads:", 1))
     cases = [(["halformer.serve.ray", bad], "model 'minilm': replicas 0 is outside [1, 1024]"),
              (["halformer.serve.ray", stream], "kind generate_stream is served by Triton only"),
              (["halformer.serve.ray", good, "--replicas", "0"], "--replicas 0 is outside [1, 1024]"),
              (["halformer.serve.ray", good, "--port", "70000"], "--port 70000 is outside [1, 65535]"),
-             (["halformer.serve", good, "--check"], "replicas is for python -m halformer.serve.ray")]
+             (["halformer.serve", good, "--check"], "replicas is for python -m halformer.serve.ray"),
+             (["halformer.serve.ray", instances, "--check"], "instances is for python -m halformer.serve (Triton)")]
     for args, words in cases:
         code, out = run_cli(args, str(tmp_path))
         assert code == 2 and words in out, (args, code, out)

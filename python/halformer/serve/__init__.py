@@ -16,6 +16,7 @@ CONFIG.yaml:
         threads: 2                # Halide threads of this model (0: all cores)
         max_batch_size: 8         # Triton's max_batch_size (rows per batched call)
         max_queue_delay_microseconds: 2000     # dynamic batcher's wait for more requests
+        instances: 2              # batches (generate_stream: streams) in flight at once (default 2)
       - name: minilm
         kind: embed_text
         model_dir: build/models/all-minilm-l6-v2
@@ -43,7 +44,8 @@ which also takes a per-model `replicas:`; this Triton server refuses that key.
 
 Each batch Triton's dynamic batcher forms goes to the Python API in one call (for
 generate: one call per distinct set of options in the batch, and one per sampling request,
-whose tokens would otherwise depend on its place in the batch). When that call fails, the
+whose tokens would otherwise depend on its place in the batch; for embed_text: length-
+sorted sub-batches of EMBED_SUB_BATCH texts inside that call). When that call fails, the
 requests are run one by one, so that each bad request gets its own error response (the
 Python API's message) and the others their results.
 """
@@ -58,11 +60,20 @@ import time
 
 import numpy as np
 
+# embed_text runs a dynamic batch as length-sorted sub-batches of this many texts: a batch
+# of 32 one-sentence requests (3-15 words) in one padded call ran at 365-408 sentences/s,
+# in sub-batches of 16 at 455-464 (2-core Zen 3; docs/serving.md "Throughput").
+EMBED_SUB_BATCH = 16
+
 KINDS = ("generate", "generate_stream", "embed_text", "pooled")
 GENERATE_KINDS = ("generate", "generate_stream")
 DEFAULT_MAX_BATCH_SIZE = 16
 DEFAULT_MAX_QUEUE_DELAY_US = 1000
 DEFAULT_MAX_TEXT_BYTES = 65536
+# Triton model instances (each its own Python backend stub; calls into one Model, which
+# runs concurrent calls): 2 lets one batch's requests and responses travel while
+# another computes. MiniLM, 2-core Zen 3: see docs/serving.md "Throughput".
+DEFAULT_INSTANCES = 2
 GENERATE_PARAMETERS = {
     "max_new_tokens": int, "beam_size": int, "length_penalty": float, "sampling_topk": int, "sampling_topp": float, "sampling_temperature": float,
     "seed": int, "repetition_penalty": float, "no_repeat_ngram_size": int, "min_length": int,
@@ -152,9 +163,14 @@ def load_config(path, ray=False):
             known |= {"vocab", "max_text_bytes"}
         if ray:
             known.add("replicas")
-        elif "replicas" in m:
-            raise ConfigError(f"{where}: replicas is for python -m halformer.serve.ray (Triton runs one instance "
-                              f"per model)")
+            if "instances" in m:
+                raise ConfigError(f"{where}: instances is for python -m halformer.serve (Triton); Ray Serve runs "
+                                  f"replicas")
+        else:
+            known.add("instances")
+            if "replicas" in m:
+                raise ConfigError(f"{where}: replicas is for python -m halformer.serve.ray (Triton runs "
+                                  f"`instances` of a model in one process)")
         unknown = set(m) - known
         if unknown:
             raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)} for kind {kind} (known: {sorted(known)})")
@@ -170,6 +186,8 @@ def load_config(path, ray=False):
             entry["max_text_bytes"] = _int_field(where, m, "max_text_bytes", DEFAULT_MAX_TEXT_BYTES, 1, 1 << 24)
         if "replicas" in m:
             entry["replicas"] = _int_field(where, m, "replicas", 1, 1, 1024)
+        if not ray:
+            entry["instances"] = _int_field(where, m, "instances", DEFAULT_INSTANCES, 1, 64)
         models.append(entry)
     return dict(server=server, models=models)
 
@@ -303,7 +321,9 @@ class _Served:
                      "SCORES": np.asarray([d["log_probs"] if "log_probs" in d else [d["score"]]],
                                           dtype=np.float32).reshape(1, -1)} for d in out]
         if self.kind == "embed_text":
-            emb = self.embedder.encode(rows, batch_size=max(1, len(rows)), convert_to_numpy=True)
+            # Sorted by length into sub-batches (SentenceEmbedder.encode's own order), so that
+            # short texts are not padded to the batch's longest.
+            emb = self.embedder.encode(rows, batch_size=EMBED_SUB_BATCH, convert_to_numpy=True)
         else:
             emb = self.model.pooled(rows)
         return np.asarray(emb, dtype=np.float32)
@@ -471,10 +491,10 @@ def serve(config, ready_message=True):
     for m in served:
         inputs, outputs = m.tensors()
         if m.kind == "generate_stream":
-            triton.bind(model_name=m.name, infer_func=m.stream, inputs=inputs, outputs=outputs,
+            triton.bind(model_name=m.name, infer_func=[m.stream] * m.entry["instances"], inputs=inputs, outputs=outputs,
                         config=ModelConfig(batching=False, decoupled=True), strict=False)
             continue
-        triton.bind(model_name=m.name, infer_func=m.infer, inputs=inputs, outputs=outputs,
+        triton.bind(model_name=m.name, infer_func=[m.infer] * m.entry["instances"], inputs=inputs, outputs=outputs,
                     config=ModelConfig(max_batch_size=m.entry["max_batch_size"],
                                        batcher=DynamicBatcher(
                                            max_queue_delay_microseconds=m.entry["max_queue_delay_microseconds"])),

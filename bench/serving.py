@@ -1,0 +1,253 @@
+"""Serving throughput (issue 14; docs/serving.md "Throughput"): halformer.serve under
+Triton's own load generator (perf_analyzer: C++, asynchronous gRPC) against the Python API
+called directly in one process at its best batch size, in the same run.
+
+    bench/serving.py [--quick] [--threads 2] [--concurrency 32] [--out DIR]
+
+Two workloads:
+  minilm    all-minilm-l6-v2, kind embed_text: one sentence per request (3-15 words),
+            sentences/s;
+  decode    transformer-base (seeded random weights, bench/halbench/make_weights), kind
+            generate: one source of 32 ids per request, greedy, max_new_tokens 32,
+            sequences/s.
+For each: the API alone at each batch size (best one = 100%), then the server with
+batching off and with dynamic batching, saturated (--concurrency outstanding requests),
+and p50/p99 latency at half the saturated rate of the best batching setting.
+
+Run with the project's venv (tritonclient, perf_analyzer; halformer's Python package is
+taken from build/python):
+    .venv/bin/python bench/serving.py
+perf_analyzer (the `tritonclient` wheel's binary) needs libb64 (Debian libb64-0d) and
+libcudart.so.12 (PyPI nvidia-cuda-runtime-cu12): tools/bootstrap.sh installs both.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib.util
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "serving"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+# The package as built (build/python), for this process and the servers it starts.
+BUILD = os.environ.get("HALFORMER_BUILD_DIR", os.path.join(ROOT, "build"))
+sys.path.insert(0, os.path.join(BUILD, "python"))
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.join(BUILD, "python"), os.environ.get("PYTHONPATH")) if p)
+
+import halformer  # noqa: E402
+from conftest import MINILM_DIR, Server, minilm_files  # noqa: E402  (the tests' server helper)
+from test_load import sentence  # noqa: E402  (the load test's sentences)
+
+
+def log(msg):
+    print(f"[bench/serving] {msg}", file=sys.stderr, flush=True)
+
+
+def perf_analyzer_env():
+    """perf_analyzer from the venv's tritonclient, with libcudart.so.12 on the library path."""
+    exe = os.path.join(os.path.dirname(sys.executable), "perf_analyzer")
+    spec = importlib.util.find_spec("nvidia.cuda_runtime")
+    if not os.path.exists(exe) or spec is None:
+        raise SystemExit("bench/serving: perf_analyzer or nvidia-cuda-runtime-cu12 missing from this venv; "
+                         "run tools/bootstrap.sh and use .venv/bin/python")
+    env = dict(os.environ)
+    lib = os.path.join(list(spec.submodule_search_locations)[0], "lib")
+    env["LD_LIBRARY_PATH"] = lib + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    check = subprocess.run([exe, "--version"], env=env, capture_output=True, text=True)
+    if check.returncode != 0:
+        raise SystemExit(f"bench/serving: {exe} does not start: {check.stderr.strip()} "
+                         "(libb64-0d missing? run tools/bootstrap.sh)")
+    return exe, env
+
+
+def perf(exe, env, server, model, data, work, load, params=(), interval_ms=4000):
+    """One perf_analyzer measurement; load = ('concurrency', n) or ('rate', r).
+    Returns throughput (requests/s) and p50/p99 latency (ms) from its CSV."""
+    out = os.path.join(work, "pa.csv")
+    cmd = [exe, "-m", model, "-u", server.grpc, "-i", "grpc", "--async", "--input-data", data,
+           "--measurement-interval", str(interval_ms), "--stability-percentage", "15", "--max-trials", "8",
+           "-f", out]
+    if load[0] == "concurrency":
+        cmd += ["--concurrency-range", str(load[1])]
+    else:
+        cmd += ["--request-rate-range", f"{load[1]:.1f}"]
+    for p in params:
+        cmd += ["--request-parameter", p]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError(f"perf_analyzer failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}"
+                           f"\nserver log:\n{server.tail()}")
+    with open(out) as f:
+        row = next(csv.DictReader(f))
+    return {"rps": float(row["Inferences/Second"]), "p50_ms": float(row["p50 latency"]) / 1000,
+            "p99_ms": float(row["p99 latency"]) / 1000}
+
+
+def write_config(path, entry, settings):
+    mb, delay = settings
+    with open(path, "w") as f:
+        f.write("models:\n  - " + "\n    ".join(f"{k}: {v}" for k, v in entry.items()) +
+                f"\n    max_batch_size: {mb}\n    max_queue_delay_microseconds: {delay}\n")
+
+
+def serve_rows(exe, env, name, entry, data, settings, concurrency, params, work, interval_ms):
+    """Saturated throughput for each batching setting, then p99 at half the best one's rate."""
+    rows = []
+    for mb, delay in settings:
+        d = tempfile.mkdtemp(dir=work)
+        cfg = os.path.join(d, "serve.yaml")
+        write_config(cfg, entry, (mb, delay))
+        server = Server(cfg, d)
+        try:
+            server.wait_ready([name])
+            # Saturation: while one batch runs, the next one queues
+            outstanding = max(concurrency, 2 * mb)
+            r = perf(exe, env, server, name, data, d, ("concurrency", outstanding), params, interval_ms)
+            r.update(max_batch_size=mb, delay_us=delay, load=f"{outstanding} outstanding")
+            log(f"{name}: max_batch_size {mb}, delay {delay} us: {r['rps']:.1f} req/s, "
+                f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms")
+            rows.append(r)
+            if mb > 1 and r["rps"] >= max(x["rps"] for x in rows if x["max_batch_size"] > 1):
+                best = (mb, delay, r["rps"])
+        finally:
+            server.kill()
+    mb, delay, rps = best
+    d = tempfile.mkdtemp(dir=work)
+    cfg = os.path.join(d, "serve.yaml")
+    write_config(cfg, entry, (mb, delay))
+    server = Server(cfg, d)
+    try:
+        server.wait_ready([name])
+        r = perf(exe, env, server, name, data, d, ("rate", rps / 2), params, interval_ms)
+        r.update(max_batch_size=mb, delay_us=delay, load=f"{rps / 2:.0f} req/s (half)")
+        log(f"{name}: at half load ({rps / 2:.0f} req/s): p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms")
+        rows.append(r)
+    finally:
+        server.kill()
+    return rows
+
+
+def api_rates(run, batches, min_s):
+    """Items per second of run(batch) (one pass over the workload's items at that batch
+    size), each repeated for at least min_s seconds."""
+    rates = {}
+    for b in batches:
+        run(b)  # warm-up
+        done, t0 = 0, time.perf_counter()
+        while True:
+            done += run(b)
+            if time.perf_counter() - t0 >= min_s:
+                break
+        rates[b] = done / (time.perf_counter() - t0)
+    return rates
+
+
+def table(title, api_before, api_after, rows, unit):
+    """The API is measured before and after the server rows (this machine's speed drifts):
+    each row is compared with the mean of the two best batch sizes' rates."""
+    fmt = lambda api: ", ".join(f"batch {b} {v:.1f}" for b, v in api.items())
+    best = (max(api_before.values()) + max(api_after.values())) / 2
+    lines = [f"### {title}", "",
+             f"Python API alone ({unit}/s), before the server: {fmt(api_before)}; after: {fmt(api_after)}; "
+             f"best batch size, mean of the two: {best:.1f}", "",
+             "| max_batch_size | max_queue_delay_us | load | req/s | of API best | p50 ms | p99 ms |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['max_batch_size']} | {r['delay_us']} | {r['load']} | {r['rps']:.1f} | "
+                     f"{100 * r['rps'] / best:.0f}% | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer settings, shorter windows (a smoke run)")
+    ap.add_argument("--threads", type=int, default=2, help="threads of the model (server and API)")
+    ap.add_argument("--concurrency", type=int, default=32,
+                    help="outstanding requests at saturation (at least twice the max batch size)")
+    ap.add_argument("--only", choices=["minilm", "decode"], help="one workload")
+    ap.add_argument("--check-tools", action="store_true",
+                    help="only check that perf_analyzer starts (the ctest serving_bench_tools)")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", time.strftime("serving_%Y-%m-%d_%H%M%S")))
+    a = ap.parse_args()
+    exe, env = perf_analyzer_env()
+    if a.check_tools:
+        print(f"bench/serving: {exe} starts")
+        return
+    os.makedirs(a.out, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="halformer-serving-")
+    min_s = 3 if a.quick else 10
+    report, results = [f"# bench/serving.py, {time.strftime('%Y-%m-%d %H:%M')}, threads {a.threads}, "
+                       f"perf_analyzer async gRPC, {os.cpu_count()} cores shared by server and client\n"], {}
+
+    if a.only in (None, "minilm"):
+        w, v = minilm_files()
+        texts = [sentence(k) for k in range(256)]
+        emb = halformer.SentenceEmbedder(MINILM_DIR, w, v, threads=a.threads)
+        # What an API user calls: the whole list at once (sorted by length into batches)
+        run = lambda b: len(emb.encode(texts, batch_size=b))
+        batches = (16,) if a.quick else (8, 16, 32, 64)
+        api = api_rates(run, batches, min_s)
+        log("minilm API: " + ", ".join(f"b{b} {r:.1f}/s" for b, r in api.items()))
+        data = os.path.join(work, "minilm.json")
+        with open(data, "w") as f:
+            json.dump({"data": [{"TEXT": {"content": [t], "shape": [1]}} for t in texts[:64]]}, f)
+        entry = {"name": "minilm", "kind": "embed_text", "model_dir": MINILM_DIR, "weights": w, "vocab": v,
+                 "threads": a.threads}
+        settings = [(1, 0), (16, 1000)] if a.quick else [(1, 0), (16, 1000), (32, 1000), (64, 2000)]
+        rows = serve_rows(exe, env, "minilm", entry, data, settings, a.concurrency, (), work, 4000)
+        api_after = api_rates(run, batches, min_s)
+        del emb
+        log("minilm API after: " + ", ".join(f"b{b} {r:.1f}/s" for b, r in api_after.items()))
+        results["minilm"] = {"api_before": api, "api_after": api_after, "server": rows}
+        report.append(table("all-MiniLM-L6-v2, embed_text, one sentence per request", api, api_after, rows,
+                            "sentences"))
+
+    if a.only in (None, "decode"):
+        spec = os.path.join(ROOT, "models", "transformer-base.yaml")
+        model_dir = os.path.join(BUILD, "models", "transformer-base")
+        weights = os.path.join(ROOT, "bench", ".cache", "transformer-base", "weights-serving-seed0.safetensors")
+        if not os.path.exists(weights):
+            os.makedirs(os.path.dirname(weights), exist_ok=True)
+            subprocess.run([sys.executable, "-m", "halbench.make_weights", spec, weights],
+                           check=True, env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "bench")))
+        model = halformer.Model(model_dir, weights, threads=a.threads)
+        rng = random.Random(7)
+        srcs = [[rng.randrange(4, 1000) for _ in range(32)] for _ in range(64)]
+        new = 8 if a.quick else 32
+        run = lambda b: sum(len(model.generate(srcs[i:i + b], max_new_tokens=new)) for i in range(0, len(srcs), b))
+        batches = (1, 8) if a.quick else (1, 4, 8, 16)
+        api = api_rates(run, batches, min_s)
+        log("decode API: " + ", ".join(f"b{b} {r:.1f}/s" for b, r in api.items()))
+        data = os.path.join(work, "decode.json")
+        with open(data, "w") as f:
+            json.dump({"data": [{"INPUT_IDS": {"content": s, "shape": [len(s)]}} for s in srcs[:16]]}, f)
+        entry = {"name": "decode", "kind": "generate", "model_dir": model_dir, "weights": weights,
+                 "threads": a.threads}
+        settings = [(1, 0), (8, 1000)] if a.quick else [(1, 0), (8, 1000), (16, 2000)]
+        # Batches of a second or more: windows long enough to hold several
+        rows = serve_rows(exe, env, "decode", entry, data, settings, 16, (f"max_new_tokens:{new}:int",), work, 15000)
+        api_after = api_rates(run, batches, min_s)
+        del model
+        log("decode API after: " + ", ".join(f"b{b} {r:.1f}/s" for b, r in api_after.items()))
+        results["decode"] = {"api_before": api, "api_after": api_after, "server": rows, "max_new_tokens": new}
+        report.append(table(f"transformer-base, generate (greedy, {new} new tokens), one source of 32 ids per "
+                            f"request", api, api_after, rows, "sequences"))
+
+    text = "\n".join(report)
+    print(text)
+    with open(os.path.join(a.out, "table.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(a.out, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    log(f"results in {os.path.relpath(a.out, ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
