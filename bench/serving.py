@@ -201,7 +201,7 @@ def main():
         entry = {"name": "minilm", "kind": "embed_text", "model_dir": MINILM_DIR, "weights": w, "vocab": v,
                  "threads": a.threads}
         settings = [(1, 0), (16, 1000)] if a.quick else [(1, 0), (16, 1000), (32, 1000), (64, 2000)]
-        rows = serve_rows(exe, env, "minilm", entry, data, settings, a.concurrency, (), work, 4000)
+        rows = serve_rows(exe, env, "minilm", entry, data, settings, a.concurrency, (), work, 10000)
         api_after = api_rates(run, batches, min_s)
         del emb
         log("minilm API after: " + ", ".join(f"b{b} {r:.1f}/s" for b, r in api_after.items()))

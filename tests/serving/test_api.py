@@ -141,6 +141,45 @@ def test_generate_stream_equals_python_api(server, api):
         assert stream(server, [3, 7, 1, 9])[0] == [9, 1, 7, 3, 15]
 
 
+def sse_stream(server, body):
+    """POST /v2/models/reverse_stream/generate_stream (Triton's generate extension over
+    HTTP, server-sent events): (tokens, error messages, HTTP status)."""
+    req = urllib.request.Request(f"http://{server.http}/v2/models/reverse_stream/generate_stream",
+                                 data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        resp = urllib.request.urlopen(req, timeout=120)
+    except urllib.error.HTTPError as e:
+        resp = e
+    tokens, errors = [], []
+    with resp:
+        for line in resp:  # one "data: {...}" line per event, then a blank line
+            line = line.decode().strip()
+            if not line:
+                continue
+            assert line.startswith("data: "), line
+            event = json.loads(line[len("data: "):])
+            if "error" in event:
+                errors.append(event["error"])
+            else:
+                tokens.append(event["OUTPUT_IDS"])
+        return tokens, errors, resp.status
+
+
+def test_generate_stream_over_http(server, api):
+    """The same stream over HTTP: Triton's generate_stream endpoint sends one server-sent
+    event per new token (JSON keys other than the input are the generation options)."""
+    for src in SOURCES:
+        for opts in ({}, {"max_new_tokens": 3}, {"sampling_topk": 0, "sampling_temperature": 0.8, "seed": 7}):
+            tokens, errors, status = sse_stream(server, {"INPUT_IDS": src, **opts})
+            assert status == 200 and not errors, (src, opts, status, errors)
+            assert tokens == api["reverse"].generate([src], **opts)[0], (src, opts)
+    for src, params, fragment in (([3, 7, 16], {}, "INPUT_IDS[0][2] = 16"), ([3, 7], {"beam_size": 2}, "beam_size")):
+        tokens, errors, _ = sse_stream(server, {"INPUT_IDS": src, **params})
+        assert not tokens and len(errors) == 1 and fragment in errors[0], (src, tokens, errors)
+        print(f"http stream: {errors[0][:160]}")
+        assert sse_stream(server, {"INPUT_IDS": [3, 7, 1, 9]})[0] == [9, 1, 7, 3, 15]
+
+
 def test_embed_text_equals_python_api(server, api):
     want = [api["embed"].encode([t])[0] for t in TEXTS]
     assert np.array_equal(api["embed"].encode(TEXTS), np.stack(want))  # the API batched = one by one

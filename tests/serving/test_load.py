@@ -25,7 +25,7 @@ def sentence(k):
     return " ".join(rng.choice(WORDS, size=int(rng.integers(3, 16))))
 
 
-@pytest.mark.parametrize("batching,delay_us,max_batch", [("on", 1000, 16), ("off", 0, 1)])  # on: docs/serving.md's defaults
+@pytest.mark.parametrize("batching,delay_us,max_batch", [("on", 1000, 32), ("off", 0, 1)])  # on: docs/serving.md's defaults
 def test_load_minilm(server_factory, batching, delay_us, max_batch):
     server = server_factory(delay_us=delay_us, max_batch=max_batch)
     texts = [sentence(k) for k in range(64)]

@@ -67,7 +67,7 @@ EMBED_SUB_BATCH = 16
 
 KINDS = ("generate", "generate_stream", "embed_text", "pooled")
 GENERATE_KINDS = ("generate", "generate_stream")
-DEFAULT_MAX_BATCH_SIZE = 16
+DEFAULT_MAX_BATCH_SIZE = 32
 DEFAULT_MAX_QUEUE_DELAY_US = 1000
 DEFAULT_MAX_TEXT_BYTES = 65536
 # Triton model instances (each its own Python backend stub; calls into one Model, which
