@@ -1,4 +1,4 @@
-"""Serving throughput (issue 14; docs/serving.md "Throughput"): halformer.serve under
+"""Serving throughput (issue 14; docs/serving.md "Batching and throughput"): halformer.serve under
 Triton's own load generator (perf_analyzer: C++, asynchronous gRPC) against the Python API
 called directly in one process at its best batch size, in the same run.
 
@@ -10,9 +10,11 @@ Two workloads:
   decode    transformer-base (seeded random weights, bench/halbench/make_weights), kind
             generate: one source of 32 ids per request, greedy, max_new_tokens 32,
             sequences/s.
-For each: the API alone at each batch size (best one = 100%), then the server with
-batching off and with dynamic batching, saturated (--concurrency outstanding requests),
-and p50/p99 latency at half the saturated rate of the best batching setting.
+For each: the API alone at each batch size, then the server with batching off and with
+dynamic batching, saturated (--concurrency outstanding requests, at least twice the max
+batch size), p50/p99 latency at half the saturated rate of the best batching setting,
+then the API again; 100% = the mean of the two best API rates (the machine drifts).
+Server logs stay in a temp directory when a step fails.
 
 Run with the project's venv (tritonclient, perf_analyzer; halformer's Python package is
 taken from build/python):
@@ -28,6 +30,7 @@ import importlib.util
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -97,40 +100,39 @@ def write_config(path, entry, settings):
                 f"\n    max_batch_size: {mb}\n    max_queue_delay_microseconds: {delay}\n")
 
 
+def measure(exe, env, work, name, entry, data, settings, load, params, interval_ms):
+    """A fresh server for one batching setting (max_batch_size, delay), one perf_analyzer run."""
+    d = tempfile.mkdtemp(dir=work)
+    cfg = os.path.join(d, "serve.yaml")
+    write_config(cfg, entry, settings)
+    server = Server(cfg, d)
+    try:
+        server.wait_ready([name])
+        r = perf(exe, env, server, name, data, d, load, params, interval_ms)
+    finally:
+        server.kill()
+    r.update(max_batch_size=settings[0], delay_us=settings[1])
+    return r
+
+
 def serve_rows(exe, env, name, entry, data, settings, concurrency, params, work, interval_ms):
     """Saturated throughput for each batching setting, then p99 at half the best one's rate."""
     rows = []
     for mb, delay in settings:
-        d = tempfile.mkdtemp(dir=work)
-        cfg = os.path.join(d, "serve.yaml")
-        write_config(cfg, entry, (mb, delay))
-        server = Server(cfg, d)
-        try:
-            server.wait_ready([name])
-            # Saturation: while one batch runs, the next one queues
-            outstanding = max(concurrency, 2 * mb)
-            r = perf(exe, env, server, name, data, d, ("concurrency", outstanding), params, interval_ms)
-            r.update(max_batch_size=mb, delay_us=delay, load=f"{outstanding} outstanding")
-            log(f"{name}: max_batch_size {mb}, delay {delay} us: {r['rps']:.1f} req/s, "
-                f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms")
-            rows.append(r)
-            if mb > 1 and r["rps"] >= max(x["rps"] for x in rows if x["max_batch_size"] > 1):
-                best = (mb, delay, r["rps"])
-        finally:
-            server.kill()
-    mb, delay, rps = best
-    d = tempfile.mkdtemp(dir=work)
-    cfg = os.path.join(d, "serve.yaml")
-    write_config(cfg, entry, (mb, delay))
-    server = Server(cfg, d)
-    try:
-        server.wait_ready([name])
-        r = perf(exe, env, server, name, data, d, ("rate", rps / 2), params, interval_ms)
-        r.update(max_batch_size=mb, delay_us=delay, load=f"{rps / 2:.0f} req/s (half)")
-        log(f"{name}: at half load ({rps / 2:.0f} req/s): p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms")
+        # Saturation: while one batch runs, the next one queues
+        outstanding = max(concurrency, 2 * mb)
+        r = measure(exe, env, work, name, entry, data, (mb, delay), ("concurrency", outstanding), params, interval_ms)
+        r["load"] = f"{outstanding} outstanding"
+        log(f"{name}: max_batch_size {mb}, delay {delay} us: {r['rps']:.1f} req/s, "
+            f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms")
         rows.append(r)
-    finally:
-        server.kill()
+    best = max((r for r in rows if r["max_batch_size"] > 1), key=lambda r: r["rps"])
+    half = best["rps"] / 2
+    r = measure(exe, env, work, name, entry, data, (best["max_batch_size"], best["delay_us"]), ("rate", half),
+                params, interval_ms)
+    r["load"] = f"{half:.0f} req/s (half)"
+    log(f"{name}: at half load ({half:.0f} req/s): p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms")
+    rows.append(r)
     return rows
 
 
@@ -246,6 +248,7 @@ def main():
         f.write(text)
     with open(os.path.join(a.out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
+    shutil.rmtree(work, ignore_errors=True)
     log(f"results in {os.path.relpath(a.out, ROOT)}")
 
 

@@ -528,6 +528,18 @@ def refuse(case, halformer, work, base_dirs):
     print(f"{case}: refused, naming it (exit {r.returncode})")
 
 
+def spm_run(binary, hf_dir, spm_arg, texts):
+    """The imported binary on `texts` through --spm: its JSON sequences (source, tokens, text)."""
+    cmd = [binary, "--weights", os.path.join(hf_dir, "model.safetensors"), "--spm", spm_arg, "--json",
+           "--max-new-tokens", "12"]
+    for t in texts:
+        cmd += ["--text", t]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        raise SystemExit(f"{' '.join(cmd)} failed: {r.stderr}")
+    return cmd, json.loads(r.stdout)["sequences"]
+
+
 def spm(hf_dir, binary, work):
     """A BPE SentencePiece model of exactly the checkpoint's 1003 pieces (unk 0, bos 1, eos 2:
     Llama's ids), trained now on random words, then text in and out of the binary."""
@@ -549,14 +561,7 @@ def spm(hf_dir, binary, work):
     assert tok.get_piece_size() == VOCAB, tok.get_piece_size()
     model = llama_reference(hf_dir)
     texts = [" ".join(words[i:i + n]) for i, n in ((0, 3), (10, 9), (40, 1))]
-    cmd = [binary, "--weights", os.path.join(hf_dir, "model.safetensors"), "--spm", prefix + ".model", "--json",
-           "--max-new-tokens", "12"]
-    for t in texts:
-        cmd += ["--text", t]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode:
-        raise SystemExit(f"{' '.join(cmd)} failed: {r.stderr}")
-    out = json.loads(r.stdout)["sequences"]
+    cmd, out = spm_run(binary, hf_dir, prefix + ".model", texts)
     for t, row in zip(texts, out):
         ids = [1] + tok.encode(t)
         if row["source"] != ids:
@@ -628,14 +633,7 @@ def spm_marian(hf_dir, binary, work):
     texts = [" ".join(src_words[i:i + n]) for i, n in ((0, 3), (10, 9), (40, 1))]
     texts += [">>xyz<< " + texts[0], "zzz qqq " + " ".join(tgt_words[:2]) + ", and " + src_words[5] + " ."]
     for spm_arg in (tok_dir, os.path.join(tok_dir, "source.spm")):
-        cmd = [binary, "--weights", os.path.join(hf_dir, "model.safetensors"), "--spm", spm_arg, "--json",
-               "--max-new-tokens", "12"]
-        for t in texts:
-            cmd += ["--text", t]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode:
-            raise SystemExit(f"{' '.join(cmd)} failed: {r.stderr}")
-        out = json.loads(r.stdout)["sequences"]
+        _, out = spm_run(binary, hf_dir, spm_arg, texts)
         for t, row in zip(texts, out):
             ids = tok(t).input_ids
             if row["source"] != ids:

@@ -62,7 +62,7 @@ import numpy as np
 
 # embed_text runs a dynamic batch as length-sorted sub-batches of this many texts: a batch
 # of 32 one-sentence requests (3-15 words) in one padded call ran at 365-408 sentences/s,
-# in sub-batches of 16 at 455-464 (2-core Zen 3; docs/serving.md "Throughput").
+# in sub-batches of 16 at 455-464 (2-core Zen 3; docs/serving.md "Batching and throughput").
 EMBED_SUB_BATCH = 16
 
 KINDS = ("generate", "generate_stream", "embed_text", "pooled")
@@ -72,7 +72,7 @@ DEFAULT_MAX_QUEUE_DELAY_US = 1000
 DEFAULT_MAX_TEXT_BYTES = 65536
 # Triton model instances (each its own Python backend stub; calls into one Model, which
 # runs concurrent calls): 2 lets one batch's requests and responses travel while
-# another computes. MiniLM, 2-core Zen 3: see docs/serving.md "Throughput".
+# another computes. MiniLM, 2-core Zen 3: see docs/serving.md "Batching and throughput".
 DEFAULT_INSTANCES = 2
 GENERATE_PARAMETERS = {
     "max_new_tokens": int, "beam_size": int, "length_penalty": float, "sampling_topk": int, "sampling_topp": float, "sampling_temperature": float,
@@ -430,10 +430,27 @@ _EXECUTE_PATCH = """    def execute(self, triton_requests):
 """
 
 
+_HANDSHAKE_ANCHOR = "                inference_handler_config = get_config_from_handshake_server(handshake_socket)\n"
+_HANDSHAKE_PATCH = """                # halformer.serve: instances start in parallel; instance 0 may not listen on its
+                # handshake socket yet (pytriton 0.5.14 connects once: 2 of 6 starts failed
+                # with 2 instances): retry for up to 60 s.
+                import time as _time
+                for _attempt in range(600):
+                    try:
+                        inference_handler_config = get_config_from_handshake_server(handshake_socket)
+                        break
+                    except (ConnectionRefusedError, FileNotFoundError, TimeoutError):
+                        if _attempt == 599:
+                            raise
+                        _time.sleep(0.1)
+"""
+
+
 def _install_patches():
     """pytriton 0.5.14 answers a whole batch with one error; halformer wants one error per
     bad request. The proxy model file pytriton copies into Triton's model repository is
-    patched so that a response dict holding ERROR_KEY becomes that request's error response."""
+    patched so that a response dict holding ERROR_KEY becomes that request's error response,
+    and so that a model's later instances wait for the first one's handshake server."""
     from pytriton.models import model as pm
     if getattr(pm.Model, "_halformer_patched", False):
         return
@@ -447,10 +464,11 @@ def _install_patches():
                 if _PATCH_ANCHOR not in text:
                     raise RuntimeError("halformer.serve: pytriton's proxy model.py changed; "
                                        "per-request errors need nvidia-pytriton==0.5.14")
-                if text.count(_EXECUTE_ANCHOR) != 1:
+                if text.count(_EXECUTE_ANCHOR) != 1 or text.count(_HANDSHAKE_ANCHOR) != 1:
                     raise RuntimeError("halformer.serve: pytriton's proxy model.py changed; "
                                        "per-request errors need nvidia-pytriton==0.5.14")
-                text = text.replace(_PATCH_ANCHOR, _PATCH, 1).replace(_EXECUTE_ANCHOR, _EXECUTE_PATCH, 1)
+                text = (text.replace(_PATCH_ANCHOR, _PATCH, 1).replace(_EXECUTE_ANCHOR, _EXECUTE_PATCH, 1)
+                        .replace(_HANDSHAKE_ANCHOR, _HANDSHAKE_PATCH, 1))
                 files[key] = text.encode("utf-8")
         return files
 
