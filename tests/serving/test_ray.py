@@ -58,7 +58,7 @@ class RayServer:
     def __init__(self):
         self.tmp = tempfile.mkdtemp(prefix="hfray", dir="/tmp")
         config = write_config(os.path.join(self.tmp, "serve.yaml"), delay_us=20000, max_batch=8,
-                              replicas={"reverse": 2, "minilm": 2, "minilm_pooled": 1})
+                              replicas={"reverse": 2, "minilm": 2, "minilm_pooled": 1}, stream=True)
         (self.port,) = free_ports(1)
         self.url = f"http://127.0.0.1:{self.port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
@@ -119,12 +119,10 @@ def test_config_errors_before_ray_starts(tmp_path):
     Ray Triton's `instances`."""
     good = write_config(str(tmp_path / "good.yaml"), replicas={"reverse": 2})
     bad = write_config(str(tmp_path / "bad.yaml"), replicas={"minilm": 0})
-    stream = write_config(str(tmp_path / "stream.yaml"), stream=True)
     instances = str(tmp_path / "instances.yaml")
     with open(instances, "w") as f:
         f.write(open(write_config(str(tmp_path / "base.yaml"))).read().replace("    threads:", "    instances: 2\n    threads:", 1))
     cases = [(["halformer.serve.ray", bad], "model 'minilm': replicas 0 is outside [1, 1024]"),
-             (["halformer.serve.ray", stream], "kind generate_stream is served by Triton only"),
              (["halformer.serve.ray", good, "--replicas", "0"], "--replicas 0 is outside [1, 1024]"),
              (["halformer.serve.ray", good, "--port", "70000"], "--port 70000 is outside [1, 65535]"),
              (["halformer.serve", good, "--check"], "replicas is for python -m halformer.serve.ray"),
@@ -132,6 +130,10 @@ def test_config_errors_before_ray_starts(tmp_path):
     for args, words in cases:
         code, out = run_cli(args, str(tmp_path))
         assert code == 2 and words in out, (args, code, out)
+    code, out = run_cli(["halformer.serve.ray", good, "--check"], str(tmp_path))
+    code, out = run_cli(["halformer.serve.ray", write_config(str(tmp_path / "stream.yaml"), stream=True), "--check"],
+                        str(tmp_path))
+    assert code == 0 and "ok (4 models)" in out, out  # generate_stream too
     code, out = run_cli(["halformer.serve.ray", good, "--check"], str(tmp_path))
     assert code == 0 and "ok (3 models)" in out, out
     assert not os.path.exists(tmp_path / "ray"), "Ray started for a configuration check"
@@ -206,6 +208,41 @@ def test_results_equal_python_api(server, api):
     status, info, _ = call(server, "reverse", method="GET")
     assert status == 200 and info["kind"] == "generate" and info["vocab"] == 16 and info["max_batch_size"] == 8
     print(f"{len(cases)} requests one at a time: equal to the Python API")
+
+
+def sse(server, model, body):
+    """POST a generate_stream request: (status, tokens, error messages) from its events, or
+    from the JSON error of a request refused before its first token."""
+    req = urllib.request.Request(f"{server.url}/{model}", data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            assert r.headers["content-type"].startswith("text/event-stream"), r.headers
+            events = [json.loads(line[len(b"data: "):]) for line in r if line.startswith(b"data: ")]
+            return r.status, [e["output_id"] for e in events if "output_id" in e], [e["error"] for e in events
+                                                                                   if "error" in e]
+    except urllib.error.HTTPError as e:
+        return e.code, [], [json.loads(e.read())["error"]]
+
+
+def test_generate_stream_equals_python_api(server, api):
+    """generate_stream on Ray: one server-sent event per new token, together generate's
+    tokens (greedy and sampling); a refused request is HTTP 400 naming the problem."""
+    n = 0
+    for src in SOURCES:
+        for opts in GEN_OPTIONS[:3]:
+            status, tokens, errors = sse(server, "reverse_stream", {"input_ids": src, **opts})
+            assert status == 200 and not errors and tokens == api["reverse"].generate([src], **opts)[0], \
+                (src, opts, status, tokens, errors)
+            n += 1
+    bad = [({"input_ids": [3, 7, 16]}, "input_ids[0][2] = 16"), ({"input_ids": [3, 7], "beam_size": 2}, "beam_size"),
+           ({"input_ids": [3, 7], "scores": False}, "unknown key(s) ['scores']"),
+           ({"input_ids": [3, 7], "max_new_tokens": 1000}, "max_new_tokens 1000")]
+    for body, fragment in bad:
+        status, tokens, errors = sse(server, "reverse_stream", body)
+        assert status == 400 and not tokens and len(errors) == 1 and fragment in errors[0], (body, status, errors)
+        assert sse(server, "reverse_stream", {"input_ids": [3, 7, 1, 9]})[1] == [9, 1, 7, 3, 15]
+    print(f"{n} streams equal to the Python API; {len(bad)} bad ones refused with 400")
 
 
 def test_concurrent_requests_are_batched_over_both_replicas(server, api):

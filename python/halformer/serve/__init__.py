@@ -154,8 +154,6 @@ def load_config(path, ray=False):
         kind = m.get("kind")
         if kind not in KINDS:
             raise ConfigError(f"{where}: unknown kind {kind!r} (known: {', '.join(KINDS)})")
-        if ray and kind == "generate_stream":
-            raise ConfigError(f"{where}: kind generate_stream is served by Triton only (python -m halformer.serve)")
         known = {"name", "kind", "model_dir", "weights", "threads", "max_batch_size", "max_queue_delay_microseconds"}
         if kind == "generate_stream":
             known -= {"max_batch_size", "max_queue_delay_microseconds"}

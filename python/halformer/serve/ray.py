@@ -12,6 +12,8 @@ batch_wait_timeout_s. Each model is one Ray Serve application at route /<name>:
     POST /<name>  generate:   {"input_ids": [3, 7, 1, 9], "max_new_tokens": 10}  -> {"output_ids": [9, 1, 7, 3, 15],
                                                                   "scores": [5 log-probabilities]}
                               (options: the Triton server's request parameters, as JSON keys)
+                  generate_stream: the same request (greedy or sampling options) -> server-sent
+                              events, one per new token as it is chosen: data: {"output_id": 9} ...
                   embed_text: {"text": "A man is eating food."}                  -> {"embedding": [384 floats]}
                   pooled:     {"input_ids": [101, 7592, 102]}                     -> {"output": [floats]}
     GET  /<name>  the model's description (kind, vocabulary, max_len, batching)
@@ -46,7 +48,7 @@ import warnings
 
 import numpy as np
 from ray import serve
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, StreamingResponse
 
 from halformer.serve import ERROR_KEY, GENERATE_PARAMETERS, ConfigError, _Served, load_config
 
@@ -54,6 +56,7 @@ MAX_BODY_BYTES = 1 << 20  # per request, plus 6 bytes per byte of max_text_bytes
 OUTPUT_KEY = {"generate": ("OUTPUT_IDS", "output_ids"), "embed_text": ("EMBEDDING", "embedding"),
               "pooled": ("OUTPUT", "output")}
 EXAMPLE = {"generate": '{"input_ids": [3, 7, 1, 9], "max_new_tokens": 10}',  # answer: output_ids, scores
+           "generate_stream": '{"input_ids": [3, 7, 1, 9], "max_new_tokens": 10}',  # answer: events
            "embed_text": '{"text": "A man is eating food."}', "pooled": '{"input_ids": [101, 7592, 102]}'}
 
 
@@ -90,7 +93,7 @@ class ModelDeployment:
                          max_batch_size=entry["max_batch_size"],
                          batch_wait_timeout_s=entry["max_queue_delay_microseconds"] / 1e6,
                          request=json.loads(EXAMPLE[self.kind]))
-        if self.kind == "generate":
+        if self.kind in ("generate", "generate_stream"):
             self.info["options"] = sorted(GENERATE_PARAMETERS)
         else:
             self.info["width"] = self.served.width
@@ -129,8 +132,40 @@ class ModelDeployment:
             req = self._parse(await self._body(request))
         except _BadRequest as e:
             return JSONResponse({"error": f"model {self.name!r}: {e}"}, status_code=e.status, headers=self.headers)
+        if self.kind == "generate_stream":
+            return await self._stream(req)
         status, body, n = await self.batched(req)
         return JSONResponse(body, status_code=status, headers={**self.headers, "x-halformer-batch-size": str(n)})
+
+    async def _stream(self, req):
+        """generate_stream: server-sent events, one `data: {"output_id": t}` per new token as
+        soon as it is chosen (_Served.stream, each step pulled in a thread). A request the
+        model refuses before its first token gets HTTP 400 with {"error": ...}; a failure
+        after it, one `data: {"error": ...}` event."""
+        tokens = self.served.stream([req])
+
+        def pull():
+            r = next(tokens, None)
+            return None if r is None else r[0]
+
+        first = await asyncio.to_thread(pull)
+        if first is not None and ERROR_KEY in first:
+            error = bytes(first[ERROR_KEY].reshape(-1)[0]).decode("utf-8", "replace")
+            return JSONResponse({"error": error}, status_code=400, headers=self.headers)
+
+        async def events(r):
+            try:
+                while r is not None:
+                    if ERROR_KEY in r:
+                        error = bytes(r[ERROR_KEY].reshape(-1)[0]).decode("utf-8", "replace")
+                        yield f"data: {json.dumps({'error': error})}\n\n"
+                        return
+                    yield f"data: {json.dumps({'output_id': int(r['OUTPUT_IDS'][0, 0])})}\n\n"
+                    r = await asyncio.to_thread(pull)
+            finally:  # also when the client goes away: the decode stops (generate_iter's close)
+                tokens.close()
+
+        return StreamingResponse(events(first), media_type="text/event-stream", headers=self.headers)
 
     async def _body(self, request):
         size = request.headers.get("content-length", "")
@@ -155,7 +190,8 @@ class ModelDeployment:
             raise _BadRequest(400, f"request body must be a JSON object such as {EXAMPLE[self.kind]}, "
                                    f"got {type(obj).__name__}")
         key = "text" if self.kind == "embed_text" else "input_ids"
-        known = {key} | (set(GENERATE_PARAMETERS) | {"scores"} if self.kind == "generate" else set())
+        known = {key} | (set(GENERATE_PARAMETERS) | {"scores"} if self.kind == "generate" else
+                         set(GENERATE_PARAMETERS) if self.kind == "generate_stream" else set())
         unknown = set(obj) - known
         if unknown:
             raise _BadRequest(400, f"unknown key(s) {sorted(unknown)} (known: {sorted(known)})")
