@@ -39,7 +39,7 @@ def free_ports(n):
 
 def write_config(path, delay_us=1000, max_batch=16, threads=1, replicas=None, stream=False):
     """replicas: {model name: n} adds `replicas: n` (halformer.serve.ray's key) to those models;
-    stream adds `reverse_stream`, reverse-tiny as kind generate_stream (Triton only)."""
+    stream adds `reverse_stream`, reverse-tiny as kind generate_stream."""
     w, v = minilm_files()
     text = f"""models:
   - name: reverse

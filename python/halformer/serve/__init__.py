@@ -194,6 +194,11 @@ def _error(msg):
     return {ERROR_KEY: np.array([msg.encode("utf-8")], dtype=np.bytes_)}
 
 
+def _error_text(response):
+    """The message of a response made by _error."""
+    return bytes(response[ERROR_KEY].reshape(-1)[0]).decode("utf-8", "replace")
+
+
 class _Served:
     """One configured model: loads it, declares its tensors, answers batches."""
 
@@ -459,14 +464,12 @@ def _install_patches():
         for key, content in files.items():
             if key.endswith("/model.py"):
                 text = content.decode("utf-8")
-                if _PATCH_ANCHOR not in text:
-                    raise RuntimeError("halformer.serve: pytriton's proxy model.py changed; "
-                                       "per-request errors need nvidia-pytriton==0.5.14")
-                if text.count(_EXECUTE_ANCHOR) != 1 or text.count(_HANDSHAKE_ANCHOR) != 1:
-                    raise RuntimeError("halformer.serve: pytriton's proxy model.py changed; "
-                                       "per-request errors need nvidia-pytriton==0.5.14")
-                text = (text.replace(_PATCH_ANCHOR, _PATCH, 1).replace(_EXECUTE_ANCHOR, _EXECUTE_PATCH, 1)
-                        .replace(_HANDSHAKE_ANCHOR, _HANDSHAKE_PATCH, 1))
+                for anchor, patch in ((_PATCH_ANCHOR, _PATCH), (_EXECUTE_ANCHOR, _EXECUTE_PATCH),
+                                      (_HANDSHAKE_ANCHOR, _HANDSHAKE_PATCH)):
+                    if text.count(anchor) != 1:
+                        raise RuntimeError("halformer.serve: pytriton's proxy model.py changed; "
+                                           "per-request errors need nvidia-pytriton==0.5.14")
+                    text = text.replace(anchor, patch, 1)
                 files[key] = text.encode("utf-8")
         return files
 

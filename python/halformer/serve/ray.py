@@ -50,7 +50,8 @@ import numpy as np
 from ray import serve
 from starlette.responses import JSONResponse, StreamingResponse
 
-from halformer.serve import ERROR_KEY, GENERATE_PARAMETERS, ConfigError, _Served, load_config
+from halformer.serve import (ERROR_KEY, GENERATE_KINDS, GENERATE_PARAMETERS, ConfigError, _error_text, _Served,
+                              load_config)
 
 MAX_BODY_BYTES = 1 << 20  # per request, plus 6 bytes per byte of max_text_bytes (JSON's \uXXXX)
 OUTPUT_KEY = {"generate": ("OUTPUT_IDS", "output_ids"), "embed_text": ("EMBEDDING", "embedding"),
@@ -93,7 +94,7 @@ class ModelDeployment:
                          max_batch_size=entry["max_batch_size"],
                          batch_wait_timeout_s=entry["max_queue_delay_microseconds"] / 1e6,
                          request=json.loads(EXAMPLE[self.kind]))
-        if self.kind in ("generate", "generate_stream"):
+        if self.kind in GENERATE_KINDS:
             self.info["options"] = sorted(GENERATE_PARAMETERS)
         else:
             self.info["width"] = self.served.width
@@ -113,7 +114,7 @@ class ModelDeployment:
         out = []
         for r in responses:
             if ERROR_KEY in r:
-                out.append((400, {"error": bytes(r[ERROR_KEY].reshape(-1)[0]).decode("utf-8", "replace")}, n))
+                out.append((400, {"error": _error_text(r)}, n))
             else:
                 tensor, key = OUTPUT_KEY[self.kind]
                 body = {key: r[tensor][0].tolist()}
@@ -150,15 +151,13 @@ class ModelDeployment:
 
         first = await asyncio.to_thread(pull)
         if first is not None and ERROR_KEY in first:
-            error = bytes(first[ERROR_KEY].reshape(-1)[0]).decode("utf-8", "replace")
-            return JSONResponse({"error": error}, status_code=400, headers=self.headers)
+            return JSONResponse({"error": _error_text(first)}, status_code=400, headers=self.headers)
 
         async def events(r):
             try:
                 while r is not None:
                     if ERROR_KEY in r:
-                        error = bytes(r[ERROR_KEY].reshape(-1)[0]).decode("utf-8", "replace")
-                        yield f"data: {json.dumps({'error': error})}\n\n"
+                        yield f"data: {json.dumps({'error': _error_text(r)})}\n\n"
                         return
                     yield f"data: {json.dumps({'output_id': int(r['OUTPUT_IDS'][0, 0])})}\n\n"
                     r = await asyncio.to_thread(pull)
