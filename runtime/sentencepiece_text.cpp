@@ -32,9 +32,8 @@ SentencePieceText::~SentencePieceText() = default;
 
 namespace {
 
-void load_model(sentencepiece::SentencePieceProcessor& sp, const std::string& path, const std::string& shown) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) throw Error("--spm " + shown + ": no such file");
+// `path` exists (load / load_marian checked it).
+void load_model(sentencepiece::SentencePieceProcessor& sp, const std::string& path) {
   const auto status = sp.Load(path);
   if (!status.ok()) throw Error("--spm " + path + ": not a SentencePiece model (" + status.ToString() + ")");
 }
@@ -65,7 +64,7 @@ SentencePieceText SentencePieceText::load(const std::string& path) {
     return load_marian(p.parent_path().string(), path);
   SentencePieceText t;
   t.path_ = path;
-  load_model(*t.sp_, path, path);
+  load_model(*t.sp_, path);
   return t;
 }
 
@@ -81,10 +80,10 @@ SentencePieceText SentencePieceText::load_marian(const std::string& dir, const s
   t.path_ = shown;
   t.marian_ = std::make_unique<Marian>();
   Marian& m = *t.marian_;
-  load_model(*t.sp_, (d / "source.spm").string(), shown);
+  load_model(*t.sp_, (d / "source.spm").string());
   m.target = std::make_unique<sentencepiece::SentencePieceProcessor>();
   const fs::path target = fs::exists(d / "target.spm", ec) ? d / "target.spm" : d / "source.spm";
-  load_model(*m.target, target.string(), shown);
+  load_model(*m.target, target.string());
 
   const std::string vocab_path = (d / "vocab.json").string();
   const nlohmann::json vocab = read_json(vocab_path);
