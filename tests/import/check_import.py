@@ -528,6 +528,19 @@ def refuse(case, halformer, work, base_dirs):
     print(f"{case}: refused, naming it (exit {r.returncode})")
 
 
+def train_spm(corpus_words, rng, prefix, size, lines, **kw):
+    """A SentencePiece model of `size` pieces trained now on `lines` random sentences of the
+    words (written to PREFIX.txt): PREFIX.model."""
+    import sentencepiece as sp
+
+    corpus = prefix + ".txt"
+    with open(corpus, "w") as f:
+        for _ in range(lines):
+            f.write(" ".join(rng.choice(corpus_words, rng.integers(3, 12))) + "\n")
+    sp.SentencePieceTrainer.train(input=corpus, model_prefix=prefix, vocab_size=size, minloglevel=2, **kw)
+    return prefix + ".model"
+
+
 def spm_run(binary, hf_dir, spm_arg, texts):
     """The imported binary on `texts` through --spm: its JSON sequences (source, tokens, text)."""
     cmd = [binary, "--weights", os.path.join(hf_dir, "model.safetensors"), "--spm", spm_arg, "--json",
@@ -550,18 +563,13 @@ def spm(hf_dir, binary, work):
     rng = np.random.default_rng(11)
     letters = list("abcdefghijklmnopqrstuvwxyz")
     words = ["".join(rng.choice(letters, rng.integers(2, 8))) for _ in range(3000)]
-    corpus = os.path.join(work, "corpus.txt")
-    with open(corpus, "w") as f:
-        for _ in range(4000):
-            f.write(" ".join(rng.choice(words, rng.integers(3, 12))) + "\n")
-    prefix = os.path.join(work, "tokenizer")
-    sp.SentencePieceTrainer.train(input=corpus, model_prefix=prefix, vocab_size=VOCAB, model_type="bpe",
-                                  unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2)
-    tok = sp.SentencePieceProcessor(model_file=prefix + ".model")
+    spm_model = train_spm(words, rng, os.path.join(work, "tokenizer"), VOCAB, 4000, model_type="bpe",
+                          unk_id=0, bos_id=1, eos_id=2, pad_id=-1)
+    tok = sp.SentencePieceProcessor(model_file=spm_model)
     assert tok.get_piece_size() == VOCAB, tok.get_piece_size()
     model = llama_reference(hf_dir)
     texts = [" ".join(words[i:i + n]) for i, n in ((0, 3), (10, 9), (40, 1))]
-    cmd, out = spm_run(binary, hf_dir, prefix + ".model", texts)
+    cmd, out = spm_run(binary, hf_dir, spm_model, texts)
     for t, row in zip(texts, out):
         ids = [1] + tok.encode(t)
         if row["source"] != ids:
@@ -581,18 +589,6 @@ def spm(hf_dir, binary, work):
     print(f"spm: {len(texts)} texts through a {VOCAB}-piece SentencePiece model, plain output = JSON text")
 
 
-def train_spm(corpus_words, rng, prefix, size, **kw):
-    """A SentencePiece model of `size` pieces trained now on random sentences of the words."""
-    import sentencepiece as sp
-
-    corpus = prefix + ".txt"
-    with open(corpus, "w") as f:
-        for _ in range(3000):
-            f.write(" ".join(rng.choice(corpus_words, rng.integers(3, 12))) + "\n")
-    sp.SentencePieceTrainer.train(input=corpus, model_prefix=prefix, vocab_size=size, minloglevel=2, **kw)
-    return prefix + ".model"
-
-
 def spm_marian(hf_dir, binary, work):
     """Marian's tokenizer files made now: source.spm and target.spm trained on different words,
     vocab.json giving the model's 1003 ids to the union of their pieces (eos 0, pad 1002,
@@ -609,7 +605,7 @@ def spm_marian(hf_dir, binary, work):
     src_words = ["".join(rng.choice(letters, rng.integers(2, 8))) for _ in range(2000)]
     tgt_words = ["".join(rng.choice(letters[::-1][:14], rng.integers(2, 8))) for _ in range(2000)]
     for name, words in (("source", src_words), ("target", tgt_words)):
-        model = train_spm(words, rng, os.path.join(work, name), 400, model_type="unigram")
+        model = train_spm(words, rng, os.path.join(work, name), 400, 3000, model_type="unigram")
         shutil.copy(model, os.path.join(tok_dir, f"{name}.spm"))
     import sentencepiece as sp
 
