@@ -17,9 +17,13 @@ namespace halformer {
 using namespace Halide;
 
 // kBf16: linear_bf16 (+ _residual, _gated), the same kernel over weights stored as bf16
-// (the upper 16 bits of each fp32, rounded at load: halformer/packed_layout.h), widened
-// in registers by a 16-bit shift; the arithmetic stays fp32. Half the weight bytes of fp32:
-// decode, bound by streaming the weights, reads half as much.
+// (the upper 16 bits of each fp32, rounded at load: halformer/packed_layout.h). Half the
+// weight bytes of fp32: decode, bound by streaming the weights, reads half as much.
+// * On a CPU with a bf16 dot product (bf16_dot_product: AVX-512 BF16) the activations
+//   are rounded to bf16 too, once per call, and each fp32 lane sums a pair of bf16
+//   products per instruction (vdpbf16ps, K paired in the weights): twice the FMA's rate.
+// * Elsewhere each weight is widened in registers by a 16-bit shift and the arithmetic
+//   is fp32's.
 template <Epilogue kEpilogue, bool kBf16 = false>
 class Linear : public Generator<Linear<kEpilogue, kBf16>> {
  public:
@@ -74,6 +78,9 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
     const int panel = panel_width > 0 ? int(panel_width) : weight_panel(this->get_target().to_string());
     const int P = panel_count(N, panel);
     const bool gpu = this->get_target().has_gpu_feature() && !this->using_autoscheduler();
+    // bf16 pairs: K walked as `pairs` pairs (the last one zero-padded when K is odd).
+    const bool paired = kBf16 && !gpu && bf16_dot_product(this->get_target().to_string());
+    const int pairs = bf16_pairs_of(K), row = kBf16Pair * panel;
     Func xc("x_clamped"), wf("w_func");
     xc(k, m) = x(k, min(m, M - 1));
     // A last tile that reaches past N (whole register tiles keep the loads dense vectors;
@@ -81,8 +88,17 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
     // to whole panels already) and bias. Only then: a clamped bias is a gather.
     const MatmulKnobs knobs = matmul_knobs_for(this->get_target(), false, MatmulKnobs{vec, tile_n, tile_m, parallel});
     const bool overhang = gpu || matmul_widths(N, knobs, panel).overhangs(N);
-    Expr wv = w(n % panel, k, overhang ? min(n / panel, P - 1) : n / panel);
-    wf(n, k) = kBf16 ? reinterpret<float>(cast<uint32_t>(wv) << 16) : wv;
+    Expr wpanel = overhang ? min(n / panel, P - 1) : n / panel;
+    Func wpair("w_pair"), xpair("x_bf16");
+    RDom rp(0, kBf16Pair, 0, pairs, "rp");
+    if (paired) {
+      // The activations as bf16 (round to nearest even), zero past K.
+      xpair(k, m) = select(k < K, cast(BFloat(16), xc(min(k, K - 1), m)), cast(BFloat(16), 0.0f));
+      wpair(s, n, k) = reinterpret(BFloat(16), w(kBf16Pair * (n % panel) + s, k, wpanel));
+    } else {
+      Expr wv = w(n % panel, k, wpanel);
+      wf(n, k) = kBf16 ? reinterpret<float>(cast<uint32_t>(wv) << 16) : wv;
+    }
     Func bc("b_clamped");
     bc(n) = b(overhang ? min(n, N - 1) : n);
 
@@ -90,7 +106,11 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
     RDom rs(0, ks, "ks"), ru(0, kGpuSlices, "u");
     Func acc("acc");
     Func big("acc_big"), part("acc_part"), small("acc_small");
-    if (!gpu) {
+    if (paired) {
+      // A bf16 x bf16 product is exact in fp32: the pair sum is what vdpbf16ps computes.
+      acc(n, m) = bc(n);
+      acc(n, m) += cast<float>(xpair(kBf16Pair * rp.y + rp.x, m)) * cast<float>(wpair(rp.x, n, rp.y));
+    } else if (!gpu) {
       acc(n, m) = bc(n);
       acc(n, m) += xc(r, m) * wf(n, r);
     } else {
@@ -112,8 +132,13 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
 
     // ---- shapes the runtime must honour
     x.dim(0).set_bounds(0, K);
-    w.dim(0).set_bounds(0, panel).dim(1).set_bounds(0, K).set_stride(panel);
-    w.dim(2).set_bounds(0, P).set_stride(panel * K);
+    if (paired) {
+      w.dim(0).set_bounds(0, row).dim(1).set_bounds(0, pairs).set_stride(row);
+      w.dim(2).set_bounds(0, P).set_stride(row * pairs);
+    } else {
+      w.dim(0).set_bounds(0, panel).dim(1).set_bounds(0, K).set_stride(panel);
+      w.dim(2).set_bounds(0, P).set_stride(panel * K);
+    }
     out.dim(0).set_bounds(0, N);
     x.dim(1).set_min(0);
     out.dim(1).set_min(0);
@@ -122,7 +147,7 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
     // ---- schedule
     if (this->using_autoscheduler()) {
       x.set_estimates({{0, K}, {0, 128}});
-      w.set_estimates({{0, panel}, {0, K}, {0, P}});
+      w.set_estimates(paired ? Region{{0, row}, {0, pairs}, {0, P}} : Region{{0, panel}, {0, K}, {0, P}});
       b.set_estimates({{0, N}});
       if (kResidual) residual->set_estimates({{0, N}, {0, 128}});
       out.set_estimates({{0, N}, {0, 128}});
@@ -131,6 +156,15 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
     if (gpu) {
       schedule_gpu_matmul(out, big, part, small, n, m, s, r.x, rs, M,
                           GpuMatmulKnobs{gpu_tile_n, gpu_tile_m, gpu_reg_n, gpu_reg_m, gpu_slice_n, gpu_split_rows, gpu_unroll_k});
+      return;
+    }
+    if (paired) {
+      // Activations rounded once per call (rows in parallel), before the matmul's tiles;
+      // the pair is reduced inside each lane: vectorising rp.x (atomic) makes vdpbf16ps.
+      Var mo("mo");
+      xpair.compute_root().split(m, mo, m, 8, TailStrategy::GuardWithIf).vectorize(k, 16, TailStrategy::GuardWithIf);
+      if (parallel) xpair.parallel(mo);
+      schedule_cpu_matmul(out, acc, n, m, rp.y, N, M, knobs, panel, &rp.x);
       return;
     }
     schedule_cpu_matmul(out, acc, n, m, r.x, N, M, knobs, panel);

@@ -70,9 +70,14 @@ struct WeightBuffers {
     const int stride = d + kInt8RowScaleBytes;
     return view(int8_bufs, q, {{0, stride, 1}, {0, vocab, stride}});
   }
-  // A bf16 linear's weights: fp32's packed layout (panel, in, panels), bf16 bits; CPU only.
-  halide_buffer_t* get_bf16(const WeightVector<uint16_t>& h, int in, int out, int panel) {
-    return view(bf16_bufs, h, {{0, panel, 1}, {0, in, panel}, {0, panel_count(out, panel), panel * in}});
+  // A bf16 linear's weights, bf16 bits; CPU only. fp32's packed layout (panel, in,
+  // panels), or with K in pairs (2 * panel, in / 2, panels): packed_bf16_index.
+  halide_buffer_t* get_bf16(const LinearWeights& w) {
+    const int panel = w.panel, panels = panel_count(w.out, panel);
+    if (!w.bf16_pairs)
+      return view(bf16_bufs, w.h, {{0, panel, 1}, {0, w.in, panel}, {0, panels, panel * w.in}});
+    const int pairs = bf16_pairs_of(w.in), row = kBf16Pair * panel;
+    return view(bf16_bufs, w.h, {{0, row, 1}, {0, pairs, row}, {0, panels, row * pairs}});
   }
   // The buffer over v's data with `dims`, made on first use.
   template <typename T>
@@ -417,7 +422,7 @@ struct Session {
   // bf16 packed and [N].
   std::pair<halide_buffer_t*, halide_buffer_t*> linear_args(const LinearWeights& w) {
     if (w.int8()) return {wbufs.get_int8(w.q, w.in, w.out), weight(w.b, w.out, 2)};
-    if (w.bf16()) return {wbufs.get_bf16(w.h, w.in, w.out, w.panel), weight(w.b, w.out, 0)};
+    if (w.bf16()) return {wbufs.get_bf16(w), weight(w.b, w.out, 0)};
     return {weight(w.w, w.in, w.out, w.panel), weight(w.b, w.out, 0)};
   }
   void linear(LinearFn fn, const char* name, View x, const LinearWeights& w, View out) {
@@ -1213,7 +1218,7 @@ Model Model::load(const ModelDescriptor& desc, const std::string& weights_path, 
                 ": rebuild it on this machine (halformer build) to run it here");
   }
   reserve_threads(options.threads);
-  Model m(desc, std::make_unique<Weights>(load_weights(cfg, weights_path, weight_panel(target))), device,
+  Model m(desc, std::make_unique<Weights>(load_weights(cfg, weights_path, weight_layout(target))), device,
           std::max(0, options.threads));
   if (device != "cpu") {
     // Fail now, clearly, if the device cannot run a kernel (no driver, no device). The

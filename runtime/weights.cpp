@@ -315,16 +315,18 @@ Source hf_preset(const HfFamily& f, const std::string& prefix, const ModelConfig
 // fp32 copy of a whole matrix.
 class LinearBuilder {
  public:
-  LinearBuilder(int in, int out, WeightFormat format, int panel) : format_(format) {
+  LinearBuilder(int in, int out, WeightFormat format, const WeightLayout& layout) : format_(format) {
+    const int panel = layout.panel;
     l_.in = in;
     l_.out = out;
     l_.panel = panel;
+    l_.bf16_pairs = format == WeightFormat::Bf16 && layout.bf16_pairs;
     if (format == WeightFormat::Int8) {
       l_.q.assign(packed_int8_size(in, out), 0);
       scales_.assign(size_t(out), 0.0f);
       channel_q_.resize(size_t(in));
     } else if (format == WeightFormat::Bf16) {
-      l_.h.assign(packed_size(in, out, panel), 0);
+      l_.h.assign(packed_bf16_size(in, out, panel, l_.bf16_pairs), 0);
     } else {
       l_.w.assign(packed_size(in, out, panel), 0.0f);
     }
@@ -337,7 +339,7 @@ class LinearBuilder {
       scales_[size_t(n)] = quantize_row_int8(v, l_.in, channel_q_.data());
       put_int8_channel(l_.q.data(), l_.in, n, channel_q_.data());
     } else if (format_ == WeightFormat::Bf16) {
-      for (int k = 0; k < l_.in; ++k) l_.h[packed_index(l_.in, n, k, l_.panel)] = to_bf16(v[k]);
+      for (int k = 0; k < l_.in; ++k) l_.h[packed_bf16_index(l_.in, n, k, l_.panel, l_.bf16_pairs)] = to_bf16(v[k]);
     } else {
       pack_rows(v, 1, l_.in, n, l_.panel, l_.w.data());
     }
@@ -362,7 +364,8 @@ class LinearBuilder {
 
 class Loader {
  public:
-  Loader(const ModelConfig& c, const std::string& path, int panel) : c_(c), file_(path), panel_(panel) {
+  Loader(const ModelConfig& c, const std::string& path, const WeightLayout& layout)
+      : c_(c), file_(path), layout_(layout) {
     if (is_hf(c.preset)) {  // the base model's scope: the first prefix the file has the probe under
       const HfFamily& f = hf_family(c.preset);
       hf_prefix_ = f.prefixes.back();
@@ -504,7 +507,7 @@ class Loader {
                             const std::vector<int>& outs, WeightFormat format) {
     int total = 0;
     for (int o : outs) total += o;
-    LinearBuilder lb(d, total, format, panel_);
+    LinearBuilder lb(d, total, format, layout_);
     WeightVector<float> bias;
     for (size_t i = 0, n0 = 0; i < projs.size(); n0 += size_t(outs[i]), ++i) {
       const std::string p = projs[i].empty() ? prefix : prefix + "." + projs[i];
@@ -650,7 +653,7 @@ class Loader {
 
   const ModelConfig& c_;
   SafetensorsFile file_;
-  const int panel_;  // fp32 / bf16 linears: the packed layout's panel width
+  const WeightLayout layout_;  // fp32 / bf16 linears: the packed layout
   std::string hf_prefix_;
   std::map<std::string, std::string> map_;
   std::set<std::string> used_;
@@ -682,14 +685,14 @@ LayerWeights load_layer(Loader& ld, const ModelConfig& c, const std::string& sta
 
 }  // namespace
 
-Weights load_weights(const ModelConfig& c, const std::string& path, int panel) {
-  Loader ld(c, path, panel);
+Weights load_weights(const ModelConfig& c, const std::string& path, const WeightLayout& layout) {
+  Loader ld(c, path, layout);
   const int d = c.d_model;
   const bool enc = c.arch != Arch::Decoder, dec = c.arch != Arch::Encoder;
   Weights w;
   // The output projection that shares the target table is filled from its rows.
   std::unique_ptr<LinearBuilder> shared;
-  if (dec && c.share_tgt_output) shared = std::make_unique<LinearBuilder>(d, c.tgt_vocab, c.generator_weights, panel);
+  if (dec && c.share_tgt_output) shared = std::make_unique<LinearBuilder>(d, c.tgt_vocab, c.generator_weights, layout);
   const WeightFormat tf = c.embedding_weights;
   if (enc)
     w.src_embedding = ld.table("src_embedding.weight", c.src_vocab, d, tf, c.share_src_tgt ? shared.get() : nullptr);
@@ -777,7 +780,7 @@ class CanonicalWriter {
         if (l.int8())
           std::memcpy(dst, &l.q[packed_int8_index(in, n, k)], 1);
         else if (l.bf16())
-          std::memcpy(dst, &l.h[packed_index(in, n, k, l.panel)], 2);
+          std::memcpy(dst, &l.h[packed_bf16_index(in, n, k, l.panel, l.bf16_pairs)], 2);
         else
           std::memcpy(dst, &l.w[packed_index(in, n, k, l.panel)], 4);
       }

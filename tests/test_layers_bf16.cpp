@@ -1,12 +1,15 @@
 // The bf16-weight linear kernels (generators/linear.cpp: linear_bf16, _residual, _gated)
 // against the naive fp32 reference (tests/reference/layers.h) given the same weights
-// rounded to bf16 (halformer/packed_layout.h: to_bf16, round to nearest even): the kernel
-// widens each weight exactly and computes in fp32, so only the summation order differs
-// (within 2e-5 of the output scale); on the awkward shapes of test_layers.cpp (1 row, rows
-// and features not multiples of the tiles, fewer features than a vector, odd K).
+// rounded to bf16 (halformer/packed_layout.h: to_bf16, round to nearest even) and, where
+// the kernels multiply bf16 pairs (bf16_dot_product targets: AVX-512 BF16), the same
+// activations rounded to bf16: every product is then exact in fp32 in both, so only the
+// summation order differs (within 2e-5 of the output scale); on the awkward shapes of
+// test_layers.cpp (1 row, rows and features not multiples of the tiles, fewer features
+// than a vector, odd K).
 #include <gtest/gtest.h>
 #include <HalideBuffer.h>
 
+#include <cstdio>
 #include <random>
 
 #include "halformer/packed_layout.h"
@@ -22,8 +25,20 @@ namespace hf = halformer;
 
 
 enum class Second { None, Residual, Gate };
-// The packed weight layout's panel width for these kernels (halformer/packed_layout.h).
-const int kPanel = hf::weight_panel(test_linear_bf16_relu_metadata()->target);
+// The packed weight layout of these kernels (halformer/packed_layout.h).
+const hf::WeightLayout kLayout = hf::weight_layout(test_linear_bf16_relu_metadata()->target);
+const int kPanel = kLayout.panel;
+
+TEST(LinearBf16, LayoutFollowsTarget) {
+  std::printf("kernels for %s: %s\n", test_linear_bf16_relu_metadata()->target,
+              kLayout.bf16_pairs ? "bf16 pairs (vdpbf16ps)" : "bf16 weights widened to fp32");
+  EXPECT_FALSE(hf::bf16_dot_product("x86-64-linux-avx-avx2-f16c-fma-sse41"));
+  EXPECT_FALSE(hf::bf16_dot_product("x86-64-linux-avx-avx2-avx512-avx512_skylake-avx512_cannonlake-f16c-fma-sse41"));
+  EXPECT_TRUE(hf::bf16_dot_product("x86-64-linux-avx-avx2-avx512-avx512_cannonlake-avx512_skylake-avx512_zen4-f16c-fma-sse41"));
+  // K paired: weight (n, k) at ((n / panel * pairs + k / 2) * panel + n % panel) * 2 + k % 2.
+  EXPECT_EQ(hf::packed_bf16_index(5, 67, 3, 64, true), size_t(((1 * 3 + 1) * 64 + 3) * 2 + 1));
+  EXPECT_EQ(hf::packed_bf16_size(5, 67, 64, true), size_t(2 * 3 * 64 * 2));
+}
 
 template <typename Fn>
 void check(Fn fn, int K, int N, const char* act, Second second) {
@@ -31,13 +46,21 @@ void check(Fn fn, int K, int N, const char* act, Second second) {
     SCOPED_TRACE("M=" + std::to_string(M));
     Vec x = random_vec(size_t(M) * K, 1), w = random_vec(size_t(N) * K, 2, 0.2f), b = random_vec(N, 3);
     Vec res = random_vec(size_t(M) * N, 4), out(size_t(M) * N, -7.0f);
-    Vec wp = hf::pack_linear(w.data(), N, K, kPanel);  // the runtime's layout, then its bf16 rounding
-    std::vector<uint16_t> wh(wp.size());
-    for (size_t i = 0; i < wp.size(); ++i) wh[i] = hf::to_bf16(wp[i]);
-    Vec wr(w.size());  // the reference's weights: the same rounding, unpacked
+    // The runtime's layout and bf16 rounding (runtime/weights.cpp), zero padding included.
+    std::vector<uint16_t> wh(hf::packed_bf16_size(K, N, kPanel, kLayout.bf16_pairs), 0);
+    for (int n = 0; n < N; ++n)
+      for (int k = 0; k < K; ++k)
+        wh[hf::packed_bf16_index(K, n, k, kPanel, kLayout.bf16_pairs)] = hf::to_bf16(w[size_t(n) * K + k]);
+    Vec wr(w.size()), xr = x;  // the reference's operands: the same rounding, unpacked
     for (size_t i = 0; i < w.size(); ++i) wr[i] = hf::from_bf16(hf::to_bf16(w[i]));
+    if (kLayout.bf16_pairs)
+      for (float& v : xr) v = hf::from_bf16(hf::to_bf16(v));
     Buf xb(x.data(), {K, M}), bb(b.data(), {N}), rb(res.data(), {N, M}), ob(out.data(), {N, M});
-    Halide::Runtime::Buffer<uint16_t> wb(wh.data(), {kPanel, K, hf::panel_count(N, kPanel)});
+    const int panels = hf::panel_count(N, kPanel);
+    Halide::Runtime::Buffer<uint16_t> wb =
+        kLayout.bf16_pairs
+            ? Halide::Runtime::Buffer<uint16_t>(wh.data(), {hf::kBf16Pair * kPanel, hf::bf16_pairs_of(K), panels})
+            : Halide::Runtime::Buffer<uint16_t>(wh.data(), {kPanel, K, panels});
     int rc;
     if constexpr (std::is_invocable_v<Fn, halide_buffer_t*, halide_buffer_t*, halide_buffer_t*, halide_buffer_t*,
                                       halide_buffer_t*>)
@@ -45,7 +68,7 @@ void check(Fn fn, int K, int N, const char* act, Second second) {
     else
       rc = fn(xb, wb, bb, ob);
     ASSERT_EQ(rc, 0);
-    Vec want = ref::linear(x, wr, b, M, K, N, act, second == Second::Residual ? &res : nullptr);
+    Vec want = ref::linear(xr, wr, b, M, K, N, act, second == Second::Residual ? &res : nullptr);
     if (second == Second::Gate)
       for (size_t i = 0; i < want.size(); ++i) want[i] *= res[i];
     double scale = 1, err = 0;

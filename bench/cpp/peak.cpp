@@ -5,6 +5,7 @@
 //   -> one JSON object on stdout:
 //      {"isa": "avx512", "fma_gflops": {"1": {"best": .., "median": ..}, "2": {...}},
 //       "int8_instruction": "vpmaddwd", "int8_gops": {...},
+//       "bf16_instruction": "vdpbf16ps", "bf16_gflops": {...},   (AVX-512 BF16 CPUs only)
 //       "read_gbs": {"1": {...}, "2": {...}}, "buffer_bytes": N}
 //
 // Design decisions
@@ -146,6 +147,26 @@ int32_t int8_loop(int64_t iters) {
 }
 #endif
 
+// The bf16 kernels' inner instruction on AVX-512 BF16 CPUs (generators/linear.cpp's
+// linear_bf16 multiplies bf16 pairs into fp32 lanes): vdpbf16ps, the same 4 x 4 register
+// tile as vpdpwssd above. One update = 16 lanes x 2 products x (multiply + add) = 64 flops.
+#if defined(__AVX512BF16__)
+#define HF_BF16_ROW(X, A0, A1, A2, A3)                                                              \
+  "vdpbf16ps %%zmm0, %%zmm" #X ", %%zmm" #A0 "\n vdpbf16ps %%zmm1, %%zmm" #X ", %%zmm" #A1 "\n"     \
+  "vdpbf16ps %%zmm2, %%zmm" #X ", %%zmm" #A2 "\n vdpbf16ps %%zmm3, %%zmm" #X ", %%zmm" #A3 "\n"
+#define HF_BF16_TILE \
+  HF_BF16_ROW(4, 8, 9, 10, 11) HF_BF16_ROW(5, 12, 13, 14, 15) HF_BF16_ROW(6, 16, 17, 18, 19) HF_BF16_ROW(7, 20, 21, 22, 23)
+constexpr int kBf16Updates = 16;
+float bf16_loop(int64_t iters) {
+  // Operands: zeros (denormal-free; the throughput does not depend on values).
+  __asm__ volatile("vpxord %%zmm0, %%zmm0, %%zmm0\n vmovdqa64 %%zmm0, %%zmm1\n vmovdqa64 %%zmm0, %%zmm2\n"
+                   "vmovdqa64 %%zmm0, %%zmm3\n vmovdqa64 %%zmm0, %%zmm4\n vmovdqa64 %%zmm0, %%zmm5\n"
+                   "vmovdqa64 %%zmm0, %%zmm6\n vmovdqa64 %%zmm0, %%zmm7\n" ::: HF_INT8_CLOBBER);
+  for (int64_t it = 0; it < iters; ++it) __asm__ volatile(HF_BF16_TILE ::: HF_INT8_CLOBBER);
+  return 0;
+}
+#endif
+
 // Sum of floats in [p, p + n): vector loads, 4 accumulators.
 float read_sum(const float* p, size_t n) {
 #if defined(__AVX512F__)
@@ -245,6 +266,12 @@ Stat measure_int8(int threads, double seconds, int samples) {
   return measure_compute(int8_loop, double(kInt8Updates) * kLanes * 4.0, threads, seconds, samples);
 }
 
+#if defined(__AVX512BF16__)
+Stat measure_bf16(int threads, double seconds, int samples) {
+  return measure_compute(bf16_loop, double(kBf16Updates) * kLanes * 4.0, threads, seconds, samples);
+}
+#endif
+
 Stat measure_read(int threads, const float* buf, size_t n, int samples) {
   std::vector<double> gbs;
   std::vector<float> sink(threads);
@@ -301,7 +328,7 @@ int main(int argc, char** argv) {
   }
   for (size_t i = 0; i < n; ++i) buf[i] = float(i & 1023) * 1e-3f;  // touch every page
 
-  std::string fma = "{", i8 = "{", rd = "{";
+  std::string fma = "{", i8 = "{", rd = "{", bf = "{";
   auto add = [](std::string& json, size_t k, int t, Stat st) {
     char tmp[256];
     std::snprintf(tmp, sizeof tmp, "%s\"%d\": {\"best\": %.3f, \"median\": %.3f}", k ? ", " : "", t, st.best,
@@ -312,11 +339,16 @@ int main(int argc, char** argv) {
     int t = std::max(1, threads[k]);
     add(fma, k, t, measure_fma(t, seconds, samples));
     add(i8, k, t, measure_int8(t, seconds, samples));
+#if defined(__AVX512BF16__)
+    add(bf, k, t, measure_bf16(t, seconds, samples));
+#endif
     add(rd, k, t, measure_read(t, buf, n, samples));
   }
   std::free(buf);
+  const std::string bf16 = bf.size() > 1 ? ", \"bf16_instruction\": \"vdpbf16ps\", \"bf16_gflops\": " + bf + "}" : "";
   std::printf("{\"isa\": \"%s\", \"lanes\": %d, \"chains\": %d, \"fma_gflops\": %s}, "
-              "\"int8_instruction\": \"%s\", \"int8_gops\": %s}, \"read_gbs\": %s}, \"buffer_bytes\": %zu}\n",
-              kIsa, kLanes, kChains, fma.c_str(), kInt8Instruction, i8.c_str(), rd.c_str(), n * sizeof(float));
+              "\"int8_instruction\": \"%s\", \"int8_gops\": %s}%s, \"read_gbs\": %s}, \"buffer_bytes\": %zu}\n",
+              kIsa, kLanes, kChains, fma.c_str(), kInt8Instruction, i8.c_str(), bf16.c_str(), rd.c_str(),
+              n * sizeof(float));
   return 0;
 }

@@ -64,7 +64,7 @@ def assemble(*, spec, spec_path, weights, weights_bytes, settings, machine, git,
 
     def model_row(system, scenario, b, samples, **extra):
         precision = system.rsplit("-", 1)[-1] if system.endswith(("-int8", "-bf16")) else "fp32"
-        compute_peak = peak.get("int8_peak_gops") if precision == "int8" else None
+        compute_peak = {"int8": peak.get("int8_peak_gops"), "bf16": peak.get("bf16_peak_gflops")}.get(precision)
         if scenario == "encoder":
             return _row(system, "encoder", b, scen_enc[b], samples, encoder_flops(sz, b, S), peak, tokens=b * S,
                         compute_peak=compute_peak, **extra)
@@ -193,6 +193,7 @@ def table(res: Dict[str, Any]) -> str:
         f"machine: {m.get('cpu')}, {m.get('cores_online')} cores; measured peak {pk['gflops']:.0f} GFLOP/s fp32 "
         f"({pk['isa']} FMA)"
         + (f", {pk['int8_peak_gops']:.0f} GOP/s int8 ({pk['int8_instruction']})" if pk.get("int8_peak_gops") else "")
+        + (f", {pk['bf16_peak_gflops']:.0f} GFLOP/s bf16 ({pk['bf16_instruction']})" if pk.get("bf16_peak_gflops") else "")
         + f", {pk['gbs']:.1f} GB/s read; load average {m.get('loadavg_start', ['?'])[0]:.2f} -> "
         f"{m.get('loadavg_end', ['?'])[0]:.2f}",
         f"decode bound: {res['work']['decode_weight_bytes_per_step'] / 1e6:.3g} MB of weights per step / "

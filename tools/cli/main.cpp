@@ -334,7 +334,7 @@ int quantize(const Spec& spec, const std::string& weights, const std::string& ou
   const auto t0 = clock::now();
   std::cout << "halformer quantize: reading " << weights << " (" << c.preset_name << ")...\n" << std::flush;
   // The file is written in torch's layout whatever the packed one: any panel width does.
-  const Weights w = load_weights(c, weights, kPanelWide);
+  const Weights w = load_weights(c, weights, WeightLayout{});
   const auto t1 = clock::now();
   std::cout << "halformer quantize: writing " << out << " (layers " << weight_format_name(c.layer_weights) << ", output "
             << weight_format_name(c.generator_weights) << ", embeddings " << weight_format_name(c.embedding_weights) << ")...\n"

@@ -207,9 +207,13 @@ IoPlan io_plan(const PlannedKernel& k, const Shape& s, const Halide::Target& tar
   if (reads_packed_panels(g)) {
     const int K = geti(p, "in_features", 64), N = geti(p, "out_features", 64);
     io.inputs["x"] = uni({K, M});
-    const int panel = halformer::weight_panel(target.to_string());  // packed_layout.h
-    io.inputs["w"] = uni({panel, K, halformer::panel_count(N, panel)}, 1.0f / std::sqrt(float(K)));
-    if (g.rfind("linear_bf16", 0) == 0) io.inputs["w"].kind = InputSpec::Bf16;
+    const halformer::WeightLayout layout = halformer::weight_layout(target.to_string());  // packed_layout.h
+    const int panel = layout.panel, panels = halformer::panel_count(N, panel);
+    io.inputs["w"] = uni({panel, K, panels}, 1.0f / std::sqrt(float(K)));
+    if (g.rfind("linear_bf16", 0) == 0) {
+      io.inputs["w"].kind = InputSpec::Bf16;
+      if (layout.bf16_pairs) io.inputs["w"].extents = {halformer::kBf16Pair * panel, halformer::bf16_pairs_of(K), panels};
+    }
     io.inputs["b"] = uni({N}, 0.1f);
     io.inputs["residual"] = uni({N, M});
     io.out_extents = {N, M};

@@ -80,6 +80,42 @@ inline float from_bf16(uint16_t h) {
   return f;
 }
 
+// CPUs with a bf16 dot product (AVX-512 BF16: Zen 4 and later, Sapphire Rapids; Halide's
+// avx512_zen4 feature, implied by the later ones): linear_bf16 then rounds its activations
+// to bf16 too and multiplies bf16 pairs with vdpbf16ps (two products summed into each
+// fp32 lane, twice the FMA's rate), so the weights are stored with K in pairs:
+// [panels][K / 2][panel][2] (K zero-padded to even), one lane's pair one 32-bit word.
+// Elsewhere the fp32 layout, widened in registers.
+inline bool bf16_dot_product(const std::string& halide_target) {
+  for (const char* f : {"avx512_zen4", "avx512_zen5", "avx512_sapphirerapids"})
+    if (halide_target.find(f) != std::string::npos) return true;
+  return false;
+}
+constexpr int kBf16Pair = 2;
+inline int bf16_pairs_of(int in_features) { return (in_features + kBf16Pair - 1) / kBf16Pair; }
+
+// The packed layout of the linear weights a kernel target reads: the panel width, and for
+// bf16 whether K is paired. The generators and the runtime's loader both derive it from
+// the target string.
+struct WeightLayout {
+  int panel = kPanelWide;
+  bool bf16_pairs = false;
+};
+inline WeightLayout weight_layout(const std::string& halide_target) {
+  return {weight_panel(halide_target), bf16_dot_product(halide_target)};
+}
+
+// Element count and offset of weight (n, k) of a bf16 linear in either layout.
+inline size_t packed_bf16_size(int in_features, int out_features, int panel, bool pairs) {
+  return pairs ? packed_size(bf16_pairs_of(in_features) * kBf16Pair, out_features, panel)
+               : packed_size(in_features, out_features, panel);
+}
+inline size_t packed_bf16_index(int in_features, int n, int k, int panel, bool pairs) {
+  if (!pairs) return packed_index(in_features, n, k, panel);
+  return ((size_t(n / panel) * bf16_pairs_of(in_features) + k / kBf16Pair) * panel + n % panel) * kBf16Pair +
+         k % kBf16Pair;
+}
+
 // ---- int8 (generators/linear_int8.cpp)
 // Weights quantized per output channel n: scale(n) = max_k |w(n, k)| / 127 and
 // q(n, k) = round-half-even(w(n, k) * 127 / max_k |w(n, k)|), in [-127, 127]. Stored in

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "halformer/model_config.h"
+#include "halformer/packed_layout.h"
 
 namespace halformer {
 
@@ -41,10 +42,11 @@ using WeightVector = std::vector<T, CacheLineAllocator<T>>;
 struct LinearWeights {
   int in = 0, out = 0;
   int panel = 0;  // fp32 / bf16: the packed layout's panel width (weight_panel)
+  bool bf16_pairs = false;  // bf16: K in pairs (bf16_dot_product targets, packed_layout.h)
   WeightVector<float> w;  // fp32 only: packed [panel_count(out, panel)][in][panel]
   WeightVector<float> b;  // [out]; int8: [out] biases, then [out] per-channel weight scales
   WeightVector<int8_t> q;  // int8 only: packed_int8 layout (halformer/packed_layout.h)
-  WeightVector<uint16_t> h;  // bf16 only: w's layout, bf16 bits
+  WeightVector<uint16_t> h;  // bf16 only: bf16 bits, packed_bf16_index's layout
   bool int8() const { return !q.empty(); }
   bool bf16() const { return !h.empty(); }
 };
@@ -88,9 +90,9 @@ struct Weights {
 // The canonical names of docs/weights.md are what an explicit weights.map maps from.
 // A file written by save_weights (metadata halformer.names = canonical) is read by its
 // canonical names whatever the preset; its I8 linears and tables load as they are.
-// `panel`: the packed fp32 / bf16 layout's panel width, that of the kernels the weights
-// are for (weight_panel(kernel target), halformer/packed_layout.h).
-Weights load_weights(const ModelConfig& config, const std::string& path, int panel);
+// `layout`: the packed fp32 / bf16 layout of the kernels the weights are for
+// (weight_layout(kernel target), halformer/packed_layout.h).
+Weights load_weights(const ModelConfig& config, const std::string& path, const WeightLayout& layout);
 
 // Writes loaded weights as a safetensors file under the canonical names, in the formats
 // the model's kernels read (`halformer quantize`, docs/precision.md): int8 linears and

@@ -1,0 +1,67 @@
+"""Counts the dot-product instructions in the reduced-precision linear kernels' assembly.
+
+usage: check_kernel_asm.py host=K1.s host=K2.s ... narrow=K.s vnni=K.s bf16=K.s bf16_zen4=K.s
+
+int8 (generators/linear_int8.cpp): host= kernels (built for this machine; AVX2 at least)
+must multiply their int16 pairs with vpmaddwd, or vpdpwssd where the host has AVX-512
+VNNI; vnni= kernels (built for an AVX-512 VNNI CPU, whatever this one is) must use
+vpdpwssd. host= and vnni= kernels must also load their weights as vectors: more than
+MAX_VPINSRB byte inserts means Halide gathers weights byte by byte (a register tile off the
+panel grid did that: 156 per kernel, 2x slower). narrow= kernels (fewer features than a
+vector) are exempt from that check.
+
+bf16 (generators/linear.cpp's linear_bf16): bf16_zen4= kernels (built for Zen 4, AVX-512
+BF16) must multiply bf16 pairs with vdpbf16ps; bf16= kernels (built for this machine) too
+where this CPU has AVX-512 BF16, and elsewhere have none (they widen the weights to fp32).
+
+Fewer than MIN_COUNT of the wanted instruction in a kernel means its matmul fell back to
+something else (scalar or widened multiplies): the test fails.
+"""
+import re
+import sys
+
+MIN_COUNT = 8
+MAX_VPINSRB = 8  # the row-quantization and edge paths keep a few
+INSTRUCTIONS = ("vpmaddwd", "vpdpwssd", "vpdpbusd", "vdpbf16ps", "vpinsrb")
+
+
+def host_has_bf16_dot():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return re.search(r"\bavx512_bf16\b", f.read()) is not None
+    except OSError:
+        return False
+
+
+def wanted(kind):
+    """(instructions of which MIN_COUNT are needed -- none: must have none, dense-load check)."""
+    if kind == "bf16":
+        return ("vdpbf16ps",) if host_has_bf16_dot() else (), False
+    return {"host": (("vpmaddwd", "vpdpwssd"), True), "narrow": (("vpmaddwd", "vpdpwssd"), False),
+            "vnni": (("vpdpwssd",), True), "bf16_zen4": (("vdpbf16ps",), False)}[kind]
+
+
+def main(args):
+    failed = False
+    for arg in args:
+        kind, _, path = arg.partition("=")
+        text = open(path).read()
+        counts = {ins: len(re.findall(r"\b%s\b" % ins, text)) for ins in INSTRUCTIONS}
+        want, dense_check = wanted(kind)
+        if want:
+            ok = sum(counts[i] for i in want) >= MIN_COUNT
+            need = f"need >= {MIN_COUNT} of {'/'.join(want)}"
+        else:
+            ok = counts["vdpbf16ps"] == 0
+            need = "this CPU has no vdpbf16ps: need none"
+        if dense_check:
+            ok &= counts["vpinsrb"] <= MAX_VPINSRB
+            need += f", <= {MAX_VPINSRB} vpinsrb"
+        failed |= not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {kind:9} {path.rsplit('/', 1)[-1]}: " +
+              ", ".join(f"{k} {v}" for k, v in counts.items()) + f" ({need})")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
