@@ -58,7 +58,8 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
   GP<int> gpu_unroll_k{"gpu_unroll_k", 4};
 
   In<Buffer<float, 2>> x{"x"};        // (K, M)
-  In<Buffer<WeightType, 3>> w{"w"};   // (panel, K, panels): halformer/packed_layout.h
+  // fp32 (panel, K, panels); bf16 (pair, panel, K / pair, panels): halformer/packed_layout.h
+  In<Buffer<WeightType, kBf16 ? 4 : 3>> w{"w"};
   In<Buffer<float, 1>> b{"b"};        // (N)
   Out<Buffer<float, 2>> out{"out"};   // (N, M)
   In<Buffer<float, 2>>* residual = nullptr;  // (N, M), linear_residual / linear_gated only
@@ -75,12 +76,13 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
 
     // Rows beyond M are computed by the last partial tile and discarded: clamp reads.
     Expr M = x.dim(1).extent();
-    const int panel = panel_width > 0 ? int(panel_width) : weight_panel(this->get_target().to_string());
-    const int P = panel_count(N, panel);
     const bool gpu = this->get_target().has_gpu_feature() && !this->using_autoscheduler();
     // bf16 pairs: K walked as `pairs` pairs (the last one zero-padded when K is odd).
-    const bool paired = kBf16 && !gpu && bf16_dot_product(this->get_target().to_string());
-    const int pairs = bf16_pairs_of(K), row = kBf16Pair * panel;
+    const WeightLayout layout = weight_layout(this->get_target().to_string());
+    const bool paired = kBf16 && !gpu && layout.bf16_pairs;
+    const int pairs = bf16_pairs_of(K);
+    const int panel = panel_width > 0 ? int(panel_width) : kBf16 ? layout.bf16_panel() : layout.panel;
+    const int P = panel_count(N, panel);
     Func xc("x_clamped"), wf("w_func");
     xc(k, m) = x(k, min(m, M - 1));
     // A last tile that reaches past N (whole register tiles keep the loads dense vectors;
@@ -92,12 +94,17 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
     Func wpair("w_pair"), xpair("x_bf16");
     RDom rp(0, kBf16Pair, 0, pairs, "rp");
     if (paired) {
-      // The activations as bf16 (round to nearest even), zero past K.
-      xpair(k, m) = select(k < K, cast(BFloat(16), xc(min(k, K - 1), m)), cast(BFloat(16), 0.0f));
-      wpair(s, n, k) = reinterpret(BFloat(16), w(kBf16Pair * (n % panel) + s, k, wpanel));
+      // The activations as bf16 bits, zero past K: to_bf16's integer rounding (to nearest
+      // even, NaN kept), which Halide vectorises (its own bf16 cast is emulated anyway).
+      Expr u = reinterpret<uint32_t>(xc(min(k, K - 1), m));
+      Expr rounded = cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+      Expr bits = select((u & 0x7fffffff) > 0x7f800000, cast<uint16_t>((u >> 16) | 0x40), rounded);
+      xpair(k, m) = select(k < K, bits, cast<uint16_t>(0));
+      wpair(s, n, k) = w(s, n % panel, k, wpanel);
+    } else if (kBf16) {
+      wf(n, k) = reinterpret<float>(cast<uint32_t>(w(0, n % panel, k, wpanel)) << 16);
     } else {
-      Expr wv = w(n % panel, k, wpanel);
-      wf(n, k) = kBf16 ? reinterpret<float>(cast<uint32_t>(wv) << 16) : wv;
+      wf(n, k) = w(n % panel, k, wpanel);
     }
     Func bc("b_clamped");
     bc(n) = b(overhang ? min(n, N - 1) : n);
@@ -109,7 +116,8 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
     if (paired) {
       // A bf16 x bf16 product is exact in fp32: the pair sum is what vdpbf16ps computes.
       acc(n, m) = bc(n);
-      acc(n, m) += cast<float>(xpair(kBf16Pair * rp.y + rp.x, m)) * cast<float>(wpair(rp.x, n, rp.y));
+      acc(n, m) += cast<float>(reinterpret(BFloat(16), xpair(kBf16Pair * rp.y + rp.x, m))) *
+                   cast<float>(reinterpret(BFloat(16), wpair(rp.x, n, rp.y)));
     } else if (!gpu) {
       acc(n, m) = bc(n);
       acc(n, m) += xc(r, m) * wf(n, r);
@@ -132,9 +140,11 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
 
     // ---- shapes the runtime must honour
     x.dim(0).set_bounds(0, K);
-    if (paired) {
-      w.dim(0).set_bounds(0, row).dim(1).set_bounds(0, pairs).set_stride(row);
-      w.dim(2).set_bounds(0, P).set_stride(row * pairs);
+    if (kBf16) {
+      const Bf16WeightShape ws = bf16_weight_shape(K, N, panel, paired);
+      w.dim(0).set_bounds(0, ws.pair).dim(1).set_bounds(0, panel).set_stride(ws.pair);
+      w.dim(2).set_bounds(0, ws.steps).set_stride(ws.pair * panel);
+      w.dim(3).set_bounds(0, P).set_stride(ws.pair * panel * ws.steps);
     } else {
       w.dim(0).set_bounds(0, panel).dim(1).set_bounds(0, K).set_stride(panel);
       w.dim(2).set_bounds(0, P).set_stride(panel * K);
@@ -147,7 +157,12 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
     // ---- schedule
     if (this->using_autoscheduler()) {
       x.set_estimates({{0, K}, {0, 128}});
-      w.set_estimates(paired ? Region{{0, row}, {0, pairs}, {0, P}} : Region{{0, panel}, {0, K}, {0, P}});
+      if (kBf16) {
+        const Bf16WeightShape ws = bf16_weight_shape(K, N, panel, paired);
+        w.set_estimates({{0, ws.pair}, {0, panel}, {0, ws.steps}, {0, P}});
+      } else {
+        w.set_estimates({{0, panel}, {0, K}, {0, P}});
+      }
       b.set_estimates({{0, N}});
       if (kResidual) residual->set_estimates({{0, N}, {0, 128}});
       out.set_estimates({{0, N}, {0, 128}});

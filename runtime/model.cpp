@@ -70,14 +70,13 @@ struct WeightBuffers {
     const int stride = d + kInt8RowScaleBytes;
     return view(int8_bufs, q, {{0, stride, 1}, {0, vocab, stride}});
   }
-  // A bf16 linear's weights, bf16 bits; CPU only. fp32's packed layout (panel, in,
-  // panels), or with K in pairs (2 * panel, in / 2, panels): packed_bf16_index.
+  // A bf16 linear's weights, bf16 bits, as bf16_weight_shape; CPU only.
   halide_buffer_t* get_bf16(const LinearWeights& w) {
-    const int panel = w.panel, panels = panel_count(w.out, panel);
-    if (!w.bf16_pairs)
-      return view(bf16_bufs, w.h, {{0, panel, 1}, {0, w.in, panel}, {0, panels, panel * w.in}});
-    const int pairs = bf16_pairs_of(w.in), row = kBf16Pair * panel;
-    return view(bf16_bufs, w.h, {{0, row, 1}, {0, pairs, row}, {0, panels, row * pairs}});
+    const Bf16WeightShape s = bf16_weight_shape(w.in, w.out, w.panel, w.bf16_pairs);
+    return view(bf16_bufs, w.h, {{0, s.pair, 1},
+                                 {0, s.panel, s.pair},
+                                 {0, s.steps, s.pair * s.panel},
+                                 {0, s.panels, s.pair * s.panel * s.steps}});
   }
   // The buffer over v's data with `dims`, made on first use.
   template <typename T>

@@ -316,11 +316,10 @@ Source hf_preset(const HfFamily& f, const std::string& prefix, const ModelConfig
 class LinearBuilder {
  public:
   LinearBuilder(int in, int out, WeightFormat format, const WeightLayout& layout) : format_(format) {
-    const int panel = layout.panel;
     l_.in = in;
     l_.out = out;
-    l_.panel = panel;
     l_.bf16_pairs = format == WeightFormat::Bf16 && layout.bf16_pairs;
+    const int panel = l_.panel = format == WeightFormat::Bf16 ? layout.bf16_panel() : layout.panel;
     if (format == WeightFormat::Int8) {
       l_.q.assign(packed_int8_size(in, out), 0);
       scales_.assign(size_t(out), 0.0f);

@@ -5,9 +5,10 @@ usage: check_kernel_asm.py host=K1.s host=K2.s ... narrow=K.s vnni=K.s bf16=K.s 
 int8 (generators/linear_int8.cpp): host= kernels (built for this machine; AVX2 at least)
 must multiply their int16 pairs with vpmaddwd, or vpdpwssd where the host has AVX-512
 VNNI; vnni= kernels (built for an AVX-512 VNNI CPU, whatever this one is) must use
-vpdpwssd. host= and vnni= kernels must also load their weights as vectors: more than
-MAX_VPINSRB byte inserts means Halide gathers weights byte by byte (a register tile off the
-panel grid did that: 156 per kernel, 2x slower). narrow= kernels (fewer features than a
+vpdpwssd. Every kernel but narrow= ones must also load its weights as vectors: more than
+MAX_INSERTS byte or word inserts (vpinsrb, vpinsrw) means Halide gathers the weights an
+element at a time (an int8 register tile off the panel grid did that: 156 per kernel, 2x
+slower; so did bf16 pairs indexed as 2 * (n % panel) + s: 140). narrow= kernels (fewer features than a
 vector) are exempt from that check.
 
 bf16 (generators/linear.cpp's linear_bf16): bf16_zen4= kernels (built for Zen 4, AVX-512
@@ -21,8 +22,8 @@ import re
 import sys
 
 MIN_COUNT = 8
-MAX_VPINSRB = 8  # the row-quantization and edge paths keep a few
-INSTRUCTIONS = ("vpmaddwd", "vpdpwssd", "vpdpbusd", "vdpbf16ps", "vpinsrb")
+INSTRUCTIONS = ("vpmaddwd", "vpdpwssd", "vpdpbusd", "vdpbf16ps", "vpinsrb", "vpinsrw")
+MAX_INSERTS = 8  # vpinsrb + vpinsrw: the row-quantization and edge paths keep a few
 
 
 def host_has_bf16_dot():
@@ -36,9 +37,9 @@ def host_has_bf16_dot():
 def wanted(kind):
     """(instructions of which MIN_COUNT are needed -- none: must have none, dense-load check)."""
     if kind == "bf16":
-        return ("vdpbf16ps",) if host_has_bf16_dot() else (), False
+        return ("vdpbf16ps",) if host_has_bf16_dot() else (), True
     return {"host": (("vpmaddwd", "vpdpwssd"), True), "narrow": (("vpmaddwd", "vpdpwssd"), False),
-            "vnni": (("vpdpwssd",), True), "bf16_zen4": (("vdpbf16ps",), False)}[kind]
+            "vnni": (("vpdpwssd",), True), "bf16_zen4": (("vdpbf16ps",), True)}[kind]
 
 
 def main(args):
@@ -55,8 +56,8 @@ def main(args):
             ok = counts["vdpbf16ps"] == 0
             need = "this CPU has no vdpbf16ps: need none"
         if dense_check:
-            ok &= counts["vpinsrb"] <= MAX_VPINSRB
-            need += f", <= {MAX_VPINSRB} vpinsrb"
+            ok &= counts["vpinsrb"] + counts["vpinsrw"] <= MAX_INSERTS
+            need += f", <= {MAX_INSERTS} vpinsrb/w"
         failed |= not ok
         print(f"{'ok  ' if ok else 'FAIL'} {kind:9} {path.rsplit('/', 1)[-1]}: " +
               ", ".join(f"{k} {v}" for k, v in counts.items()) + f" ({need})")

@@ -27,7 +27,7 @@ namespace hf = halformer;
 enum class Second { None, Residual, Gate };
 // The packed weight layout of these kernels (halformer/packed_layout.h).
 const hf::WeightLayout kLayout = hf::weight_layout(test_linear_bf16_relu_metadata()->target);
-const int kPanel = kLayout.panel;
+const int kPanel = kLayout.bf16_panel();
 
 TEST(LinearBf16, LayoutFollowsTarget) {
   std::printf("kernels for %s: %s\n", test_linear_bf16_relu_metadata()->target,
@@ -56,11 +56,8 @@ void check(Fn fn, int K, int N, const char* act, Second second) {
     if (kLayout.bf16_pairs)
       for (float& v : xr) v = hf::from_bf16(hf::to_bf16(v));
     Buf xb(x.data(), {K, M}), bb(b.data(), {N}), rb(res.data(), {N, M}), ob(out.data(), {N, M});
-    const int panels = hf::panel_count(N, kPanel);
-    Halide::Runtime::Buffer<uint16_t> wb =
-        kLayout.bf16_pairs
-            ? Halide::Runtime::Buffer<uint16_t>(wh.data(), {hf::kBf16Pair * kPanel, hf::bf16_pairs_of(K), panels})
-            : Halide::Runtime::Buffer<uint16_t>(wh.data(), {kPanel, K, panels});
+    const hf::Bf16WeightShape ws = hf::bf16_weight_shape(K, N, kPanel, kLayout.bf16_pairs);
+    Halide::Runtime::Buffer<uint16_t> wb(wh.data(), {ws.pair, ws.panel, ws.steps, ws.panels});
     int rc;
     if constexpr (std::is_invocable_v<Fn, halide_buffer_t*, halide_buffer_t*, halide_buffer_t*, halide_buffer_t*,
                                       halide_buffer_t*>)

@@ -212,7 +212,8 @@ IoPlan io_plan(const PlannedKernel& k, const Shape& s, const Halide::Target& tar
     io.inputs["w"] = uni({panel, K, panels}, 1.0f / std::sqrt(float(K)));
     if (g.rfind("linear_bf16", 0) == 0) {
       io.inputs["w"].kind = InputSpec::Bf16;
-      if (layout.bf16_pairs) io.inputs["w"].extents = {halformer::kBf16Pair * panel, halformer::bf16_pairs_of(K), panels};
+      const halformer::Bf16WeightShape s = halformer::bf16_weight_shape(K, N, layout.bf16_panel(), layout.bf16_pairs);
+      io.inputs["w"].extents = {s.pair, s.panel, s.steps, s.panels};
     }
     io.inputs["b"] = uni({N}, 0.1f);
     io.inputs["residual"] = uni({N, M});

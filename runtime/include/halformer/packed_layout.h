@@ -94,15 +94,32 @@ inline bool bf16_dot_product(const std::string& halide_target) {
 constexpr int kBf16Pair = 2;
 inline int bf16_pairs_of(int in_features) { return (in_features + kBf16Pair - 1) / kBf16Pair; }
 
-// The packed layout of the linear weights a kernel target reads: the panel width, and for
+// The packed layout of the linear weights a kernel target reads: the panel widths, and for
 // bf16 whether K is paired. The generators and the runtime's loader both derive it from
 // the target string.
+// Paired bf16 panels are one vector of fp32 lanes wide, so that each vector of a register
+// tile reads one panel's pair row, a dense 64-byte load (in 64-wide panels, indexed
+// 2 * (n % 64) + s, Halide gathered the last vector of each tile 16 bits at a time).
+constexpr int kBf16PairPanel = 16;
 struct WeightLayout {
-  int panel = kPanelWide;
+  int panel = kPanelWide;    // fp32 linears, and bf16 ones where K is not paired
   bool bf16_pairs = false;
+  int bf16_panel() const { return bf16_pairs ? kBf16PairPanel : panel; }
 };
 inline WeightLayout weight_layout(const std::string& halide_target) {
   return {weight_panel(halide_target), bf16_dot_product(halide_target)};
+}
+
+// The 4-D shape linear_bf16 reads either layout as (dense, innermost first): (pair,
+// panel, K / pair, panels), pair = kBf16Pair where K is paired, else 1. A separate panel
+// dimension (not one of 2 * panel) is what lets Halide prove a register tile's weight
+// loads dense (with `2 * (n % panel) + s` it gathered them 16 bits at a time).
+struct Bf16WeightShape {
+  int pair, panel, steps, panels;
+};
+inline Bf16WeightShape bf16_weight_shape(int in_features, int out_features, int panel, bool pairs) {
+  return {pairs ? kBf16Pair : 1, panel, pairs ? bf16_pairs_of(in_features) : in_features,
+          panel_count(out_features, panel)};
 }
 
 // Element count and offset of weight (n, k) of a bf16 linear in either layout.
