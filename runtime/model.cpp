@@ -70,7 +70,7 @@ struct WeightBuffers {
     const int stride = d + kInt8RowScaleBytes;
     return view(int8_bufs, q, {{0, stride, 1}, {0, vocab, stride}});
   }
-  // A bf16 linear's weights, bf16 bits, as bf16_weight_shape; CPU only.
+  // A bf16 linear's weights, bf16 bits, as bf16_weight_shape.
   halide_buffer_t* get_bf16(const LinearWeights& w) {
     const Bf16WeightShape s = bf16_weight_shape(w.in, w.out, w.panel, w.bf16_pairs);
     return view(bf16_bufs, w.h, {{0, s.pair, 1},
@@ -83,7 +83,10 @@ struct WeightBuffers {
   halide_buffer_t* view(Views<T>& views, const WeightVector<T>& v, std::vector<halide_dimension_t> dims) {
     std::lock_guard<std::mutex> guard(lock);
     auto& b = views[v.data()];
-    if (!b) b = std::make_unique<Halide::Runtime::Buffer<T>>(const_cast<T*>(v.data()), int(dims.size()), dims.data());
+    if (!b) {
+      b = std::make_unique<Halide::Runtime::Buffer<T>>(const_cast<T*>(v.data()), int(dims.size()), dims.data());
+      b->set_host_dirty();
+    }
     return b->raw_buffer();
   }
 };
@@ -333,7 +336,9 @@ struct Session {
 
   // A weight tensor's buffer (see WeightBuffers::get). On a GPU device its first use uploads it (once per model).
   halide_buffer_t* weight(const WeightVector<float>& v, int inner, int rows, int panel = 0) {
-    halide_buffer_t* b = wbufs.get(v, inner, rows, panel);
+    return uploaded(wbufs.get(v, inner, rows, panel));
+  }
+  halide_buffer_t* uploaded(halide_buffer_t* b) {
     if (iface && b->host_dirty()) {
       KernelTimer timer("upload", iface);
       run(halide_copy_to_device(nullptr, b, iface), "weight upload");
@@ -421,7 +426,7 @@ struct Session {
   // bf16 packed and [N].
   std::pair<halide_buffer_t*, halide_buffer_t*> linear_args(const LinearWeights& w) {
     if (w.int8()) return {wbufs.get_int8(w.q, w.in, w.out), weight(w.b, w.out, 2)};
-    if (w.bf16()) return {wbufs.get_bf16(w), weight(w.b, w.out, 0)};
+    if (w.bf16()) return {uploaded(wbufs.get_bf16(w)), weight(w.b, w.out, 0)};
     return {weight(w.w, w.in, w.out, w.panel), weight(w.b, w.out, 0)};
   }
   void linear(LinearFn fn, const char* name, View x, const LinearWeights& w, View out) {

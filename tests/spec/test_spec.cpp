@@ -370,10 +370,10 @@ TEST(Supported, EverythingListedAsSupportedIsAccepted) {
 TEST(Supported, DefaultsWithoutLocationHaveNoLine) {
   Spec s;
   s.file = "x.yaml";
-  s.precision = Precision::Bf16;
+  s.precision = Precision::Int8;
   s.targets = {Target::Host, Target::Cuda};
   const auto d = check_supported(s);
   ASSERT_EQ(d.size(), 1u);
-  EXPECT_EQ(d[0].str(), "x.yaml: error: targets: precision 'bf16' with target 'cuda' (bf16 kernels are CPU only) is not "
+  EXPECT_EQ(d[0].str(), "x.yaml: error: targets: precision 'int8' with target 'cuda' (int8 kernels are CPU only) is not "
                         "supported yet (planned; see docs/spec.md)");
 }

@@ -31,10 +31,13 @@ constexpr int kPanelAvx2 = 16;  // AVX2 (and any other CPU target)
 // The panel width of kernels compiled for `halide_target` (a Halide target string, e.g.
 // "x86-64-linux-avx-avx2-fma" or a kernel's metadata()->target): the generators and the
 // runtime's loader both ask this function, so the two always agree.
+inline bool gpu_target(const std::string& halide_target) {
+  for (const char* api : {"cuda", "opencl", "metal", "vulkan", "d3d12compute", "webgpu"})
+    if (halide_target.find(api) != std::string::npos) return true;
+  return false;
+}
 inline int weight_panel(const std::string& halide_target) {
-  for (const char* wide : {"avx512", "cuda", "opencl", "metal", "vulkan", "d3d12compute", "webgpu"})
-    if (halide_target.find(wide) != std::string::npos) return kPanelWide;
-  return kPanelAvx2;
+  return gpu_target(halide_target) || halide_target.find("avx512") != std::string::npos ? kPanelWide : kPanelAvx2;
 }
 
 inline int panel_count(int out_features, int panel) { return (out_features + panel - 1) / panel; }
@@ -85,8 +88,9 @@ inline float from_bf16(uint16_t h) {
 // to bf16 too and multiplies bf16 pairs with vdpbf16ps (two products summed into each
 // fp32 lane, twice the FMA's rate), so the weights are stored with K in pairs:
 // [panels][K / 2][panel][2] (K zero-padded to even), one lane's pair one 32-bit word.
-// Elsewhere the fp32 layout, widened in registers.
+// Elsewhere (GPU kernels too) the fp32 layout, widened in registers.
 inline bool bf16_dot_product(const std::string& halide_target) {
+  if (gpu_target(halide_target)) return false;  // a GPU build's host features do not count
   for (const char* f : {"avx512_zen4", "avx512_zen5", "avx512_sapphirerapids"})
     if (halide_target.find(f) != std::string::npos) return true;
   return false;
