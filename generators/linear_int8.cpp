@@ -1,26 +1,37 @@
 // linear_int8 (+ _residual, _gated): the int8 form of generators/linear.cpp, the same
-// contract with 8-bit weights.
+// contract with 8-bit weights. Two forms, chosen by the target (halformer/packed_layout.h,
+// int8_byte_dot_product), the weights in the layout of that form:
 //
-//   xq(k, m)  = round(x(k, m) * L / max_k |x(k, m)|)         per-row symmetric int16, at run time
-//   acc(n, m) = sum_k xq(k, m) * wq(n, k)                    exact, in int32
-//   out(n, m) = epilogue(acc(n, m) * sx(m) * sw(n) + b(n))   sx = max|x| / L, sw per channel
+// Pairs (AVX2; AVX-512 without VNNI), int16 activations, symmetric per row:
+//   xq(k, m)  = round(x(k, m) * L / max_k |x(k, m)|)                     int16, at run time
+//   acc(n, m) = sum_k xq(k, m) * wq(n, k)                                exact, in int32
+//   out(n, m) = epilogue(acc(n, m) * sx(m) * sw(n) + b(n))               sx = max|x| / L
+// L = int8_activation_levels(K) (32767 up to K = 4128). The pair multiply-add (vpmaddwd,
+// vpdpwssd) takes int16 operands, so activations keep 16 bits for free.
 //
-// L = int8_activation_levels(K) (32767 up to K = 4128): the pair multiply-add takes int16
-// operands, so activations keep 16 bits for free; only the weights are 8-bit (8-bit
-// activations cost all-MiniLM-L6-v2 a worst cosine of 0.981 against fp32; 16-bit: see
-// docs/precision.md).
+// Quads (AVX-512 VNNI: Zen 4/5, Sapphire Rapids), uint8 activations with a zero point:
+//   lo(m), hi(m) = min(0, min_k x), max(0, max_k x);  sx(m) = (hi - lo) / 255
+//   zp(m)     = round(-lo / sx)                                          in [0, 255]
+//   xq(k, m)  = clamp(round(x(k, m) / sx) + zp(m), 0, 255)               uint8, at run time
+//   acc(n, m) = sum_k xq(k, m) * wq(n, k) - zp(m) * sum_k wq(n, k)       exact, in int32
+//   out(n, m) = epilogue(acc(n, m) * sx(m) * sw(n) + b(n))
+// vpdpbusd multiplies uint8 by int8 four at a time into each int32 lane: twice
+// vpdpwssd's rate. Asymmetric, because 8 bits are scarce: a row's levels span its own
+// range (post-GELU rows are mostly positive), not +-max|x| -- all-MiniLM-L6-v2's worst
+// cosine against fp32 was 0.981 with symmetric 8-bit activations, 0.992 with these
+// (docs/precision.md).
 //
 // Weights are quantized per output channel at load (runtime/weights.cpp,
 // halformer/packed_layout.h: quantize_row_int8) and stored as panels of kInt8Panel
-// features whose K is walked in groups of kInt8Group: w(j, n % kInt8Panel, k / kInt8Group,
-// panel), j = k % kInt8Group. Both operands are signed (range +-127), so the product of a
-// k group is one multiply-add per lane: AVX2's vpmaddwd (two int16 products summed into
-// int32) after sign-extending the bytes. The weights travel as bytes (4x fewer than fp32:
-// decode is bandwidth-bound), the activations are quantized once per call.
+// features whose K is walked in groups of G (2 or 4): w(j, n % kInt8Panel, k / G, panel),
+// j = k % G, so that the product of a k group is one multiply-add per int32 lane. The
+// weights travel as bytes (4x fewer than fp32: decode is bandwidth-bound), the
+// activations are quantized once per call.
 //
-// The per-channel scale rides in the bias input, b(n, 0) = bias, b(n, 1) = weight scale,
-// so that the kernel's signature is linear's (model_config.h's LinearFn): the runtime
-// hands either kind the same arguments.
+// The per-channel scale rides in the bias input, b(n, 0) = bias, b(n, 1) = weight scale
+// (quads: b(n, 2) = the channel's sum of quantized weights), so that the kernel's
+// signature is linear's (model_config.h's LinearFn): the runtime hands either kind the
+// same arguments.
 //
 // CPU only: the spec rejects precision int8 with GPU targets (docs/precision.md).
 #include "common.h"
@@ -48,8 +59,8 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
   GP<bool> parallel{"parallel", true};
 
   In<Buffer<float, 2>> x{"x"};         // (K, M)
-  In<Buffer<int8_t, 4>> w{"w"};        // (kInt8Group, kInt8Panel, groups, panels)
-  In<Buffer<float, 2>> b{"b"};         // (N, 2): bias, weight scale
+  In<Buffer<int8_t, 4>> w{"w"};        // (G, kInt8Panel, groups, panels)
+  In<Buffer<float, 2>> b{"b"};         // (N, 2 or 3): bias, weight scale (, channel sum)
   Out<Buffer<float, 2>> out{"out"};    // (N, M)
   In<Buffer<float, 2>>* residual = nullptr;  // (N, M), _residual / _gated only
   static constexpr bool kResidual = kEpilogue != Epilogue::None;
@@ -59,24 +70,46 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
   }
 
   void generate() {
-    const int K = in_features, N = out_features, G = kInt8Group;
-    const int groups = int8_groups(K), P = int8_panel_count(N);
+    const int K = in_features, N = out_features;
+    const bool quads = int8_byte_dot_product(this->get_target().to_string());
+    const int G = quads ? kInt8Quad : kInt8Pair;
+    if (quads && K > kInt8QuadMaxK)
+      throw std::runtime_error("linear_int8: in_features " + std::to_string(K) + " exceeds " +
+                               std::to_string(kInt8QuadMaxK) + ", where uint8 x int8 sums could overflow int32");
+    const int groups = int8_groups(K, G), P = int8_panel_count(N);
     Var n("n"), m("m"), k("kk"), j("j"), l("l");
     Expr M = x.dim(1).extent();
 
-    // Per-row scale: max |x| over the row, in `lanes` partial maxima first (vectorised).
+    // Per-row range, in `lanes` partial extremes first (vectorised): max |x| (pairs), or
+    // min and max including 0 (quads).
     const int lanes = 8;
-    Func xc("x_clamped"), part_max("part_max"), row_max("row_max"), inv("inv_scale"), xq("x_quantized");
+    Func xc("x_clamped"), part_lo("part_lo"), part_hi("part_hi"), row_lo("row_lo"), row_hi("row_hi");
+    Func inv("inv_scale"), zp("zero_point"), xq("x_quantized");
     xc(k, m) = x(clamp(k, 0, K - 1), min(m, M - 1));
     RDom rp(0, (K + lanes - 1) / lanes, "rp"), rl(0, lanes, "rl");
-    part_max(l, m) = 0.0f;
-    part_max(l, m) = max(part_max(l, m), abs(xc(rp * lanes + l, m)));
-    row_max(m) = maximum(part_max(rl, m));
-    const int levels = int8_activation_levels(K);
-    inv(m) = select(row_max(m) > 0.0f, float(levels) / row_max(m), 0.0f);
-    // Quantized activations as int16 pairs (the operand vpmaddwd wants); k past K is 0.
+    Expr xr = xc(rp * lanes + l, m);
+    part_hi(l, m) = 0.0f;
+    part_hi(l, m) = max(part_hi(l, m), quads ? xr : abs(xr));
+    row_hi(m) = maximum(part_hi(rl, m));
     Expr kk = k * G + j;
-    xq(j, k, m) = select(kk < K, cast<int16_t>(round(xc(kk, m) * inv(m))), cast<int16_t>(0));
+    Expr scale_x;  // sx(m), the epilogue's per-row scale
+    if (quads) {
+      part_lo(l, m) = 0.0f;
+      part_lo(l, m) = min(part_lo(l, m), xr);
+      row_lo(m) = minimum(part_lo(rl, m));
+      Expr range = row_hi(m) - row_lo(m);
+      inv(m) = select(range > 0.0f, 255.0f / range, 0.0f);
+      zp(m) = cast<int32_t>(round(-row_lo(m) * inv(m)));
+      // k past K: any value (its weights are 0).
+      xq(j, k, m) = cast<uint8_t>(clamp(cast<int32_t>(round(xc(kk, m) * inv(m))) + zp(m), 0, 255));
+      scale_x = (row_hi(m) - row_lo(m)) * (1.0f / 255.0f);
+    } else {
+      const int levels = int8_activation_levels(K);
+      inv(m) = select(row_hi(m) > 0.0f, float(levels) / row_hi(m), 0.0f);
+      // Quantized activations as int16 pairs (the operand vpmaddwd wants); k past K is 0.
+      xq(j, k, m) = select(kk < K, cast<int16_t>(round(xc(kk, m) * inv(m))), cast<int16_t>(0));
+      scale_x = row_hi(m) * (1.0f / float(levels));
+    }
 
     RDom r(0, G, 0, groups, "r");
     Func wf("w_func"), acc("acc");
@@ -84,22 +117,25 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
     // clamped panel index (panels are zero-padded) and bias / scale.
     const MatmulKnobs knobs = matmul_knobs_for(this->get_target(), true, MatmulKnobs{vec, tile_n, tile_m, parallel});
     const bool overhang = matmul_widths(N, knobs, kInt8Panel).overhangs(N);
-    wf(j, n, k) = cast<int16_t>(w(j, n % kInt8Panel, k, overhang ? min(n / kInt8Panel, P - 1) : n / kInt8Panel));
+    Expr wv = w(j, n % kInt8Panel, k, overhang ? min(n / kInt8Panel, P - 1) : n / kInt8Panel);
+    wf(j, n, k) = quads ? wv : cast<int16_t>(wv);
     acc(n, m) = 0;
     acc(n, m) += cast<int32_t>(xq(r.x, r.y, m)) * cast<int32_t>(wf(r.x, n, r.y));
 
-    Expr nc = overhang ? min(n, N - 1) : n;
-    Expr scale = row_max(min(m, M - 1)) * (1.0f / float(levels)) * b(nc, 1);
-    out(n, m) = apply_epilogue(kEpilogue, apply_activation(activation, cast<float>(acc(n, m)) * scale + b(nc, 0)),
+    Expr nc = overhang ? min(n, N - 1) : n, mc = min(m, M - 1);
+    Expr sum = quads ? acc(n, m) - zp(mc) * cast<int32_t>(b(nc, 2)) : acc(n, m);
+    Expr scale = substitute(m.name(), mc, scale_x) * b(nc, 1);
+    out(n, m) = apply_epilogue(kEpilogue, apply_activation(activation, cast<float>(sum) * scale + b(nc, 0)),
                                kResidual ? (*residual)(n, m) : Expr());
 
     // ---- shapes the runtime must honour
+    const int b_cols = quads ? 3 : 2;
     x.dim(0).set_bounds(0, K);
     x.dim(1).set_min(0);
     w.dim(0).set_bounds(0, G).dim(1).set_bounds(0, kInt8Panel).set_stride(G);
     w.dim(2).set_bounds(0, groups).set_stride(G * kInt8Panel);
     w.dim(3).set_bounds(0, P).set_stride(G * kInt8Panel * groups);
-    b.dim(0).set_bounds(0, N).dim(1).set_bounds(0, 2).set_stride(N);
+    b.dim(0).set_bounds(0, N).dim(1).set_bounds(0, b_cols).set_stride(N);
     out.dim(0).set_bounds(0, N);
     out.dim(1).set_min(0);
 
@@ -107,22 +143,30 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
     if (this->using_autoscheduler()) {
       x.set_estimates({{0, K}, {0, 128}});
       w.set_estimates({{0, G}, {0, kInt8Panel}, {0, groups}, {0, P}});
-      b.set_estimates({{0, N}, {0, 2}});
+      b.set_estimates({{0, N}, {0, b_cols}});
       if (kResidual) residual->set_estimates({{0, N}, {0, 128}});
       out.set_estimates({{0, N}, {0, 128}});
       return;
     }
     // Activations quantized once per call (rows in parallel), before the matmul's tiles.
-    // (The row maxima are also the epilogue's scales: their own small root pass.)
-    Var mo("mo");
-    row_max.compute_root();
-    part_max.compute_at(row_max, m).vectorize(l);
-    part_max.update().vectorize(l);
-    xq.compute_root().split(m, mo, m, 8, TailStrategy::GuardWithIf).vectorize(k, 8, TailStrategy::GuardWithIf);
+    // (The row ranges are also the epilogue's scales: their own small root passes.)
+    Var mo("mo"), jk("jk");
+    auto root_row = [&](Func row, Func part) {
+      row.compute_root();
+      part.compute_at(row, m).vectorize(l);
+      part.update().vectorize(l);
+    };
+    root_row(row_hi, part_hi);
+    if (quads) root_row(row_lo, part_lo), zp.compute_root();
+    // A row's groups quantized as one dense run (j, k fused), 32 bytes a vector.
+    xq.compute_root()
+        .fuse(j, k, jk)
+        .split(m, mo, m, 8, TailStrategy::GuardWithIf)
+        .vectorize(jk, quads ? 32 : 16, TailStrategy::GuardWithIf);
     if (parallel) xq.parallel(mo);
-    inv.compute_at(xq, m);
+    inv.compute_root();
     // The k group is reduced inside each lane: vectorising r.x (atomic, as the group's
-    // sum is associative in int32) is what turns into vpmaddwd.
+    // sum is associative in int32) is what turns into vpmaddwd / vpdpwssd / vpdpbusd.
     schedule_cpu_matmul(out, acc, n, m, r.y, N, M, knobs, kInt8Panel, &r.x);
   }
 };

@@ -57,13 +57,13 @@ struct WeightBuffers {
     }
     return b->raw_buffer();
   }
-  // An int8 linear's weights (kInt8Group, kInt8Panel, groups, panels); CPU only.
-  halide_buffer_t* get_int8(const WeightVector<int8_t>& q, int in, int out) {
-    const int groups = int8_groups(in);
-    return view(int8_bufs, q, {{0, kInt8Group, 1},
-                               {0, kInt8Panel, kInt8Group},
-                               {0, groups, kInt8Group * kInt8Panel},
-                               {0, int8_panel_count(out), kInt8Group * kInt8Panel * groups}});
+  // An int8 linear's weights (G, kInt8Panel, groups, panels), G its k group; CPU only.
+  halide_buffer_t* get_int8(const LinearWeights& w) {
+    const int G = w.int8_group, groups = int8_groups(w.in, G);
+    return view(int8_bufs, w.q, {{0, G, 1},
+                                 {0, kInt8Panel, G},
+                                 {0, groups, G * kInt8Panel},
+                                 {0, int8_panel_count(w.out), G * kInt8Panel * groups}});
   }
   // An int8 embedding table: rows of d int8 values and their 4-byte scale, (d + 4, vocab).
   halide_buffer_t* get_int8_table(const WeightVector<int8_t>& q, int d, int vocab) {
@@ -422,10 +422,10 @@ struct Session {
 
   // ---- one call per layer kind
   // A linear's weight and bias arguments: fp32 packed and [N], or (int8 kernels, whose
-  // signature is the same) int8 packed and (N, 2) = bias | per-channel scale, or (bf16)
-  // bf16 packed and [N].
+  // signature is the same) int8 packed and (N, 2) = bias | per-channel scale (quads: (N, 3),
+  // + channel sums), or (bf16) bf16 packed and [N].
   std::pair<halide_buffer_t*, halide_buffer_t*> linear_args(const LinearWeights& w) {
-    if (w.int8()) return {wbufs.get_int8(w.q, w.in, w.out), weight(w.b, w.out, 2)};
+    if (w.int8()) return {wbufs.get_int8(w), weight(w.b, w.out, w.int8_group == kInt8Quad ? 3 : 2)};
     if (w.bf16()) return {uploaded(wbufs.get_bf16(w)), weight(w.b, w.out, 0)};
     return {weight(w.w, w.in, w.out, w.panel), weight(w.b, w.out, 0)};
   }

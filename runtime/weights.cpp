@@ -319,10 +319,12 @@ class LinearBuilder {
     l_.in = in;
     l_.out = out;
     l_.bf16_pairs = format == WeightFormat::Bf16 && layout.bf16_pairs;
+    l_.int8_group = layout.int8_group;
     const int panel = l_.panel = format == WeightFormat::Bf16 ? layout.bf16_panel() : layout.panel;
     if (format == WeightFormat::Int8) {
-      l_.q.assign(packed_int8_size(in, out), 0);
+      l_.q.assign(packed_int8_size(in, out, l_.int8_group), 0);
       scales_.assign(size_t(out), 0.0f);
+      if (l_.int8_group == kInt8Quad) sums_.assign(size_t(out), 0.0f);
       channel_q_.resize(size_t(in));
     } else if (format == WeightFormat::Bf16) {
       l_.h.assign(packed_bf16_size(in, out, panel, l_.bf16_pairs), 0);
@@ -335,8 +337,7 @@ class LinearBuilder {
   // Output channel n from its fp32 values v[in].
   void channel(int n, const float* v) {
     if (format_ == WeightFormat::Int8) {
-      scales_[size_t(n)] = quantize_row_int8(v, l_.in, channel_q_.data());
-      put_int8_channel(l_.q.data(), l_.in, n, channel_q_.data());
+      channel_int8(n, channel_q_.data(), quantize_row_int8(v, l_.in, channel_q_.data()));
     } else if (format_ == WeightFormat::Bf16) {
       for (int k = 0; k < l_.in; ++k) l_.h[packed_bf16_index(l_.in, n, k, l_.panel, l_.bf16_pairs)] = to_bf16(v[k]);
     } else {
@@ -345,19 +346,21 @@ class LinearBuilder {
   }
   // Output channel n already quantized (int8 builds only).
   void channel_int8(int n, const int8_t* q, float scale) {
-    put_int8_channel(l_.q.data(), l_.in, n, q);
+    put_int8_channel(l_.q.data(), l_.in, n, q, l_.int8_group);
     scales_[size_t(n)] = scale;
+    if (!sums_.empty()) sums_[size_t(n)] = int8_channel_sum(q, l_.in);
   }
   LinearWeights finish(WeightVector<float> bias) {
     l_.b = std::move(bias);
-    l_.b.insert(l_.b.end(), scales_.begin(), scales_.end());  // int8: (bias | scale)
+    l_.b.insert(l_.b.end(), scales_.begin(), scales_.end());  // int8: (bias | scale [| sum])
+    l_.b.insert(l_.b.end(), sums_.begin(), sums_.end());
     return std::move(l_);
   }
 
  private:
   WeightFormat format_;
   LinearWeights l_;
-  std::vector<float> scales_;
+  std::vector<float> scales_, sums_;
   std::vector<int8_t> channel_q_;
 };
 
@@ -777,7 +780,7 @@ class CanonicalWriter {
         const int n = n0 + r;
         uint8_t* dst = w.data() + (size_t(r) * in + k) * esize;
         if (l.int8())
-          std::memcpy(dst, &l.q[packed_int8_index(in, n, k)], 1);
+          std::memcpy(dst, &l.q[packed_int8_index(in, n, k, l.int8_group)], 1);
         else if (l.bf16())
           std::memcpy(dst, &l.h[packed_bf16_index(in, n, k, l.panel, l.bf16_pairs)], 2);
         else

@@ -3,9 +3,9 @@
 usage: check_kernel_asm.py host=K1.s host=K2.s ... narrow=K.s vnni=K.s bf16=K.s bf16_zen4=K.s
 
 int8 (generators/linear_int8.cpp): host= kernels (built for this machine; AVX2 at least)
-must multiply their int16 pairs with vpmaddwd, or vpdpwssd where the host has AVX-512
-VNNI; vnni= kernels (built for an AVX-512 VNNI CPU, whatever this one is) must use
-vpdpwssd. Every kernel but narrow= ones must also load its weights as vectors: more than
+must multiply their int16 pairs with vpmaddwd, or where the host is a Zen 4 class CPU
+(Halide's avx512_zen4 and later: AVX-512 VNNI and BF16) their uint8 x int8 quads with
+vpdpbusd; vnni= kernels (built for Zen 4, whatever this CPU is) must use vpdpbusd. Every kernel but narrow= ones must also load its weights as vectors: more than
 MAX_INSERTS byte or word inserts (vpinsrb, vpinsrw) means Halide gathers the weights an
 element at a time (an int8 register tile off the panel grid did that: 156 per kernel, 2x
 slower; so did bf16 pairs indexed as 2 * (n % panel) + s: 140). narrow= kernels (fewer features than a
@@ -26,10 +26,12 @@ INSTRUCTIONS = ("vpmaddwd", "vpdpwssd", "vpdpbusd", "vdpbf16ps", "vpinsrb", "vpi
 MAX_INSERTS = 8  # vpinsrb + vpinsrw: the row-quantization and edge paths keep a few
 
 
-def host_has_bf16_dot():
+def host_is_zen4_class():
+    """Whether Halide's host target has avx512_zen4 (or later): AVX-512 BF16 and VNNI."""
     try:
         with open("/proc/cpuinfo") as f:
-            return re.search(r"\bavx512_bf16\b", f.read()) is not None
+            flags = f.read()
+        return all(re.search(r"\b%s\b" % f, flags) for f in ("avx512_bf16", "avx512_vnni"))
     except OSError:
         return False
 
@@ -37,9 +39,10 @@ def host_has_bf16_dot():
 def wanted(kind):
     """(instructions of which MIN_COUNT are needed -- none: must have none, dense-load check)."""
     if kind == "bf16":
-        return ("vdpbf16ps",) if host_has_bf16_dot() else (), True
-    return {"host": (("vpmaddwd", "vpdpwssd"), True), "narrow": (("vpmaddwd", "vpdpwssd"), False),
-            "vnni": (("vpdpwssd",), True), "bf16_zen4": (("vdpbf16ps",), True)}[kind]
+        return ("vdpbf16ps",) if host_is_zen4_class() else (), True
+    int8_host = ("vpdpbusd",) if host_is_zen4_class() else ("vpmaddwd",)
+    return {"host": (int8_host, True), "narrow": (int8_host, False),
+            "vnni": (("vpdpbusd",), True), "bf16_zen4": (("vdpbf16ps",), True)}[kind]
 
 
 def main(args):

@@ -1,16 +1,18 @@
 // The int8 linear kernels (generators/linear_int8.cpp) against the naive int8 reference
-// (tests/reference/layers.h): the integer accumulation bit-exact, the float epilogue
-// within 2e-5 of the output scale; on the awkward shapes of test_layers.cpp (1 row,
-// rows and features not multiples of the tiles, odd K). CPU only (the spec keeps int8
-// off GPU targets).
+// (tests/reference/layers.h), in the form this machine's kernels take (int16 activation
+// pairs, or uint8 quads with a zero point on AVX-512 VNNI CPUs): the integer accumulation
+// bit-exact, the float epilogue within 2e-5 of the output scale; on the awkward shapes of
+// test_layers.cpp (1 row, rows and features not multiples of the tiles, odd K). CPU only
+// (the spec keeps int8 off GPU targets).
 #include <gtest/gtest.h>
 #include <HalideBuffer.h>
 
+#include <cstdio>
 #include <random>
 
 #include "halformer/packed_layout.h"
 #include "reference/layers.h"
-#include "test_int8_kernels.h"
+#include "test_int8_kernels.h"  // KERNEL(name): this build's variant (host or AVX2)
 
 namespace {
 
@@ -22,19 +24,39 @@ namespace hf = halformer;
 
 const int kRows[] = {1, 2, 3, 8, 13, 35, 300};
 
-// The kernel's weight arguments, as the runtime makes them: packed int8, (bias | scale).
+// The k group of these kernels' packed weights (halformer/packed_layout.h), from their target.
+const int kGroup = hf::weight_layout(KERNEL_METADATA(test_linear_int8_relu)()->target).int8_group;
+const bool kQuads = kGroup == hf::kInt8Quad;
+// The reference's activation levels for K inputs (0: uint8 with a zero point).
+int levels_for(int K) { return kQuads ? 0 : hf::int8_activation_levels(K); }
+
+TEST(LinearInt8, FormFollowsTarget) {
+  std::printf("kernels for %s: %s\n", KERNEL_METADATA(test_linear_int8_relu)()->target,
+              kQuads ? "uint8 activation quads (vpdpbusd)" : "int16 activation pairs (vpmaddwd)");
+  EXPECT_FALSE(hf::int8_byte_dot_product("x86-64-linux-avx-avx2-f16c-fma-sse41"));
+  EXPECT_FALSE(hf::int8_byte_dot_product("x86-64-linux-avx-avx2-avx512-avx512_skylake-avx512_cannonlake-f16c-fma-sse41"));
+  EXPECT_TRUE(hf::int8_byte_dot_product("x86-64-linux-avx-avx2-avx512-avx512_cannonlake-avx512_skylake-avx512_zen4-f16c-fma-sse41"));
+  // weight (n, k) at ((n / 16 * groups + k / G) * 16 + n % 16) * G + k % G.
+  EXPECT_EQ(hf::packed_int8_index(5, 19, 3, 4), size_t(((1 * 2 + 0) * 16 + 3) * 4 + 3));
+  EXPECT_EQ(hf::packed_int8_index(5, 19, 3, 2), size_t(((1 * 3 + 1) * 16 + 3) * 2 + 1));
+  EXPECT_EQ(hf::packed_int8_size(5, 19, 4), size_t(2 * 2 * 16 * 4));
+}
+
+// The kernel's weight arguments, as the runtime makes them: packed int8, (bias | scale),
+// quads also | channel sum.
 struct Int8Weights {
   std::vector<int8_t> packed;
   Vec bias_scale;
   Halide::Runtime::Buffer<int8_t> w;
   Buf b;
   Int8Weights(const Vec& w_torch, const Vec& bias, int K, int N) {
-    Vec scales;
-    packed = hf::pack_linear_int8(w_torch.data(), N, K, scales);
+    Vec scales, sums;
+    packed = hf::pack_linear_int8(w_torch.data(), N, K, kGroup, scales, sums);
     bias_scale = bias;
     bias_scale.insert(bias_scale.end(), scales.begin(), scales.end());
-    w = Halide::Runtime::Buffer<int8_t>(packed.data(), {hf::kInt8Group, hf::kInt8Panel, hf::int8_groups(K), hf::int8_panel_count(N)});
-    b = Buf(bias_scale.data(), {N, 2});
+    if (kQuads) bias_scale.insert(bias_scale.end(), sums.begin(), sums.end());
+    w = Halide::Runtime::Buffer<int8_t>(packed.data(), {kGroup, hf::kInt8Panel, hf::int8_groups(K, kGroup), hf::int8_panel_count(N)});
+    b = Buf(bias_scale.data(), {N, kQuads ? 3 : 2});
   }
 };
 
@@ -66,7 +88,12 @@ void check(Fn fn, int K, int N, const char* act, Second second) {
   for (int n = 0; n < N; ++n) {
     ASSERT_EQ(kw.bias_scale[N + n], sw[n]) << "scale of channel " << n;
     for (int k = 0; k < K; ++k)
-      ASSERT_EQ(kw.packed[hf::packed_int8_index(K, n, k)], wq[size_t(n) * K + k]) << "w(" << n << ", " << k << ")";
+      ASSERT_EQ(kw.packed[hf::packed_int8_index(K, n, k, kGroup)], wq[size_t(n) * K + k]) << "w(" << n << ", " << k << ")";
+    if (kQuads) {
+      int32_t sum = 0;
+      for (int k = 0; k < K; ++k) sum += wq[size_t(n) * K + k];
+      ASSERT_EQ(kw.bias_scale[2 * N + n], float(sum)) << "channel sum " << n;
+    }
   }
   for (int M : kRows) {
     SCOPED_TRACE("M=" + std::to_string(M));
@@ -81,31 +108,34 @@ void check(Fn fn, int K, int N, const char* act, Second second) {
     else
       rc = fn(xb, kw.w, kw.b, ob);
     ASSERT_EQ(rc, 0);
-    expect_close(out, ref::linear_int8(x, wq, sw, b, M, K, N, hf::int8_activation_levels(K), act,
+    expect_close(out, ref::linear_int8(x, wq, sw, b, M, K, N, levels_for(K), act,
                                        second == Second::None ? nullptr : &res,
                                        second == Second::Gate),
                  act);
   }
 }
 
-TEST(LinearInt8, ReluK60N36) { check(test_linear_int8_relu, 60, 36, "relu", Second::None); }
-TEST(LinearInt8, GeluOddK17N100) { check(test_linear_int8_gelu, 17, 100, "gelu", Second::None); }
-TEST(LinearInt8, WholePanelsK40N192) { check(test_linear_int8_panels, 40, 192, "none", Second::None); }
-TEST(LinearInt8, NarrowK40N3) { check(test_linear_int8_narrow, 40, 3, "none", Second::None); }
-TEST(LinearInt8, ResidualK60N36) { check(test_linear_int8_residual, 60, 36, "none", Second::Residual); }
-TEST(LinearInt8, GatedK60N36) { check(test_linear_int8_gated, 60, 36, "none", Second::Gate); }
+TEST(LinearInt8, ReluK60N36) { check(KERNEL(test_linear_int8_relu), 60, 36, "relu", Second::None); }
+TEST(LinearInt8, GeluOddK17N100) { check(KERNEL(test_linear_int8_gelu), 17, 100, "gelu", Second::None); }
+TEST(LinearInt8, WholePanelsK40N192) { check(KERNEL(test_linear_int8_panels), 40, 192, "none", Second::None); }
+TEST(LinearInt8, NarrowK40N3) { check(KERNEL(test_linear_int8_narrow), 40, 3, "none", Second::None); }
+TEST(LinearInt8, ResidualK60N36) { check(KERNEL(test_linear_int8_residual), 60, 36, "none", Second::Residual); }
+TEST(LinearInt8, GatedK60N36) { check(KERNEL(test_linear_int8_gated), 60, 36, "none", Second::Gate); }
 
-// Integer accumulation bit-exact, up to the int32 limit: integer activations whose row
-// maximum is the activation levels L quantize to themselves, weights whose channels reach
-// 127 have unit scales, no bias: the kernel's output is float(acc) * c, c the float
-// L * (1/L), exactly as computed here -- an accumulator off by one, or wrapped, would show.
-// K = 1023 (odd, padded to 1024): L = 16513 (1024 * 16513 * 127 = 2147482624 < 2^31); the
-// row of all +L against the channel of all +127 sums to 1023 * 16513 * 127 = 2145385473.
+// Integer accumulation bit-exact: integer activations that quantize to themselves,
+// weights whose channels reach 127 have unit scales, no bias: the kernel's output is
+// float(acc) * c, c the float sx * 1 it computes, exactly as computed here -- an
+// accumulator off by one, or wrapped, would show.
+// Pairs: rows whose maximum is the activation levels L. K = 1023 (odd, padded to 1024):
+// L = 16513 (1024 * 16513 * 127 = 2147482624 < 2^31); the row of all +L against the
+// channel of all +127 sums to 1023 * 16513 * 127 = 2145385473, near the int32 limit.
+// Quads: rows spanning [-100, 155] (scale 1, zero point 100: the uint8 levels are x + 100),
+// so that the zero point's correction (100 x the channel sum) is exercised on every sum.
 TEST(LinearInt8, IntegerAccumulationExact) {
-  const int K = 1023, N = 100, L = hf::int8_activation_levels(K);
-  ASSERT_EQ(L, 16513);
+  const int K = 1023, N = 100, L = kQuads ? 155 : hf::int8_activation_levels(K), low = kQuads ? -100 : -L;
+  if (!kQuads) ASSERT_EQ(L, 16513);
   std::mt19937 rng(7);
-  std::uniform_int_distribution<int> dw(-127, 127), dx(-L, L);
+  std::uniform_int_distribution<int> dw(-127, 127), dx(low, L);
   Vec w(size_t(N) * K), b(N, 0.0f);
   for (float& v : w) v = float(dw(rng));
   for (int n = 0; n < N; ++n) w[size_t(n) * K + n] = 127.0f;  // every channel's max is 127: scale 1
@@ -115,11 +145,12 @@ TEST(LinearInt8, IntegerAccumulationExact) {
   for (int M : {1, 5, 40}) {
     Vec x(size_t(M) * K), out(size_t(M) * N);
     for (float& v : x) v = float(dx(rng));
-    for (int m = 0; m < M; ++m) x[size_t(m) * K + m] = -float(L);
+    for (int m = 0; m < M; ++m) x[size_t(m) * K + m] = float(low), x[size_t(m) * K + K - 1 - m] = float(L);
     for (int k = 0; k < K; ++k) x[size_t(M - 1) * K + k] = float(L);  // the extreme row
+    if (kQuads) x[size_t(M - 1) * K] = float(low);                     // (which spans the range too)
     Buf xb(x.data(), {K, M}), ob(out.data(), {N, M});
-    ASSERT_EQ(test_linear_int8_exact(xb, kw.w, kw.b, ob), 0);
-    const float c = float(L) * (1.0f / float(L));
+    ASSERT_EQ(KERNEL(test_linear_int8_exact)(xb, kw.w, kw.b, ob), 0);
+    const float c = kQuads ? float(L - low) * (1.0f / 255.0f) : float(L) * (1.0f / float(L));
     for (int m = 0; m < M; ++m)
       for (int n = 0; n < N; ++n) {
         int64_t acc = 0;
@@ -156,7 +187,7 @@ TEST(EmbeddingInt8, DequantizedRowsPlusPositionsC60) {
       Vec out(size_t(B) * T * C);
       Halide::Runtime::Buffer<int32_t> tb(tok.data(), T, B), yb(types.data(), T, B);
       Buf ob(out.data(), {C, T, B});
-      ASSERT_EQ(test_embedding_int8(tb, yb, tab, ub, ub, offset, ob), 0);
+      ASSERT_EQ(KERNEL(test_embedding_int8)(tb, yb, tab, ub, ub, offset, ob), 0);
       expect_close(out, ref::embedding(tok, B, T, dequant, C, true, "sinusoidal", Vec{}, offset), "embedding_int8",
                    1e-6);
     }

@@ -101,19 +101,29 @@ float fma_loop(int64_t iters) {
 }
 #endif
 
-// The int8 kernels' inner instruction (generators/linear_int8.cpp multiplies int16 pairs
-// of quantized values, summed in int32): vpdpwssd on AVX-512 VNNI, else vpmaddwd + vpaddd.
+// The int8 kernels' inner instruction (generators/linear_int8.cpp): on Zen 4 class CPUs
+// (AVX-512 VNNI and BF16: Halide's avx512_zen4 and later) vpdpbusd, uint8 x int8 quads
+// summed into int32 lanes; elsewhere int16 pairs, vpdpwssd on AVX-512 VNNI, else
+// vpmaddwd + vpaddd.
 // The loop body is a register tile like the kernel's: rows x columns accumulators, each adding the
 // product of its own (row, column) operand pair. Written in assembly: compilers hoist or
 // share such loop-invariant products, or spill the accumulators (GCC -O2 did: 3x slower).
-// One accumulator update = kLanes int32 lanes x 2 products x (multiply + add) = 4 ops.
+// One accumulator update = kLanes int32 lanes x kInt8Products products x (multiply + add).
 #if defined(__AVX512VNNI__)
-// 16 accumulators (4 x 4): vpdpwssd adds in place, so each chain waits for its own latency.
+// 16 accumulators (4 x 4): vpdp* add in place, so each chain waits for its own latency.
 constexpr int kInt8Updates = 16;
+#if defined(__AVX512BF16__)
+constexpr const char* kInt8Instruction = "vpdpbusd";
+constexpr int kInt8Products = 4;
+#define HF_INT8_OP "vpdpbusd"
+#else
 constexpr const char* kInt8Instruction = "vpdpwssd";
+constexpr int kInt8Products = 2;
+#define HF_INT8_OP "vpdpwssd"
+#endif
 #define HF_INT8_ROW(X, A0, A1, A2, A3)                                                            \
-  "vpdpwssd %%zmm0, %%zmm" #X ", %%zmm" #A0 "\n vpdpwssd %%zmm1, %%zmm" #X ", %%zmm" #A1 "\n"       \
-  "vpdpwssd %%zmm2, %%zmm" #X ", %%zmm" #A2 "\n vpdpwssd %%zmm3, %%zmm" #X ", %%zmm" #A3 "\n"
+  HF_INT8_OP " %%zmm0, %%zmm" #X ", %%zmm" #A0 "\n " HF_INT8_OP " %%zmm1, %%zmm" #X ", %%zmm" #A1 "\n"  \
+  HF_INT8_OP " %%zmm2, %%zmm" #X ", %%zmm" #A2 "\n " HF_INT8_OP " %%zmm3, %%zmm" #X ", %%zmm" #A3 "\n"
 #define HF_INT8_TILE \
   HF_INT8_ROW(4, 8, 9, 10, 11) HF_INT8_ROW(5, 12, 13, 14, 15) HF_INT8_ROW(6, 16, 17, 18, 19) HF_INT8_ROW(7, 20, 21, 22, 23)
 #define HF_INT8_CLOBBER "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", \
@@ -121,6 +131,7 @@ constexpr const char* kInt8Instruction = "vpdpwssd";
 #elif defined(__AVX2__)
 constexpr int kInt8Updates = 8;  // 4 x 2, the AVX2 kernel's shape (16 ymm registers)
 constexpr const char* kInt8Instruction = "vpmaddwd";
+constexpr int kInt8Products = 2;
 #define HF_INT8_UPDATE(X, W, T, A) "vpmaddwd %%ymm" #W ", %%ymm" #X ", %%ymm" #T "\n vpaddd %%ymm" #T ", %%ymm" #A ", %%ymm" #A "\n"
 #define HF_INT8_TILE                                                                             \
   HF_INT8_UPDATE(4, 0, 2, 8) HF_INT8_UPDATE(4, 1, 3, 9) HF_INT8_UPDATE(5, 0, 2, 10) HF_INT8_UPDATE(5, 1, 3, 11) \
@@ -136,6 +147,7 @@ int32_t int8_loop(int64_t iters) {
 #else
 constexpr int kInt8Updates = 8;
 constexpr const char* kInt8Instruction = "scalar";
+constexpr int kInt8Products = 2;
 int32_t int8_loop(int64_t iters) {
   int32_t a[kInt8Updates] = {};
   volatile int16_t x = 3, w = -2;
@@ -263,7 +275,7 @@ Stat measure_fma(int threads, double seconds, int samples) {
 
 // int8 "GOP/s": one int8 x int8 product + its add = 2 ops, as the bench counts a matmul's.
 Stat measure_int8(int threads, double seconds, int samples) {
-  return measure_compute(int8_loop, double(kInt8Updates) * kLanes * 4.0, threads, seconds, samples);
+  return measure_compute(int8_loop, double(kInt8Updates) * kLanes * kInt8Products * 2.0, threads, seconds, samples);
 }
 
 #if defined(__AVX512BF16__)

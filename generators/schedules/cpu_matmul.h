@@ -35,7 +35,7 @@ struct MatmulKnobs {
 // The tile's accumulators must fit the register file with room for the weight vectors
 // and a broadcast:
 //   AVX-512 (32 zmm): 6 rows x 4 vectors of 16 = 24 accumulators (fp32 128x512x2048 at 87%
-//     of a Zen 5 core's FMA peak); int8 the same shape (vpdpwssd adds in place).
+//     of a Zen 5 core's FMA peak); int8 the same shape (vpdpbusd adds in place).
 //   AVX2 (16 ymm): 6 rows x 2 ymm = 12 accumulators. The AVX-512 tile spills there:
 //     fp32 512x2048 at 128 rows 4.7 -> 1.9 ms, int8 2.2 -> 1.1 ms (2-core Zen 3).
 inline MatmulKnobs matmul_knobs_for(const Halide::Target& t, bool int8, MatmulKnobs requested) {
@@ -85,7 +85,8 @@ inline MatmulWidths matmul_widths(int N, const MatmulKnobs& k, int panel) {
 // `panel`: the width of w's storage panels (halformer/packed_layout.h). A tile must lie
 // within one panel or cover whole panels, so that its loads stay dense vectors.
 // `rk_group`: an inner reduction over a small group of k summed within each output lane
-// (int8: the pair a vpmaddwd multiplies and adds), vectorised inside the lane.
+// (int8: the pair a vpmaddwd, or the quad a vpdpbusd, multiplies and adds), vectorised
+// inside the lane.
 inline void schedule_cpu_matmul(Halide::Func out, Halide::Func acc, const Halide::Var& n,
                                 const Halide::Var& m, const Halide::RVar& rk, int N, Halide::Expr rows,
                                 MatmulKnobs k, int panel, const Halide::RVar* rk_group = nullptr) {

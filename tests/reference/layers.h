@@ -217,9 +217,24 @@ inline float quantize_levels(const float* v, int n, int levels, int32_t* q) {
   return amax * (1.0f / float(levels));
 }
 
+// An activation row quantized to uint8 with a zero point, as the quad kernels do
+// (generators/linear_int8.cpp): the range [min(v, 0), max(v, 0)] in 255 steps; q gets
+// the levels minus the zero point (so that sum q * w is the corrected sum), returns the
+// scale (max - min) / 255.
+inline float quantize_u8_zero_point(const float* v, int n, int32_t* q) {
+  float lo = 0, hi = 0;
+  for (int i = 0; i < n; ++i) lo = std::min(lo, v[i]), hi = std::max(hi, v[i]);
+  const float range = hi - lo, inv = range > 0 ? 255.0f / range : 0.0f;
+  const int32_t zp = int32_t(std::nearbyint(-lo * inv));
+  for (int i = 0; i < n; ++i)
+    q[i] = std::max(0, std::min(255, int32_t(std::nearbyint(v[i] * inv)) + zp)) - zp;
+  return range * (1.0f / 255.0f);
+}
+
 // y[m][n] = act(float(sum_k xq[m][k] * wq[n][k]) * sx[m] * sw[n] + b[n]), then + or *
-// `second` (residual / gate): x quantized per row here to `levels`
-// (halformer::int8_activation_levels), wq [N][K] with scales sw. The integer sum is
+// `second` (residual / gate): x quantized per row here -- to int16 `levels`
+// (halformer::int8_activation_levels) for the pair kernels, or (levels = 0) to uint8
+// with a zero point for the quad kernels -- wq [N][K] with scales sw. The integer sum is
 // exact (and must fit int32); the float epilogue is the kernel's (one rounding per step).
 inline Vec linear_int8(const Vec& x, const std::vector<int8_t>& wq, const Vec& sw, const Vec& b, int M, int K,
                        int N, int levels, const std::string& act = "none", const Vec* second = nullptr,
@@ -227,7 +242,8 @@ inline Vec linear_int8(const Vec& x, const std::vector<int8_t>& wq, const Vec& s
   Vec y(size_t(M) * N);
   std::vector<int32_t> xq(K);
   for (int m = 0; m < M; ++m) {
-    const float sx = quantize_levels(&x[size_t(m) * K], K, levels, xq.data());
+    const float sx = levels > 0 ? quantize_levels(&x[size_t(m) * K], K, levels, xq.data())
+                                : quantize_u8_zero_point(&x[size_t(m) * K], K, xq.data());
     for (int n = 0; n < N; ++n) {
       int64_t acc = 0;
       for (int k = 0; k < K; ++k) acc += int64_t(xq[k]) * int64_t(wq[size_t(n) * K + k]);

@@ -223,9 +223,11 @@ IoPlan io_plan(const PlannedKernel& k, const Shape& s, const Halide::Target& tar
     io.inputs["x"] = uni({K, M});
     InputSpec w;  // halformer/packed_layout.h
     w.kind = InputSpec::Int8;
-    w.extents = {halformer::kInt8Group, halformer::kInt8Panel, halformer::int8_groups(K), halformer::int8_panel_count(N)};
+    const int G = halformer::weight_layout(target.to_string()).int8_group;
+    w.extents = {G, halformer::kInt8Panel, halformer::int8_groups(K, G), halformer::int8_panel_count(N)};
     io.inputs["w"] = w;
-    io.inputs["b"] = uni({N, 2}, 0.1f);  // bias | per-channel scale (signed here: any scale works)
+    // bias | per-channel scale (| channel sum, quads) (signed here: any values work)
+    io.inputs["b"] = uni({N, G == halformer::kInt8Quad ? 3 : 2}, 0.1f);
     io.inputs["residual"] = uni({N, M});
     io.out_extents = {N, M};
   } else if (g == "attention") {

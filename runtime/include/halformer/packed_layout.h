@@ -97,9 +97,16 @@ inline bool bf16_dot_product(const std::string& halide_target) {
 }
 constexpr int kBf16Pair = 2;
 inline int bf16_pairs_of(int in_features) { return (in_features + kBf16Pair - 1) / kBf16Pair; }
+// CPUs whose int8 kernels take 8-bit activations and multiply them with vpdpbusd (u8 x
+// s8, four products summed per int32 lane): AVX-512 VNNI, in Halide's avx512_zen4,
+// avx512_zen5 and avx512_sapphirerapids features (the same CPUs as bf16_dot_product);
+// elsewhere int16 activations in pairs (generators/linear_int8.cpp).
+inline bool int8_byte_dot_product(const std::string& halide_target) { return bf16_dot_product(halide_target); }
+constexpr int kInt8Pair = 2;
+constexpr int kInt8Quad = 4;
 
-// The packed layout of the linear weights a kernel target reads: the panel widths, and for
-// bf16 whether K is paired. The generators and the runtime's loader both derive it from
+// The packed layout of the linear weights a kernel target reads: the panel widths, for
+// bf16 whether K is paired, for int8 the k group. The generators and the runtime's loader both derive it from
 // the target string.
 // Paired bf16 panels are one vector of fp32 lanes wide, so that each vector of a register
 // tile reads one panel's pair row, a dense 64-byte load (in 64-wide panels, indexed
@@ -108,10 +115,12 @@ constexpr int kBf16PairPanel = 16;
 struct WeightLayout {
   int panel = kPanelWide;    // fp32 linears, and bf16 ones where K is not paired
   bool bf16_pairs = false;
+  int int8_group = kInt8Pair;  // the k run of one int32 lane in packed int8 weights
   int bf16_panel() const { return bf16_pairs ? kBf16PairPanel : panel; }
 };
 inline WeightLayout weight_layout(const std::string& halide_target) {
-  return {weight_panel(halide_target), bf16_dot_product(halide_target)};
+  return {weight_panel(halide_target), bf16_dot_product(halide_target),
+          int8_byte_dot_product(halide_target) ? kInt8Quad : kInt8Pair};
 }
 
 // The 4-D shape linear_bf16 reads either layout as (dense, innermost first): (pair,
@@ -140,36 +149,44 @@ inline size_t packed_bf16_index(int in_features, int n, int k, int panel, bool p
 // ---- int8 (generators/linear_int8.cpp)
 // Weights quantized per output channel n: scale(n) = max_k |w(n, k)| / 127 and
 // q(n, k) = round-half-even(w(n, k) * 127 / max_k |w(n, k)|), in [-127, 127]. Stored in
-// panels of kInt8Panel features, K walked in groups of kInt8Group (zero-padded):
-// [panels][groups][kInt8Panel][kInt8Group], so that one output lane's group is one int32.
+// panels of kInt8Panel features, K walked in groups of `group` (zero-padded):
+// [panels][groups][kInt8Panel][group], so that one output lane's group is one int32.
 // Panels are as narrow as the int8 kernel's narrowest register tile (AVX2: 2 vectors of 8
 // int32 lanes; wider tiles cover whole panels), so that a tile's weight loads are dense
 // vectors: a tile narrower than its panel made Halide gather the weights byte by byte
 // (306 vpinsrb per kernel, 2x slower than fp32).
-constexpr int kInt8Group = 2;
+//
+// The group is the k run one instruction sums into an int32 lane, which the target
+// decides (int8_byte_dot_product): pairs of int16 activations (vpmaddwd / vpdpwssd), or
+// on CPUs with AVX-512 VNNI quads of uint8 activations (vpdpbusd, twice vpdpwssd's rate).
 constexpr int kInt8Panel = 16;
+
 
 inline int int8_panel_count(int out_features) { return (out_features + kInt8Panel - 1) / kInt8Panel; }
 
-inline int int8_groups(int in_features) { return (in_features + kInt8Group - 1) / kInt8Group; }
+inline int int8_groups(int in_features, int group) { return (in_features + group - 1) / group; }
 
-inline size_t packed_int8_size(int in_features, int out_features) {
-  return size_t(int8_panel_count(out_features)) * int8_groups(in_features) * kInt8Panel * kInt8Group;
+inline size_t packed_int8_size(int in_features, int out_features, int group) {
+  return size_t(int8_panel_count(out_features)) * int8_groups(in_features, group) * kInt8Panel * group;
 }
 
 // Byte offset of weight (n, k) in the packed int8 layout.
-inline size_t packed_int8_index(int in_features, int n, int k) {
-  return ((size_t(n / kInt8Panel) * int8_groups(in_features) + k / kInt8Group) * kInt8Panel + n % kInt8Panel) * kInt8Group +
-         k % kInt8Group;
+inline size_t packed_int8_index(int in_features, int n, int k, int group) {
+  return ((size_t(n / kInt8Panel) * int8_groups(in_features, group) + k / group) * kInt8Panel + n % kInt8Panel) *
+             group +
+         k % group;
 }
 
-// Activations are quantized per row to int16 levels [-L, L] (the kernel multiplies int16
-// pairs, vpmaddwd / vpdpwssd, whatever their range: 8-bit activations would be no faster),
-// L = 32767, fewer for K > 4128 inputs so that no int32 sum can overflow: K * L * 127 < 2^31.
+// Pair kernels quantize activations per row to int16 levels [-L, L] (vpmaddwd / vpdpwssd
+// multiply int16 pairs whatever their range), L = 32767, fewer for K > 4128 inputs so
+// that no int32 sum can overflow: K * L * 127 < 2^31.
 inline int int8_activation_levels(int in_features) {
-  const int64_t k = int64_t(int8_groups(in_features)) * kInt8Group;
+  const int64_t k = int64_t(int8_groups(in_features, kInt8Pair)) * kInt8Pair;
   return int(std::min<int64_t>(32767, ((int64_t(1) << 31) - 1) / (k * 127)));
 }
+// Quad kernels quantize activations per row to uint8 with a zero point (asymmetric: the
+// row's range [min(x, 0), max(x, 0)] in 255 steps), exact in int32 up to this K.
+constexpr int kInt8QuadMaxK = int(((int64_t(1) << 31) - 1) / (255 * 127));
 
 // The symmetric quantization of one weight channel: q[i] in [-127, 127], returns the scale
 // (max |v| / 127; 0 for an all-zero channel, whose q are 0).
@@ -183,8 +200,15 @@ inline float quantize_row_int8(const float* v, int count, int8_t* q) {
 }
 
 // Scatters one quantized channel n (q[k], k < in_features) into the packed int8 layout.
-inline void put_int8_channel(int8_t* packed, int in_features, int n, const int8_t* q) {
-  for (int k = 0; k < in_features; ++k) packed[packed_int8_index(in_features, n, k)] = q[k];
+inline void put_int8_channel(int8_t* packed, int in_features, int n, const int8_t* q, int group) {
+  for (int k = 0; k < in_features; ++k) packed[packed_int8_index(in_features, n, k, group)] = q[k];
+}
+// The sum of a quantized channel's values: quad kernels subtract zero point x this from
+// their sums (exact as a float: |sum| <= 127 K < 2^24).
+inline float int8_channel_sum(const int8_t* q, int count) {
+  int32_t s = 0;
+  for (int i = 0; i < count; ++i) s += q[i];
+  return float(s);
 }
 
 // int8 embedding tables (generators/embedding.cpp, table_int8): row r is its d values
@@ -197,16 +221,19 @@ inline void put_int8_table_row(int8_t* row, int d, const int8_t* q, float scale)
 }
 
 // A torch-layout [N][K] weight, quantized per channel (quantize_row_int8) into the packed
-// int8 layout; `scales` gets N per-channel scales. The runtime's loader does the same one
-// channel at a time as it reads a file (runtime/weights.cpp, LinearBuilder).
-inline std::vector<int8_t> pack_linear_int8(const float* torch_w, int out_features, int in_features,
-                                            std::vector<float>& scales) {
-  std::vector<int8_t> q(packed_int8_size(in_features, out_features), 0);
+// int8 layout of `group`; `scales` gets N per-channel scales and `sums` their channel
+// sums. The runtime's loader does the same one channel at a time as it reads a file
+// (runtime/weights.cpp, LinearBuilder).
+inline std::vector<int8_t> pack_linear_int8(const float* torch_w, int out_features, int in_features, int group,
+                                            std::vector<float>& scales, std::vector<float>& sums) {
+  std::vector<int8_t> q(packed_int8_size(in_features, out_features, group), 0);
   std::vector<int8_t> row(static_cast<size_t>(in_features));
   scales.assign(size_t(out_features), 0.0f);
+  sums.assign(size_t(out_features), 0.0f);
   for (int n = 0; n < out_features; ++n) {
     scales[n] = quantize_row_int8(torch_w + size_t(n) * in_features, in_features, row.data());
-    put_int8_channel(q.data(), in_features, n, row.data());
+    sums[n] = int8_channel_sum(row.data(), in_features);
+    put_int8_channel(q.data(), in_features, n, row.data(), group);
   }
   return q;
 }

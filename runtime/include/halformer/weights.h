@@ -43,8 +43,10 @@ struct LinearWeights {
   int in = 0, out = 0;
   int panel = 0;  // fp32 / bf16: the packed layout's panel width (weight_panel)
   bool bf16_pairs = false;  // bf16: K in pairs (bf16_dot_product targets, packed_layout.h)
+  int int8_group = kInt8Pair;  // int8: the k group of the packed layout (WeightLayout::int8_group)
   WeightVector<float> w;  // fp32 only: packed [panel_count(out, panel)][in][panel]
-  WeightVector<float> b;  // [out]; int8: [out] biases, then [out] per-channel weight scales
+  WeightVector<float> b;  // [out]; int8: [out] biases, [out] per-channel weight scales, and
+                          // for quads [out] channel sums (generators/linear_int8.cpp)
   WeightVector<int8_t> q;  // int8 only: packed_int8 layout (halformer/packed_layout.h)
   WeightVector<uint16_t> h;  // bf16 only: bf16 bits, packed_bf16_index's layout
   bool int8() const { return !q.empty(); }
