@@ -46,7 +46,8 @@ from .common import (BENCH_DIR, ROOT, load_spec_light, log, median, model_descri
 PEERS = [("halformer-python", "halbench.peer_halformer_python", {}), ("pytorch", "halbench.peer_torch", {}),
          ("onnxruntime", "halbench.peer_ort", {}), ("ctranslate2", "halbench.peer_ct2", {})]
 # Peers at a reduced precision (--precision), each a system of its own in the table.
-REDUCED_PEERS = {"int8": [("ctranslate2-int8", "halbench.peer_ct2", {"ct2_compute_type": "int8_float32"})],
+REDUCED_PEERS = {"int8": [("ctranslate2-int8", "halbench.peer_ct2", {"ct2_compute_type": "int8_float32"}),
+                          ("onnxruntime-int8", "halbench.peer_ort", {"ort_quantize": "int8"})],
                  "bf16": [("pytorch-bf16", "halbench.peer_torch", {"torch_dtype": "bfloat16"}),
                           ("ctranslate2-bf16", "halbench.peer_ct2", {"ct2_compute_type": "bfloat16"})]}
 
@@ -79,7 +80,8 @@ def parse_args(argv=None):
     ap.add_argument("--precision", default="fp32",
                     help="comma-separated precisions, fp32 first (the reference the others are checked against): "
                          "fp32,int8 adds halformer built with --precision int8 ('halformer-int8') and CTranslate2 "
-                         "int8_float32 ('ctranslate2-int8') to the same run; bf16 adds 'halformer-bf16', PyTorch "
+                         "int8_float32 ('ctranslate2-int8') and ONNX Runtime with dynamic int8 quantization "
+                         "('onnxruntime-int8') to the same run; bf16 adds 'halformer-bf16', PyTorch "
                          "bf16 ('pytorch-bf16') and CTranslate2 bfloat16 ('ctranslate2-bf16', where the CPU has "
                          "it) (default fp32)")
     ap.add_argument("--no-matmul", action="store_true", help="skip the matmul-in-isolation scenarios")

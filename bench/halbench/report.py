@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional
 
 from .common import (decode_cache_bytes, decode_step_flops, decode_weight_bytes, encoder_flops, fmt_num, median)
 
-SYSTEM_ORDER = ["halformer", "halformer-int8", "halformer-bf16", "halformer-python", "pytorch", "pytorch-bf16", "onnxruntime",
+SYSTEM_ORDER = ["halformer", "halformer-int8", "halformer-bf16", "halformer-python", "pytorch", "pytorch-bf16", "onnxruntime", "onnxruntime-int8",
                 "ctranslate2", "ctranslate2-int8", "ctranslate2-bf16", "torch", "numpy"]
 
 
