@@ -9,8 +9,8 @@ Columns (docs/bench.md explains each):
   ratio       this system's median / halformer's for the same scenario (> 1: halformer faster)
   GFLOP/s     counted matmul FLOPs / time (common.encoder_flops, decode_step_flops, 2MKN)
   % peak      GFLOP/s / the measured peak of the system's precision at the same thread count:
-              fp32 FMA loop; int8 systems: the int8 kernels' instruction loop (vpmaddwd /
-              vpdpwssd, bench/cpp/peak.cpp), GOP/s
+              fp32 FMA loop; int8 systems: the int8 kernels' instruction loop (vpdpbusd /
+              vpdpwssd / vpmaddwd, bench/cpp/peak.cpp), GOP/s
   % BW bound  decode and M <= 8 matmuls: (weight bytes read / measured read bandwidth) / time
 """
 from __future__ import annotations
