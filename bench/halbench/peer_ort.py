@@ -98,21 +98,47 @@ GRAPHS = ("encoder.onnx", "cross_kv.onnx", "step.onnx")
 
 def quantize_int8(onnx_dir, out_dir, spec_path, log):
     """The exported graphs through quantize_dynamic (cached, keyed by the fp32 graphs)."""
+    import onnx
     import onnxruntime
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     stamp, stamp_path = conversion_stamp(out_dir, os.path.join(onnx_dir, GRAPHS[0]), spec_path,
-                                         onnxruntime=onnxruntime.__version__, per_channel=True)
+                                         onnxruntime=onnxruntime.__version__, per_channel=True,
+                                         constants_as_initializers=True)
     if is_current(stamp, stamp_path):
         return
     os.makedirs(out_dir, exist_ok=True)
     t0 = time.time()
     for g in GRAPHS:
-        quantize_dynamic(os.path.join(onnx_dir, g), os.path.join(out_dir, g), weight_type=QuantType.QInt8,
+        # quantize_dynamic quantizes a MatMul only when its weight is an initializer; the
+        # TorchScript export leaves the weights as Constant nodes: moved first.
+        fp32_with_initializers = os.path.join(out_dir, "fp32_" + g)
+        onnx.save(_constants_as_initializers(onnx.load(os.path.join(onnx_dir, g))), fp32_with_initializers)
+        quantize_dynamic(fp32_with_initializers, os.path.join(out_dir, g), weight_type=QuantType.QInt8,
                          per_channel=True)
+        os.remove(fp32_with_initializers)
+        quantized = sum(n.op_type == "MatMulInteger" for n in onnx.load(os.path.join(out_dir, g)).graph.node)
+        if not quantized:
+            raise RuntimeError(f"quantize_dynamic left {g} without an int8 MatMul")
     with open(stamp_path, "w") as f:
         json.dump(stamp, f)
     log(f"quantized the ONNX graphs (dynamic int8) to {out_dir} ({time.time() - t0:.1f} s)")
+
+
+def _constants_as_initializers(model):
+    """The model with every Constant node's tensor moved into the graph's initializers."""
+    graph = model.graph
+    keep = []
+    for n in graph.node:
+        value = next((a.t for a in n.attribute if a.name == "value"), None) if n.op_type == "Constant" else None
+        if value is None:
+            keep.append(n)
+            continue
+        value.name = n.output[0]
+        graph.initializer.append(value)
+    del graph.node[:]
+    graph.node.extend(keep)
+    return model
 
 
 def _has_kwarg(fn, name):

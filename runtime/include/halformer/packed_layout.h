@@ -106,8 +106,8 @@ constexpr int kInt8Pair = 2;
 constexpr int kInt8Quad = 4;
 
 // The packed layout of the linear weights a kernel target reads: the panel widths, for
-// bf16 whether K is paired, for int8 the k group. The generators and the runtime's loader both derive it from
-// the target string.
+// bf16 whether K is paired, for int8 the k group. The generators and the runtime's
+// loader both derive it from the target string.
 // Paired bf16 panels are one vector of fp32 lanes wide, so that each vector of a register
 // tile reads one panel's pair row, a dense 64-byte load (in 64-wide panels, indexed
 // 2 * (n % 64) + s, Halide gathered the last vector of each tile 16 bits at a time).
@@ -157,10 +157,9 @@ inline size_t packed_bf16_index(int in_features, int n, int k, int panel, bool p
 // (306 vpinsrb per kernel, 2x slower than fp32).
 //
 // The group is the k run one instruction sums into an int32 lane, which the target
-// decides (int8_byte_dot_product): pairs of int16 activations (vpmaddwd / vpdpwssd), or
-// on CPUs with AVX-512 VNNI quads of uint8 activations (vpdpbusd, twice vpdpwssd's rate).
+// decides (int8_byte_dot_product): pairs of int16 activations (vpmaddwd), or on CPUs
+// with AVX-512 VNNI quads of uint8 activations (vpdpbusd, twice vpdpwssd's products).
 constexpr int kInt8Panel = 16;
-
 
 inline int int8_panel_count(int out_features) { return (out_features + kInt8Panel - 1) / kInt8Panel; }
 
@@ -177,8 +176,8 @@ inline size_t packed_int8_index(int in_features, int n, int k, int group) {
          k % group;
 }
 
-// Pair kernels quantize activations per row to int16 levels [-L, L] (vpmaddwd / vpdpwssd
-// multiply int16 pairs whatever their range), L = 32767, fewer for K > 4128 inputs so
+// Pair kernels quantize activations per row to int16 levels [-L, L] (vpmaddwd multiplies
+// int16 pairs whatever their range), L = 32767, fewer for K > 4128 inputs so
 // that no int32 sum can overflow: K * L * 127 < 2^31.
 inline int int8_activation_levels(int in_features) {
   const int64_t k = int64_t(int8_groups(in_features, kInt8Pair)) * kInt8Pair;
