@@ -51,6 +51,8 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
   GP<int> in_features{"in_features", 64};    // K
   GP<int> out_features{"out_features", 64};  // N
   GP<Act> activation{"activation", Act::None, kActNames};
+  // true: int16 pairs even where the target has vpdpbusd (precision_overrides.int16_activations).
+  GP<bool> int16_activations{"int16_activations", false};
   // Schedule knobs, as linear's (0 = the target's tile, schedules/cpu_matmul.h); vec
   // counts int32 lanes.
   GP<int> vec{"vec", 0};
@@ -71,7 +73,7 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
 
   void generate() {
     const int K = in_features, N = out_features;
-    const bool quads = int8_byte_dot_product(this->get_target().to_string());
+    const bool quads = !int16_activations && int8_byte_dot_product(this->get_target().to_string());
     const int G = quads ? kInt8Quad : kInt8Pair;
     if (quads && K > kInt8QuadMaxK)
       throw std::runtime_error("linear_int8: in_features " + std::to_string(K) + " exceeds " +

@@ -687,7 +687,9 @@ LayerWeights load_layer(Loader& ld, const ModelConfig& c, const std::string& sta
 
 }  // namespace
 
-Weights load_weights(const ModelConfig& c, const std::string& path, const WeightLayout& layout) {
+Weights load_weights(const ModelConfig& c, const std::string& path, const WeightLayout& target_layout) {
+  WeightLayout layout = target_layout;
+  if (c.int16_activations) layout.int8_group = kInt8Pair;  // the kernels' form, not the target's
   Loader ld(c, path, layout);
   const int d = c.d_model;
   const bool enc = c.arch != Arch::Decoder, dec = c.arch != Arch::Encoder;

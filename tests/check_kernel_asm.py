@@ -1,13 +1,14 @@
 """Counts the dot-product instructions in the reduced-precision linear kernels' assembly.
 
-usage: check_kernel_asm.py host=K1.s host=K2.s ... narrow=K.s avx2=K.s avx2_narrow=K.s vnni=K.s
+usage: check_kernel_asm.py host=K1.s host=K2.s ... narrow=K.s host_int16=K.s avx2=K.s avx2_narrow=K.s vnni=K.s
                           bf16=K.s bf16_zen4=K.s
 
 int8 (generators/linear_int8.cpp): host= kernels (built for this machine; AVX2 at least)
 must multiply their int16 pairs with vpmaddwd, or where the host is a Zen 4 class CPU
 (Halide's avx512_zen4 and later: AVX-512 VNNI and BF16) their uint8 x int8 quads with
-vpdpbusd; avx2= kernels (built for plain AVX2) must use vpmaddwd; vnni= kernels (built
-for Zen 4, whatever this CPU is) must use vpdpbusd. Every kernel but narrow= ones must also load its weights as vectors: more than
+vpdpbusd; host_int16= kernels (this machine, int16 activations forced) int16 pairs,
+vpmaddwd or vpdpwssd; avx2= kernels (built for plain AVX2) must use vpmaddwd; vnni= kernels
+(built for Zen 4, whatever this CPU is) must use vpdpbusd. Every kernel but narrow= ones must also load its weights as vectors: more than
 MAX_INSERTS byte or word inserts (vpinsrb, vpinsrw) means Halide gathers the weights an
 element at a time (an int8 register tile off the panel grid did that: 156 per kernel, 2x
 slower; so did bf16 pairs indexed as 2 * (n % panel) + s: 140). narrow= kernels (fewer features than a
@@ -45,6 +46,7 @@ def wanted(kind):
     int8_host = ("vpdpbusd",) if host_is_zen4_class() else ("vpmaddwd",)
     return {"host": (int8_host, True), "narrow": (int8_host, False),
             "avx2": (("vpmaddwd",), True), "avx2_narrow": (("vpmaddwd",), False),
+            "host_int16": (("vpmaddwd", "vpdpwssd"), True),
             "vnni": (("vpdpbusd",), True), "bf16_zen4": (("vdpbf16ps",), True)}[kind]
 
 

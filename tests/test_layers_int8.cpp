@@ -27,8 +27,6 @@ const int kRows[] = {1, 2, 3, 8, 13, 35, 300};
 // The k group of these kernels' packed weights (halformer/packed_layout.h), from their target.
 const int kGroup = hf::weight_layout(KERNEL_METADATA(test_linear_int8_relu)()->target).int8_group;
 const bool kQuads = kGroup == hf::kInt8Quad;
-// The reference's activation levels for K inputs (0: uint8 with a zero point).
-int levels_for(int K) { return kQuads ? 0 : hf::int8_activation_levels(K); }
 
 TEST(LinearInt8, FormFollowsTarget) {
   std::printf("kernels for %s: %s\n", KERNEL_METADATA(test_linear_int8_relu)()->target,
@@ -42,21 +40,22 @@ TEST(LinearInt8, FormFollowsTarget) {
   EXPECT_EQ(hf::packed_int8_size(5, 19, 4), size_t(2 * 2 * 16 * 4));
 }
 
-// The kernel's weight arguments, as the runtime makes them: packed int8, (bias | scale),
-// quads also | channel sum.
+// The kernel's weight arguments, as the runtime makes them: packed int8 in k groups of
+// `group`, (bias | scale), quads also | channel sum.
 struct Int8Weights {
   std::vector<int8_t> packed;
   Vec bias_scale;
   Halide::Runtime::Buffer<int8_t> w;
   Buf b;
-  Int8Weights(const Vec& w_torch, const Vec& bias, int K, int N) {
+  Int8Weights(const Vec& w_torch, const Vec& bias, int K, int N, int group = kGroup) {
     Vec scales, sums;
-    packed = hf::pack_linear_int8(w_torch.data(), N, K, kGroup, scales, sums);
+    const bool quads = group == hf::kInt8Quad;
+    packed = hf::pack_linear_int8(w_torch.data(), N, K, group, scales, sums);
     bias_scale = bias;
     bias_scale.insert(bias_scale.end(), scales.begin(), scales.end());
-    if (kQuads) bias_scale.insert(bias_scale.end(), sums.begin(), sums.end());
-    w = Halide::Runtime::Buffer<int8_t>(packed.data(), {kGroup, hf::kInt8Panel, hf::int8_groups(K, kGroup), hf::int8_panel_count(N)});
-    b = Buf(bias_scale.data(), {N, kQuads ? 3 : 2});
+    if (quads) bias_scale.insert(bias_scale.end(), sums.begin(), sums.end());
+    w = Halide::Runtime::Buffer<int8_t>(packed.data(), {group, hf::kInt8Panel, hf::int8_groups(K, group), hf::int8_panel_count(N)});
+    b = Buf(bias_scale.data(), {N, quads ? 3 : 2});
   }
 };
 
@@ -77,10 +76,12 @@ void expect_close(const Vec& got, const Vec& want, const char* what, double rel 
 
 enum class Second { None, Residual, Gate };
 
+// group: the kernel's k group (int16_activations kernels: pairs on any CPU).
 template <typename Fn>
-void check(Fn fn, int K, int N, const char* act, Second second) {
+void check(Fn fn, int K, int N, const char* act, Second second, int group = kGroup) {
+  const bool quads = group == hf::kInt8Quad;
   Vec w = random_vec(size_t(N) * K, 2, 0.2f), b = random_vec(N, 3);
-  Int8Weights kw(w, b, K, N);
+  Int8Weights kw(w, b, K, N, group);
   std::vector<int8_t> wq;
   Vec sw;
   reference_weights(w, K, N, wq, sw);
@@ -88,8 +89,8 @@ void check(Fn fn, int K, int N, const char* act, Second second) {
   for (int n = 0; n < N; ++n) {
     ASSERT_EQ(kw.bias_scale[N + n], sw[n]) << "scale of channel " << n;
     for (int k = 0; k < K; ++k)
-      ASSERT_EQ(kw.packed[hf::packed_int8_index(K, n, k, kGroup)], wq[size_t(n) * K + k]) << "w(" << n << ", " << k << ")";
-    if (kQuads) {
+      ASSERT_EQ(kw.packed[hf::packed_int8_index(K, n, k, group)], wq[size_t(n) * K + k]) << "w(" << n << ", " << k << ")";
+    if (quads) {
       int32_t sum = 0;
       for (int k = 0; k < K; ++k) sum += wq[size_t(n) * K + k];
       ASSERT_EQ(kw.bias_scale[2 * N + n], float(sum)) << "channel sum " << n;
@@ -108,7 +109,7 @@ void check(Fn fn, int K, int N, const char* act, Second second) {
     else
       rc = fn(xb, kw.w, kw.b, ob);
     ASSERT_EQ(rc, 0);
-    expect_close(out, ref::linear_int8(x, wq, sw, b, M, K, N, levels_for(K), act,
+    expect_close(out, ref::linear_int8(x, wq, sw, b, M, K, N, quads ? 0 : hf::int8_activation_levels(K), act,
                                        second == Second::None ? nullptr : &res,
                                        second == Second::Gate),
                  act);
@@ -121,6 +122,9 @@ TEST(LinearInt8, WholePanelsK40N192) { check(KERNEL(test_linear_int8_panels), 40
 TEST(LinearInt8, NarrowK40N3) { check(KERNEL(test_linear_int8_narrow), 40, 3, "none", Second::None); }
 TEST(LinearInt8, ResidualK60N36) { check(KERNEL(test_linear_int8_residual), 60, 36, "none", Second::Residual); }
 TEST(LinearInt8, GatedK60N36) { check(KERNEL(test_linear_int8_gated), 60, 36, "none", Second::Gate); }
+TEST(LinearInt8, Int16ActivationsForcedK60N36) {
+  check(KERNEL(test_linear_int8_int16), 60, 36, "relu", Second::None, hf::kInt8Pair);
+}
 
 // Integer accumulation bit-exact: integer activations that quantize to themselves,
 // weights whose channels reach 127 have unit scales, no bias: the kernel's output is

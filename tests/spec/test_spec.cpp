@@ -165,6 +165,7 @@ TEST(TransformerBase, ParsesWithPaperValues) {
   EXPECT_EQ(s.max_new_tokens, 64);
   EXPECT_EQ(s.preset, WeightPreset::TorchTransformer);
   EXPECT_EQ(s.precision, Precision::Fp32);
+  EXPECT_FALSE(s.int16_activations);
   EXPECT_EQ(s.targets, std::vector<Target>{Target::Host});
   EXPECT_TRUE(check_supported(s).empty()) << all(check_supported(s));
   ASSERT_TRUE(s.locations.count("sizes.d_model"));
@@ -361,9 +362,12 @@ TEST(Supported, EverythingListedAsSupportedIsAccepted) {
                            "layer: {norm_placement: pre, norm_kind: annotated, final_norm: true, activation: gelu}\n"
                            "embedding: {positions: none, scale: false}\n"
                            "attention: {causal: false, padding_mask: false}\n"
-                           "head: {kind: softmax}\n";
+                           "head: {kind: softmax}\n"
+                           "precision: int8\n"
+                           "precision_overrides: {int16_activations: true}\n";
   const ParseResult r = parse_spec_string(text, "s.yaml");
   ASSERT_TRUE(r.ok()) << all(r.diagnostics);
+  EXPECT_TRUE(r.spec->int16_activations);
   EXPECT_TRUE(check_supported(*r.spec).empty()) << all(check_supported(*r.spec));
 }
 

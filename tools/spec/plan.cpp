@@ -79,8 +79,10 @@ class Planner {
     if (p != Precision::Fp32) gen.insert(6, std::string("_") + to_string(p));
     std::string label = gen + "_" + std::to_string(in) + "x" + std::to_string(out) +
                         (std::string(act) == "none" ? "" : std::string("_") + act);
-    bind(role, gen, label,
-         {{"in_features", std::to_string(in)}, {"out_features", std::to_string(out)}, {"activation", act}});
+    std::vector<std::pair<std::string, std::string>> params = {
+        {"in_features", std::to_string(in)}, {"out_features", std::to_string(out)}, {"activation", act}};
+    if (p == Precision::Int8 && spec_.int16_activations) params.emplace_back("int16_activations", "true");
+    bind(role, gen, label, std::move(params));
   }
 
   // Self-attention (self = true) reads a fused row of H query and kv_heads key and value
@@ -344,6 +346,7 @@ std::unique_ptr<SpecModelConfig> model_config(const Spec& s) {
   c.layer_weights = weight_format_of(s.precision);
   c.generator_weights = weight_format_of(s.output_precision());
   c.embedding_weights = weight_format_of(s.table_precision());
+  c.int16_activations = s.int16_activations;
   return r;
 }
 
@@ -427,7 +430,8 @@ void write_plan(const Spec& spec, const Plan& plan, const std::string& dir) {
     << b(cfg.gated_ff) << ",\n"
     << "      /*layer_weights*/ halformer::WeightFormat::" << weight_format(cfg.layer_weights)
     << ", /*generator_weights*/ halformer::WeightFormat::" << weight_format(cfg.generator_weights) << ",\n"
-    << "      /*embedding_weights*/ halformer::WeightFormat::" << weight_format(cfg.embedding_weights) << "};\n\n";
+    << "      /*embedding_weights*/ halformer::WeightFormat::" << weight_format(cfg.embedding_weights)
+    << ", /*int16_activations*/ " << b(cfg.int16_activations) << "};\n\n";
   static const char* kRoles[] = {"embed_src", "embed_tgt", "qkv", "encoder_self_attention",
                                  "decoder_self_attention", "cross_attention", "attention_out",
                                  "cross_q", "cross_kv", "ff1", "ff2", "layer_norm", "generator",

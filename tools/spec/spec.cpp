@@ -117,7 +117,7 @@ const std::map<std::string, std::vector<std::string>>& schema() {
       {"",
        {"name", "architecture", "sizes", "layer", "embedding", "attention", "head", "tokens", "decoding", "weights",
         "precision", "precision_overrides", "targets", "cuda_capability", "schedule", "tuning"}},
-      {"precision_overrides", {"generator", "embeddings"}},
+      {"precision_overrides", {"generator", "embeddings", "int16_activations"}},
       {"sizes",
        {"d_model", "heads", "d_ff", "encoder_layers", "decoder_layers", "src_vocab", "tgt_vocab", "max_len",
         "type_vocab", "kv_heads"}},
@@ -829,6 +829,7 @@ ParseResult parse_root(const YAML::Node& root, const std::string& file) {
     overrides.read("embeddings", p, "precision");
     spec.embedding_precision = p;
   }
+  overrides.read("int16_activations", spec.int16_activations);
   read_targets(top, spec);
   top.read("cuda_capability", spec.cuda_capability, 50, 120);
   read_schedule(top.section("schedule", /*free_form=*/true), spec);

@@ -115,6 +115,9 @@ struct Spec {
   // precision_overrides.embeddings: the token tables' (fp32 or int8; absent: int8 in an
   // int8 build, else fp32)
   std::optional<Precision> embedding_precision;
+  // precision_overrides.int16_activations: int8 linears keep int16 activations (vpmaddwd)
+  // even where the CPU could multiply uint8 ones (vpdpbusd): accuracy over speed
+  bool int16_activations = false;
   Precision table_precision() const {
     return embedding_precision.value_or(precision == Precision::Int8 ? Precision::Int8 : Precision::Fp32);
   }

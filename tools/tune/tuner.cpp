@@ -223,7 +223,9 @@ IoPlan io_plan(const PlannedKernel& k, const Shape& s, const Halide::Target& tar
     io.inputs["x"] = uni({K, M});
     InputSpec w;  // halformer/packed_layout.h
     w.kind = InputSpec::Int8;
-    const int G = halformer::weight_layout(target.to_string()).int8_group;
+    const bool int16 = std::find(p.begin(), p.end(), std::make_pair(std::string("int16_activations"),
+                                                                     std::string("true"))) != p.end();
+    const int G = int16 ? halformer::kInt8Pair : halformer::weight_layout(target.to_string()).int8_group;
     w.extents = {G, halformer::kInt8Panel, halformer::int8_groups(K, G), halformer::int8_panel_count(N)};
     io.inputs["w"] = w;
     // bias | per-channel scale (| channel sum, quads) (signed here: any values work)

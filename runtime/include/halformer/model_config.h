@@ -89,6 +89,9 @@ struct ModelConfig {
   // The token embedding tables: fp32, or int8 rows with their scale (EmbeddingTable;
   // int8 builds, unless precision_overrides.embeddings keeps them fp32).
   WeightFormat embedding_weights;
+  // int8 linears with int16 activations even on CPUs with vpdpbusd (generators/linear_int8.cpp,
+  // precision_overrides.int16_activations): the packed weights' k group is then a pair.
+  bool int16_activations;
 };
 
 struct KernelTable {
