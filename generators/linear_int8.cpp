@@ -73,8 +73,8 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
 
   void generate() {
     const int K = in_features, N = out_features;
-    const bool quads = !int16_activations && int8_byte_dot_product(this->get_target().to_string());
-    const int G = quads ? kInt8Quad : kInt8Pair;
+    const int G = int8_group(this->get_target().to_string(), int16_activations);
+    const bool quads = G == kInt8Quad;
     if (quads && K > kInt8QuadMaxK)
       throw std::runtime_error("linear_int8: in_features " + std::to_string(K) + " exceeds " +
                                std::to_string(kInt8QuadMaxK) + ", where uint8 x int8 sums could overflow int32");
@@ -131,7 +131,7 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
                                kResidual ? (*residual)(n, m) : Expr());
 
     // ---- shapes the runtime must honour
-    const int b_cols = quads ? 3 : 2;
+    const int b_cols = int8_bias_columns(G);
     x.dim(0).set_bounds(0, K);
     x.dim(1).set_min(0);
     w.dim(0).set_bounds(0, G).dim(1).set_bounds(0, kInt8Panel).set_stride(G);

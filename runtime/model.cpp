@@ -425,7 +425,7 @@ struct Session {
   // signature is the same) int8 packed and (N, 2) = bias | per-channel scale (quads: (N, 3),
   // + channel sums), or (bf16) bf16 packed and [N].
   std::pair<halide_buffer_t*, halide_buffer_t*> linear_args(const LinearWeights& w) {
-    if (w.int8()) return {wbufs.get_int8(w), weight(w.b, w.out, w.int8_group == kInt8Quad ? 3 : 2)};
+    if (w.int8()) return {wbufs.get_int8(w), weight(w.b, w.out, int8_bias_columns(w.int8_group))};
     if (w.bf16()) return {uploaded(wbufs.get_bf16(w)), weight(w.b, w.out, 0)};
     return {weight(w.w, w.in, w.out, w.panel), weight(w.b, w.out, 0)};
   }

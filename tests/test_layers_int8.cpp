@@ -55,7 +55,7 @@ struct Int8Weights {
     bias_scale.insert(bias_scale.end(), scales.begin(), scales.end());
     if (quads) bias_scale.insert(bias_scale.end(), sums.begin(), sums.end());
     w = Halide::Runtime::Buffer<int8_t>(packed.data(), {group, hf::kInt8Panel, hf::int8_groups(K, group), hf::int8_panel_count(N)});
-    b = Buf(bias_scale.data(), {N, quads ? 3 : 2});
+    b = Buf(bias_scale.data(), {N, hf::int8_bias_columns(group)});
   }
 };
 

@@ -225,11 +225,11 @@ IoPlan io_plan(const PlannedKernel& k, const Shape& s, const Halide::Target& tar
     w.kind = InputSpec::Int8;
     const bool int16 = std::find(p.begin(), p.end(), std::make_pair(std::string("int16_activations"),
                                                                      std::string("true"))) != p.end();
-    const int G = int16 ? halformer::kInt8Pair : halformer::weight_layout(target.to_string()).int8_group;
+    const int G = halformer::int8_group(target.to_string(), int16);
     w.extents = {G, halformer::kInt8Panel, halformer::int8_groups(K, G), halformer::int8_panel_count(N)};
     io.inputs["w"] = w;
     // bias | per-channel scale (| channel sum, quads) (signed here: any values work)
-    io.inputs["b"] = uni({N, G == halformer::kInt8Quad ? 3 : 2}, 0.1f);
+    io.inputs["b"] = uni({N, halformer::int8_bias_columns(G)}, 0.1f);
     io.inputs["residual"] = uni({N, M});
     io.out_extents = {N, M};
   } else if (g == "attention") {

@@ -104,6 +104,14 @@ inline int bf16_pairs_of(int in_features) { return (in_features + kBf16Pair - 1)
 inline bool int8_byte_dot_product(const std::string& halide_target) { return bf16_dot_product(halide_target); }
 constexpr int kInt8Pair = 2;
 constexpr int kInt8Quad = 4;
+// The k group of int8 kernels for a target: quads where it has vpdpbusd, unless the model
+// keeps int16 activations (precision_overrides.int16_activations). The generator, the
+// loader's layout and the tuner all ask this.
+inline int int8_group(const std::string& halide_target, bool int16_activations = false) {
+  return !int16_activations && int8_byte_dot_product(halide_target) ? kInt8Quad : kInt8Pair;
+}
+// Columns of an int8 kernel's bias input: bias, weight scale, and for quads the channel sum.
+inline int int8_bias_columns(int group) { return group == kInt8Quad ? 3 : 2; }
 
 // The packed layout of the linear weights a kernel target reads: the panel widths, for
 // bf16 whether K is paired, for int8 the k group. The generators and the runtime's
@@ -119,8 +127,7 @@ struct WeightLayout {
   int bf16_panel() const { return bf16_pairs ? kBf16PairPanel : panel; }
 };
 inline WeightLayout weight_layout(const std::string& halide_target) {
-  return {weight_panel(halide_target), bf16_dot_product(halide_target),
-          int8_byte_dot_product(halide_target) ? kInt8Quad : kInt8Pair};
+  return {weight_panel(halide_target), bf16_dot_product(halide_target), int8_group(halide_target)};
 }
 
 // The 4-D shape linear_bf16 reads either layout as (dense, innermost first): (pair,
