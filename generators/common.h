@@ -59,6 +59,22 @@ inline Halide::Expr apply_activation(Act act, Halide::Expr v) {
   return v;
 }
 
+// bf16 as its 16 bits (uint16), the storage type of bf16 weights and caches
+// (halformer/packed_layout.h: to_bf16 / from_bf16, which these mirror). fp32 -> bf16:
+// rounded to nearest even in integer arithmetic, NaN kept a NaN, which Halide vectorises
+// (its own bf16 cast is emulated anyway).
+inline Halide::Expr to_bf16_bits(Halide::Expr f32) {
+  using namespace Halide;
+  Expr u = reinterpret<uint32_t>(f32);
+  Expr rounded = cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+  return select((u & 0x7fffffff) > 0x7f800000, cast<uint16_t>((u >> 16) | 0x40), rounded);
+}
+// bf16 bits -> fp32 (exact): a 16-bit shift.
+inline Halide::Expr from_bf16_bits(Halide::Expr u16) {
+  using namespace Halide;
+  return reinterpret<float>(cast<uint32_t>(u16) << 16);
+}
+
 // Largest power of two <= limit that divides n (>= 1). Used to pick vector widths that
 // need no tail for sizes baked in at generation time (e.g. d_model 96 -> 16, 60 -> 4).
 inline int pow2_divisor(int n, int limit) {

@@ -43,6 +43,9 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
   GP<int> tile_n{"tile_n", 0};
   GP<int> tile_m{"tile_m", 0};
   GP<bool> parallel{"parallel", true};
+  // true: the output is stored as bf16 bits (uint16) on the CPU -- the cross-attention
+  // keys/values of a reduced-precision model (docs/precision.md); GPU targets keep fp32.
+  GP<bool> out_bf16{"out_bf16", false};
   // The weights' panel width; 0: the target's (weight_panel). Set only by the tuner, whose
   // CPU reference for a GPU kernel reads the GPU's layout.
   GP<int> panel_width{"panel", 0};
@@ -61,11 +64,13 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
   // fp32 (panel, K, panels); bf16 (pair, panel, K / pair, panels): halformer/packed_layout.h
   In<Buffer<WeightType, kBf16 ? 4 : 3>> w{"w"};
   In<Buffer<float, 1>> b{"b"};        // (N)
-  Out<Buffer<float, 2>> out{"out"};   // (N, M)
+  Out<Buffer<void, 2>> out{"out"};    // (N, M): float, or uint16 (bf16 bits) with out_bf16
   In<Buffer<float, 2>>* residual = nullptr;  // (N, M), linear_residual / linear_gated only
   static constexpr bool kResidual = kEpilogue != Epilogue::None;
 
+  bool bf16_out() const { return out_bf16 && !this->get_target().has_gpu_feature(); }
   void configure() {
+    out.set_type(bf16_out() ? UInt(16) : Float(32));
     if (kResidual) residual = this->template add_input<Buffer<float, 2>>("residual");
   }
 
@@ -94,15 +99,11 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
     Func wpair("w_pair"), xpair("x_bf16");
     RDom rp(0, kBf16Pair, 0, pairs, "rp");
     if (paired) {
-      // The activations as bf16 bits, zero past K: to_bf16's integer rounding (to nearest
-      // even, NaN kept), which Halide vectorises (its own bf16 cast is emulated anyway).
-      Expr u = reinterpret<uint32_t>(xc(min(k, K - 1), m));
-      Expr rounded = cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-      Expr bits = select((u & 0x7fffffff) > 0x7f800000, cast<uint16_t>((u >> 16) | 0x40), rounded);
-      xpair(k, m) = select(k < K, bits, cast<uint16_t>(0));
+      // The activations as bf16 bits, zero past K.
+      xpair(k, m) = select(k < K, to_bf16_bits(xc(min(k, K - 1), m)), cast<uint16_t>(0));
       wpair(s, n, k) = w(s, n % panel, k, wpanel);
     } else if (kBf16) {
-      wf(n, k) = reinterpret<float>(cast<uint32_t>(w(0, n % panel, k, wpanel)) << 16);
+      wf(n, k) = from_bf16_bits(w(0, n % panel, k, wpanel));
     } else {
       wf(n, k) = w(n % panel, k, wpanel);
     }
@@ -135,8 +136,8 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
       acc(n, m) = select(M <= gpu_split_rows, small(n, m), big(n, m));
     }
 
-    out(n, m) = apply_epilogue(kEpilogue, apply_activation(activation, acc(n, m)),
-                               kResidual ? (*residual)(n, m) : Expr());
+    Expr y = apply_epilogue(kEpilogue, apply_activation(activation, acc(n, m)), kResidual ? (*residual)(n, m) : Expr());
+    out(n, m) = bf16_out() ? to_bf16_bits(y) : y;
 
     // ---- shapes the runtime must honour
     x.dim(0).set_bounds(0, K);

@@ -59,15 +59,18 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
   GP<int> tile_n{"tile_n", 0};
   GP<int> tile_m{"tile_m", 0};
   GP<bool> parallel{"parallel", true};
+  // true: the output stored as bf16 bits (uint16), as linear's out_bf16.
+  GP<bool> out_bf16{"out_bf16", false};
 
   In<Buffer<float, 2>> x{"x"};         // (K, M)
   In<Buffer<int8_t, 4>> w{"w"};        // (G, kInt8Panel, groups, panels)
   In<Buffer<float, 2>> b{"b"};         // (N, 2 or 3): bias, weight scale (, channel sum)
-  Out<Buffer<float, 2>> out{"out"};    // (N, M)
+  Out<Buffer<void, 2>> out{"out"};     // (N, M): float, or uint16 (bf16 bits) with out_bf16
   In<Buffer<float, 2>>* residual = nullptr;  // (N, M), _residual / _gated only
   static constexpr bool kResidual = kEpilogue != Epilogue::None;
 
   void configure() {
+    out.set_type(out_bf16 ? UInt(16) : Float(32));
     if (kResidual) residual = this->template add_input<Buffer<float, 2>>("residual");
   }
 
@@ -127,8 +130,9 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
     Expr nc = overhang ? min(n, N - 1) : n, mc = min(m, M - 1);
     Expr sum = quads ? acc(n, m) - zp(mc) * cast<int32_t>(b(nc, 2)) : acc(n, m);
     Expr scale = substitute(m.name(), mc, scale_x) * b(nc, 1);
-    out(n, m) = apply_epilogue(kEpilogue, apply_activation(activation, cast<float>(sum) * scale + b(nc, 0)),
-                               kResidual ? (*residual)(n, m) : Expr());
+    Expr y = apply_epilogue(kEpilogue, apply_activation(activation, cast<float>(sum) * scale + b(nc, 0)),
+                            kResidual ? (*residual)(n, m) : Expr());
+    out(n, m) = out_bf16 ? to_bf16_bits(y) : y;
 
     // ---- shapes the runtime must honour
     const int b_cols = int8_bias_columns(G);

@@ -234,22 +234,28 @@ class HostBlockCache {
 // each is used). It owns one 1-D buffer of C*T*B floats: host memory on the CPU
 // (zeroed, as before), device memory only on a GPU device -- no host allocation at
 // all, so a host round trip of an intermediate cannot happen silently.
+// bf16: elements of 2 bytes (bf16 bits), host only -- the attention caches of a
+// reduced-precision model (ModelConfig::cross_kv_bf16, self_cache_bf16), which kernels
+// alone read and write (and copy_elems copies).
 struct Act {
   int C = 0, T = 0, B = 0;
+  bool bf16 = false;
   std::shared_ptr<float> host_block;  // CPU: the storage `mem` views (HostBlockCache)
   Buf mem;
   const halide_device_interface_t* iface = nullptr;  // the device it lives on (null: host)
   Act() = default;
-  Act(int c, int t, int b, const halide_device_interface_t* device)
-      : C(c), T(t), B(b), iface(device) {
+  Act(int c, int t, int b, const halide_device_interface_t* device, bool bf16_elems = false)
+      : C(c), T(t), B(b), bf16(bf16_elems), iface(device) {
     const int64_t n = size();
     if (n == 0) return;
     if (!iface) {
-      host_block = HostBlockCache::instance().take(size_t(n));
-      mem = Buf(host_block.get(), int(n));
-      std::memset(mem.data(), 0, size_t(n) * sizeof(float));
+      const int64_t floats = bf16 ? (n + 1) / 2 : n;
+      host_block = HostBlockCache::instance().take(size_t(floats));
+      mem = Buf(host_block.get(), int(floats));
+      std::memset(mem.data(), 0, size_t(floats) * sizeof(float));
       return;
     }
+    if (bf16) throw Error("internal: bf16 activations live on the host");
     mem = Buf(static_cast<float*>(nullptr), int(n));
     run(mem.device_malloc(iface), "device allocation");
   }
@@ -261,7 +267,12 @@ struct Act {
   // Host memory: the CPU only.
   float* host() const {
     if (iface) throw Error("internal: host access to a device-resident activation");
+    if (bf16) throw Error("internal: float access to a bf16 activation");
     return const_cast<Buf&>(mem).data();
+  }
+  uint16_t* bits() const {  // a bf16 activation's elements
+    if (!bf16) throw Error("internal: bf16 access to a float activation");
+    return reinterpret_cast<uint16_t*>(const_cast<Buf&>(mem).data());
   }
   View flat() const;
   View heads(int hd) const;
@@ -273,13 +284,15 @@ struct Act {
 // has the wanted shape on the same device handle, with no host memory and clean
 // dirty bits, so Halide neither copies it in nor out.
 struct View {
-  Buf keep, buf;
+  Buf keep;
+  Halide::Runtime::Buffer<void> buf;
   halide_buffer_t* raw() { return buf.raw_buffer(); }
 };
 
 // kernel_arg: the view is passed to a kernel, where OpenCL makes a sub-buffer of it
 // (offset must be aligned); views only copied between need no alignment.
 View make_view(const Act& a, int64_t offset, int dims, const halide_dimension_t* d, bool kernel_arg = true) {
+  if (a.bf16) return View{Buf(), Halide::Runtime::Buffer<void>(halide_type_of<uint16_t>(), a.bits() + offset, dims, d)};
   if (!a.iface) return View{Buf(), Buf(a.host() + offset, dims, d)};
   int64_t span = 1;
   for (int i = 0; i < dims; ++i) span += int64_t(d[i].extent - 1) * d[i].stride;
@@ -361,6 +374,11 @@ struct Session {
 
   // dst[dp, dp + n) = src[sp, sp + n): a host copy on the CPU, device to device on a GPU.
   void copy_elems(const Act& src, int64_t sp, Act& dst, int64_t dp, int64_t n) {
+    if (src.bf16 != dst.bf16) throw Error("internal: a copy between bf16 and fp32 activations");
+    if (src.bf16) {
+      std::copy_n(src.bits() + sp, n, dst.bits() + dp);
+      return;
+    }
     if (!iface) {
       std::copy_n(src.host() + sp, n, dst.host() + dp);
       return;
@@ -586,11 +604,17 @@ struct Session {
   int qkv_width() const { return cfg.d_model + 2 * cfg.kv_heads * (cfg.d_model / cfg.heads); }
 
   // Self-attention over the whole sequence (no cache): encoder layers, teacher forcing.
-  void self_attention_block(Act& x, const LayerWeights& L, AttentionFn fn, const char* name, const Act& mask) {
+  // The decoder's self-attention cache is bf16 (its kernels read and write bf16 rows).
+  bool self_cache_bf16() const { return cfg.self_cache_bf16 && !iface; }
+
+  // decoder: the decoder's kernels, whose QKV rows are the cache's (bf16 with self_cache_bf16).
+  void self_attention_block(Act& x, const LayerWeights& L, AttentionFn fn, const char* name, const Act& mask,
+                            bool decoder = false) {
     const int d = cfg.d_model, hd = d / cfg.heads;
+    const bool bf16 = decoder && self_cache_bf16();
     residual_block(x, L.self_norm, [&](const Act& h, const Act& res, Act& y) {
-      Act qkv(qkv_width(), h.T, h.B, iface), a(d, h.T, h.B, iface);
-      linear(kt.qkv, "qkv", h.flat(), L.qkv, qkv.flat());
+      Act qkv(qkv_width(), h.T, h.B, iface, bf16), a(d, h.T, h.B, iface);
+      linear(bf16 ? kt.qkv_cache : kt.qkv, "qkv", h.flat(), L.qkv, qkv.flat());
       attention(fn, name, qkv.heads(hd), qkv.heads(hd), mask.flat(), a.heads(hd));
       linear_residual(kt.attention_out, "attention_out", a.flat(), L.attn_out, res.flat(), y.flat());
     });
@@ -613,9 +637,10 @@ struct Session {
     return x;
   }
 
-  // Cross-attention keys/values of one decoder layer: computed once per source.
+  // Cross-attention keys/values of one decoder layer: computed once per source (bf16 bits
+  // with cross_kv_bf16: half the bytes each decode step then reads).
   Act cross_kv(const LayerWeights& L, const Act& memory) {
-    Act kv(2 * cfg.d_model, memory.T, memory.B, iface);
+    Act kv(2 * cfg.d_model, memory.T, memory.B, iface, cfg.cross_kv_bf16 && !iface);
     linear(kt.cross_kv, "cross_kv", memory.flat(), L.cross_kv, kv.flat());
     return kv;
   }
@@ -683,7 +708,7 @@ struct Session {
     if (st.shifted() && cfg.positions == PositionKind::Rotary) st.zero_mask = make_input(Tmax, 1, 1, [](float*) {});
     const int w3 = qkv_width();
     st.row = iface ? int((w3 + kDeviceAlignFloats - 1) / kDeviceAlignFloats * kDeviceAlignFloats) : w3;
-    for (size_t l = 0; l < w.decoder.size(); ++l) st.cache.emplace_back(st.row, Tmax, B, iface);
+    for (size_t l = 0; l < w.decoder.size(); ++l) st.cache.emplace_back(st.row, Tmax, B, iface, self_cache_bf16());
     return st;
   }
 
@@ -718,7 +743,7 @@ struct Session {
         // above), or one row each of B.
         const int W = qkv_width(), heads = W / hd;
         View out = T > 1 ? view2(c, at, W, T * B, row) : view2(c, at, W, B, bstride);
-        linear(kt.qkv, "qkv", h.flat(), L.qkv, out);
+        linear(self_cache_bf16() ? kt.qkv_cache : kt.qkv, "qkv", h.flat(), L.qkv, out);
         if (!per_row) {
           attention(kt.decoder_self_attention, "decoder_self_attention", view4(c, at, hd, heads, T, B, row, bstride),
                     view4(c, 0, hd, heads, len + T, B, row, bstride), view2(st.self_mask, 0, len + T, B, st.Tmax),
@@ -749,9 +774,14 @@ struct Session {
     const int64_t bstride = int64_t(st.row) * st.Tmax, used = int64_t(st.len) * st.row;
     for (auto& c : st.cache) {
       if (!iface) {
-        std::vector<float> old(c.host(), c.host() + c.size());
-        for (int b = 0; b < st.B; ++b)
-          std::copy_n(old.data() + parent[b] * bstride, size_t(used), c.host() + b * bstride);
+        auto gather = [&](auto* data) {
+          const std::vector<std::remove_pointer_t<decltype(data)>> old(data, data + c.size());
+          for (int b = 0; b < st.B; ++b) std::copy_n(old.data() + parent[b] * bstride, size_t(used), data + b * bstride);
+        };
+        if (c.bf16)
+          gather(c.bits());
+        else
+          gather(c.host());
         continue;
       }
       // Device: gather the rows into a fresh cache, device to device.
@@ -780,7 +810,7 @@ struct Session {
     Act x = embed(kt.embed_tgt, t, true, w, 0);
     for (size_t l = 0; l < w.decoder.size(); ++l) {
       const auto& L = w.decoder[l];
-      self_attention_block(x, L, kt.decoder_self_attention, "decoder_self_attention", tmask);
+      self_attention_block(x, L, kt.decoder_self_attention, "decoder_self_attention", tmask, true);
       if (!cross.empty()) cross_block(x, L, cross[l], smask);
       feed_forward(x, L);
     }

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <random>
 
+#include "bf16_output.h"
 #include "halformer/packed_layout.h"
 #include "reference/layers.h"
 #include "test_bf16_kernels.h"  // KERNEL(name): this build's variant (CPU or OpenCL)
@@ -41,8 +42,9 @@ TEST(LinearBf16, LayoutFollowsTarget) {
   EXPECT_EQ(hf::packed_bf16_size(5, 67, 64, true), size_t(2 * 3 * 64 * 2));
 }
 
+// bf16_out: the kernel stores bf16 bits (out_bf16; CPU builds only).
 template <typename Fn>
-void check(Fn fn, int K, int N, const char* act, Second second) {
+void check(Fn fn, int K, int N, const char* act, Second second, bool bf16_out = false) {
   for (int M : {1, 2, 3, 8, 13, 35, 300}) {
     SCOPED_TRACE("M=" + std::to_string(M));
     Vec x = random_vec(size_t(M) * K, 1), w = random_vec(size_t(N) * K, 2, 0.2f), b = random_vec(N, 3);
@@ -57,6 +59,9 @@ void check(Fn fn, int K, int N, const char* act, Second second) {
     if (kLayout.bf16_pairs)
       for (float& v : xr) v = hf::from_bf16(hf::to_bf16(v));
     Buf xb(x.data(), {K, M}), bb(b.data(), {N}), rb(res.data(), {N, M}), ob(out.data(), {N, M});
+    std::vector<uint16_t> out_bits(out.size(), 0);
+    Halide::Runtime::Buffer<uint16_t> obits(out_bits.data(), {N, M});
+    halide_buffer_t* o = bf16_out ? obits.raw_buffer() : ob.raw_buffer();
     const hf::Bf16WeightShape ws = hf::bf16_weight_shape(K, N, kPanel, kLayout.bf16_pairs);
     Halide::Runtime::Buffer<uint16_t> wb(wh.data(), {ws.pair, ws.panel, ws.steps, ws.panels});
     for (halide_buffer_t* in : {xb.raw_buffer(), wb.raw_buffer(), bb.raw_buffer(), rb.raw_buffer()})
@@ -64,14 +69,18 @@ void check(Fn fn, int K, int N, const char* act, Second second) {
     int rc;
     if constexpr (std::is_invocable_v<Fn, halide_buffer_t*, halide_buffer_t*, halide_buffer_t*, halide_buffer_t*,
                                       halide_buffer_t*>)
-      rc = fn(xb, wb, bb, rb, ob);
+      rc = fn(xb, wb, bb, rb, o);
     else
-      rc = fn(xb, wb, bb, ob);
+      rc = fn(xb, wb, bb, o);
     ASSERT_EQ(rc, 0);
     ob.copy_to_host();  // GPU builds leave results on the device
     Vec want = ref::linear(xr, wr, b, M, K, N, act, second == Second::Residual ? &res : nullptr);
     if (second == Second::Gate)
       for (size_t i = 0; i < want.size(); ++i) want[i] *= res[i];
+    if (bf16_out) {
+      bf16_output::expect_rounded(out_bits, want, KERNEL_TOLERANCE, act);
+      continue;
+    }
     double scale = 1, err = 0;
     for (float v : want) scale = std::max(scale, double(std::abs(v)));
     for (size_t i = 0; i < out.size(); ++i) err = std::max(err, double(std::abs(out[i] - want[i])));
@@ -93,5 +102,68 @@ TEST(LinearBf16, WholePanelsK40N192) { check(KERNEL(test_linear_bf16_panels), 40
 TEST(LinearBf16, NarrowK40N3) { check(KERNEL(test_linear_bf16_narrow), 40, 3, "none", Second::None); }
 TEST(LinearBf16, ResidualK60N36) { check(KERNEL(test_linear_bf16_residual), 60, 36, "none", Second::Residual); }
 TEST(LinearBf16, GatedK60N36) { check(KERNEL(test_linear_bf16_gated), 60, 36, "none", Second::Gate); }
+
+#ifndef KERNEL_GPU  // bf16 caches are CPU only: GPU builds keep them fp32
+// The cross-attention cache of a reduced-precision model: its writer (the keys/values
+// projection, out_bf16) stores the linear's output rounded to bf16, and its reader
+// (attention kv_bf16) gives what fp32 attention gives on the widened keys and values.
+TEST(KvCacheBf16, WriterRoundsToNearestK60N36) {
+  check(KERNEL(test_linear_bf16_out_bf16), 60, 36, "relu", Second::None, true);
+}
+
+TEST(KvCacheBf16, CrossAttentionReadsBf16Head20) {
+  const int H = 3, D = 20, Cq = H * D, Ckv = 2 * H * D;
+  struct Shape { int B, Tq, Tk; };
+  for (Shape s : {Shape{1, 1, 1}, Shape{2, 1, 9}, Shape{8, 1, 37}, Shape{2, 5, 17}, Shape{1, 35, 35}}) {
+    SCOPED_TRACE("B=" + std::to_string(s.B) + " Tq=" + std::to_string(s.Tq) + " Tk=" + std::to_string(s.Tk));
+    Vec q = ref::random_vec(size_t(s.B) * s.Tq * Cq, 5), kv = ref::random_vec(size_t(s.B) * s.Tk * Ckv, 6);
+    std::vector<uint16_t> kv_bits(kv.size());
+    for (size_t i = 0; i < kv.size(); ++i) kv_bits[i] = hf::to_bf16(kv[i]), kv[i] = bf16_output::widen(kv_bits[i]);
+    Vec mask(size_t(s.B) * s.Tk, 0.0f);
+    if (s.B > 1) mask[size_t(s.Tk) * 2 - 1] = -1e30f;  // batch 1's last key is padding
+    Vec out(size_t(s.B) * s.Tq * H * D, -7.0f);
+    Buf qb(q.data(), {D, H, s.Tq, s.B}), mb(mask.data(), {s.Tk, s.B}), ob(out.data(), {D, H, s.Tq, s.B});
+    Halide::Runtime::Buffer<uint16_t> kvb(kv_bits.data(), {D, 2 * H, s.Tk, s.B});
+    ASSERT_EQ(KERNEL(test_attention_cross_kv_bf16)(qb, kvb, mb, ob), 0);
+    Vec want = ref::attention(q, Cq, kv, Ckv, mask, s.B, s.Tq, s.Tk, H, D, 0, 0, H, false);
+    double scale = 1, err = 0;
+    for (float v : want) scale = std::max(scale, double(std::abs(v)));
+    for (size_t i = 0; i < out.size(); ++i) err = std::max(err, double(std::abs(out[i] - want[i])));
+    EXPECT_LE(err, KERNEL_TOLERANCE * scale) << "max abs error " << err << " (scale " << scale << ")";
+  }
+}
+
+// The self-attention cache: fused QKV rows (4 query heads, 2 key and value heads:
+// grouped-query) stored as bf16, queries included; causal, over a whole sequence and as
+// decode rows after a cache (the query rows are the cache's last ones).
+TEST(KvCacheBf16, SelfAttentionReadsBf16RowsGqaCausal) {
+  const int H = 4, KVH = 2, D = 20, C = (H + 2 * KVH) * D;
+  struct Shape { int B, Tq, Tk; };
+  for (Shape s : {Shape{1, 1, 1}, Shape{2, 7, 7}, Shape{1, 1, 9}, Shape{8, 1, 37}, Shape{2, 35, 35}}) {
+    SCOPED_TRACE("B=" + std::to_string(s.B) + " Tq=" + std::to_string(s.Tq) + " Tk=" + std::to_string(s.Tk));
+    Vec rows = ref::random_vec(size_t(s.B) * s.Tk * C, 7);
+    std::vector<uint16_t> bits(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) bits[i] = hf::to_bf16(rows[i]), rows[i] = bf16_output::widen(bits[i]);
+    // The query rows: the last Tq of each sequence.
+    Vec q(size_t(s.B) * s.Tq * C);
+    std::vector<uint16_t> q_bits(q.size());
+    for (int b = 0; b < s.B; ++b)
+      for (int i = 0; i < s.Tq; ++i)
+        for (int c = 0; c < C; ++c) {
+          const size_t from = (size_t(b) * s.Tk + s.Tk - s.Tq + i) * C + c, to = (size_t(b) * s.Tq + i) * C + c;
+          q[to] = rows[from], q_bits[to] = bits[from];
+        }
+    Vec mask(size_t(s.B) * s.Tk, 0.0f), out(size_t(s.B) * s.Tq * H * D, -7.0f);
+    Halide::Runtime::Buffer<uint16_t> qb(q_bits.data(), {D, C / D, s.Tq, s.B}), kvb(bits.data(), {D, C / D, s.Tk, s.B});
+    Buf mb(mask.data(), {s.Tk, s.B}), ob(out.data(), {D, H, s.Tq, s.B});
+    ASSERT_EQ(KERNEL(test_attention_self_cache_bf16)(qb, kvb, mb, ob), 0);
+    Vec want = ref::attention(q, C, rows, C, mask, s.B, s.Tq, s.Tk, H, D, 0, H, H + KVH, true, H / KVH);
+    double scale = 1, err = 0;
+    for (float v : want) scale = std::max(scale, double(std::abs(v)));
+    for (size_t i = 0; i < out.size(); ++i) err = std::max(err, double(std::abs(out[i] - want[i])));
+    EXPECT_LE(err, KERNEL_TOLERANCE * scale) << "max abs error " << err << " (scale " << scale << ")";
+  }
+}
+#endif
 
 }  // namespace

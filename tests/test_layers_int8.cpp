@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <random>
 
+#include "bf16_output.h"
 #include "halformer/packed_layout.h"
 #include "reference/layers.h"
 #include "test_int8_kernels.h"  // KERNEL(name): this build's variant (host or AVX2)
@@ -77,8 +78,9 @@ void expect_close(const Vec& got, const Vec& want, const char* what, double rel 
 enum class Second { None, Residual, Gate };
 
 // group: the kernel's k group (int16_activations kernels: pairs on any CPU).
+// bf16_out: the kernel stores bf16 bits (out_bf16).
 template <typename Fn>
-void check(Fn fn, int K, int N, const char* act, Second second, int group = kGroup) {
+void check(Fn fn, int K, int N, const char* act, Second second, int group = kGroup, bool bf16_out = false) {
   const bool quads = group == hf::kInt8Quad;
   Vec w = random_vec(size_t(N) * K, 2, 0.2f), b = random_vec(N, 3);
   Int8Weights kw(w, b, K, N, group);
@@ -102,17 +104,22 @@ void check(Fn fn, int K, int N, const char* act, Second second, int group = kGro
     x[0] = 0;  // a row of zeros must give bias only (scale 0), not NaN
     if (M > 1) std::fill(x.begin() + K, x.begin() + 2 * K, 0.0f);
     Buf xb(x.data(), {K, M}), ob(out.data(), {N, M}), rb(res.data(), {N, M});
+    std::vector<uint16_t> out_bits(out.size(), 0);
+    Halide::Runtime::Buffer<uint16_t> obits(out_bits.data(), {N, M});
+    halide_buffer_t* o = bf16_out ? obits.raw_buffer() : ob.raw_buffer();
     int rc;
     if constexpr (std::is_invocable_v<Fn, halide_buffer_t*, halide_buffer_t*, halide_buffer_t*, halide_buffer_t*,
                                       halide_buffer_t*>)
-      rc = fn(xb, kw.w, kw.b, rb, ob);
+      rc = fn(xb, kw.w, kw.b, rb, o);
     else
-      rc = fn(xb, kw.w, kw.b, ob);
+      rc = fn(xb, kw.w, kw.b, o);
     ASSERT_EQ(rc, 0);
-    expect_close(out, ref::linear_int8(x, wq, sw, b, M, K, N, quads ? 0 : hf::int8_activation_levels(K), act,
-                                       second == Second::None ? nullptr : &res,
-                                       second == Second::Gate),
-                 act);
+    Vec want = ref::linear_int8(x, wq, sw, b, M, K, N, quads ? 0 : hf::int8_activation_levels(K), act,
+                                second == Second::None ? nullptr : &res, second == Second::Gate);
+    if (bf16_out)
+      bf16_output::expect_rounded(out_bits, want, 2e-5, act);
+    else
+      expect_close(out, want, act);
   }
 }
 
@@ -122,6 +129,10 @@ TEST(LinearInt8, WholePanelsK40N192) { check(KERNEL(test_linear_int8_panels), 40
 TEST(LinearInt8, NarrowK40N3) { check(KERNEL(test_linear_int8_narrow), 40, 3, "none", Second::None); }
 TEST(LinearInt8, ResidualK60N36) { check(KERNEL(test_linear_int8_residual), 60, 36, "none", Second::Residual); }
 TEST(LinearInt8, GatedK60N36) { check(KERNEL(test_linear_int8_gated), 60, 36, "none", Second::Gate); }
+// The keys/values projection of an int8 model's cross-attention cache (kv_cache bf16).
+TEST(LinearInt8, Bf16OutputRoundsToNearestK60N36) {
+  check(KERNEL(test_linear_int8_out_bf16), 60, 36, "none", Second::None, kGroup, true);
+}
 TEST(LinearInt8, Int16ActivationsForcedK60N36) {
   check(KERNEL(test_linear_int8_int16), 60, 36, "relu", Second::None, hf::kInt8Pair);
 }

@@ -166,6 +166,7 @@ TEST(TransformerBase, ParsesWithPaperValues) {
   EXPECT_EQ(s.preset, WeightPreset::TorchTransformer);
   EXPECT_EQ(s.precision, Precision::Fp32);
   EXPECT_FALSE(s.int16_activations);
+  EXPECT_EQ(s.cache_precision(), Precision::Fp32);
   EXPECT_EQ(s.targets, std::vector<Target>{Target::Host});
   EXPECT_TRUE(check_supported(s).empty()) << all(check_supported(s));
   ASSERT_TRUE(s.locations.count("sizes.d_model"));
@@ -364,11 +365,28 @@ TEST(Supported, EverythingListedAsSupportedIsAccepted) {
                            "attention: {causal: false, padding_mask: false}\n"
                            "head: {kind: softmax}\n"
                            "precision: int8\n"
-                           "precision_overrides: {int16_activations: true}\n";
+                           "precision_overrides: {int16_activations: true, kv_cache: fp32}\n";
   const ParseResult r = parse_spec_string(text, "s.yaml");
   ASSERT_TRUE(r.ok()) << all(r.diagnostics);
   EXPECT_TRUE(r.spec->int16_activations);
+  EXPECT_EQ(r.spec->cache_precision(), Precision::Fp32);
   EXPECT_TRUE(check_supported(*r.spec).empty()) << all(check_supported(*r.spec));
+}
+
+// The attention caches follow the precision (bf16 in reduced-precision builds) unless
+// precision_overrides.kv_cache says otherwise.
+TEST(Supported, KvCacheFollowsPrecision) {
+  Spec s;
+  for (Precision p : {Precision::Bf16, Precision::Int8}) {
+    s.precision = p;
+    EXPECT_EQ(s.cache_precision(), Precision::Bf16);
+  }
+  s.kv_cache_precision = Precision::Fp32;
+  EXPECT_EQ(s.cache_precision(), Precision::Fp32);
+  s.precision = Precision::Fp32;
+  s.kv_cache_precision = Precision::Bf16;
+  EXPECT_EQ(s.cache_precision(), Precision::Bf16);
+  EXPECT_TRUE(check_supported(s).empty()) << all(check_supported(s));
 }
 
 TEST(Supported, DefaultsWithoutLocationHaveNoLine) {

@@ -74,31 +74,39 @@ class Planner {
 
   // gen: "linear", "linear_residual" (+ residual) or "linear_gated" (* gate); the role's
   // precision picks the fp32 generator or its int8 / bf16 twin (linear_int8_residual, ...).
-  void linear(const std::string& role, std::string gen, int64_t in, int64_t out, const char* act) {
+  // bf16_out: the output stored as bf16 bits (the CPU kernels; linear's out_bf16).
+  void linear(const std::string& role, std::string gen, int64_t in, int64_t out, const char* act, bool bf16_out = false) {
     const Precision p = role == "generator" ? spec_.output_precision() : spec_.precision;
     if (p != Precision::Fp32) gen.insert(6, std::string("_") + to_string(p));
     std::string label = gen + "_" + std::to_string(in) + "x" + std::to_string(out) +
-                        (std::string(act) == "none" ? "" : std::string("_") + act);
+                        (std::string(act) == "none" ? "" : std::string("_") + act) + (bf16_out ? "_out_bf16" : "");
     std::vector<std::pair<std::string, std::string>> params = {
         {"in_features", std::to_string(in)}, {"out_features", std::to_string(out)}, {"activation", act}};
     if (p == Precision::Int8 && spec_.int16_activations) params.emplace_back("int16_activations", "true");
+    if (bf16_out) params.emplace_back("out_bf16", "true");
     bind(role, gen, label, std::move(params));
   }
 
   // Self-attention (self = true) reads a fused row of H query and kv_heads key and value
   // heads, with the spec's rotary positions; cross-attention plain heads.
-  void attention(const std::string& role, int q_head, int k_head, int v_head, bool causal, bool self) {
+  // kv_bf16 / q_bf16: keys and values / queries read as bf16 bits (the CPU kernels;
+  // attention's kv_bf16 and q_bf16).
+  void attention(const std::string& role, int q_head, int k_head, int v_head, bool causal, bool self,
+                 bool kv_bf16 = false, bool q_bf16 = false) {
     const int64_t H = spec_.heads;
     const int64_t group = self ? H / spec_.kv_heads : 1;
     const bool rotary = self && spec_.positions == Positions::Rotary;
     std::string label = "attention_" + std::to_string(q_head) + "_" + std::to_string(k_head) + "_" +
-                        std::to_string(v_head) + (causal ? "_causal" : "") + (rotary ? "_rotary" : "");
+                        std::to_string(v_head) + (causal ? "_causal" : "") + (rotary ? "_rotary" : "") +
+                        (kv_bf16 ? "_kv_bf16" : "") + (q_bf16 ? "_q_bf16" : "");
     std::vector<std::pair<std::string, std::string>> params = {{"heads", std::to_string(H)},
                                                                {"head_dim", std::to_string(spec_.d_model / H)},
                                                                {"q_head", std::to_string(q_head)},
                                                                {"k_head", std::to_string(k_head)},
                                                                {"v_head", std::to_string(v_head)},
                                                                {"causal", causal ? "true" : "false"}};
+    if (kv_bf16) params.emplace_back("kv_bf16", "true");
+    if (q_bf16) params.emplace_back("q_bf16", "true");
     if (group > 1) params.emplace_back("kv_group", std::to_string(group));
     if (rotary) {
       params.emplace_back("rotary_dim", std::to_string(spec_.rotary_dim));
@@ -128,13 +136,19 @@ class Planner {
     if (enc) embedding("embed_src", s.src_vocab);
     if (dec) embedding("embed_tgt", s.tgt_vocab);
     const int KVH = int(s.kv_heads);
-    linear("qkv", "linear", s.d_model, s.d_model + 2 * KVH * (s.d_model / H), "none");
+    const int64_t qkv_width = s.d_model + 2 * KVH * (s.d_model / H);
+    linear("qkv", "linear", s.d_model, qkv_width, "none");
+    // A bf16 cache (ModelConfig::self_cache_bf16): the decoder's fused QKV rows, queries
+    // included, are stored as bf16 by their own projection (qkv_cache) and read as such.
+    const bool bf16_cache = s.cache_precision() == Precision::Bf16;
     if (enc) attention("encoder_self_attention", 0, H, H + KVH, false, true);
-    if (dec) attention("decoder_self_attention", 0, H, H + KVH, s.causal, true);
+    if (dec) attention("decoder_self_attention", 0, H, H + KVH, s.causal, true, bf16_cache, bf16_cache);
+    if (dec && bf16_cache) linear("qkv_cache", "linear", s.d_model, qkv_width, "none", true);
     if (enc && dec) {
-      attention("cross_attention", 0, 0, H, false, false);
+      // The cross-attention keys/values in the cache's precision (ModelConfig::cross_kv_bf16).
+      attention("cross_attention", 0, 0, H, false, false, bf16_cache);
       linear("cross_q", "linear", s.d_model, s.d_model, "none");
-      linear("cross_kv", "linear", s.d_model, 2 * s.d_model, "none");
+      linear("cross_kv", "linear", s.d_model, 2 * s.d_model, "none", bf16_cache);
     }
     linear("attention_out", "linear_residual", s.d_model, s.d_model, "none");
     // Gated feed-forward: ff1 is the gate (with the activation), ff_up multiplies by it.
@@ -347,6 +361,8 @@ std::unique_ptr<SpecModelConfig> model_config(const Spec& s) {
   c.generator_weights = weight_format_of(s.output_precision());
   c.embedding_weights = weight_format_of(s.table_precision());
   c.int16_activations = s.int16_activations;
+  c.cross_kv_bf16 = s.architecture == Architecture::EncoderDecoder && s.cache_precision() == Precision::Bf16;
+  c.self_cache_bf16 = s.architecture != Architecture::Encoder && s.cache_precision() == Precision::Bf16;
   return r;
 }
 
@@ -431,11 +447,13 @@ void write_plan(const Spec& spec, const Plan& plan, const std::string& dir) {
     << "      /*layer_weights*/ halformer::WeightFormat::" << weight_format(cfg.layer_weights)
     << ", /*generator_weights*/ halformer::WeightFormat::" << weight_format(cfg.generator_weights) << ",\n"
     << "      /*embedding_weights*/ halformer::WeightFormat::" << weight_format(cfg.embedding_weights)
-    << ", /*int16_activations*/ " << b(cfg.int16_activations) << "};\n\n";
+    << ", /*int16_activations*/ " << b(cfg.int16_activations) << ",\n"
+    << "      /*cross_kv_bf16*/ " << b(cfg.cross_kv_bf16) << ", /*self_cache_bf16*/ " << b(cfg.self_cache_bf16)
+    << "};\n\n";
   static const char* kRoles[] = {"embed_src", "embed_tgt", "qkv", "encoder_self_attention",
                                  "decoder_self_attention", "cross_attention", "attention_out",
                                  "cross_q", "cross_kv", "ff1", "ff2", "layer_norm", "generator",
-                                 "head", "argmax", "pool", "pooler", "classifier", "ff_up"};
+                                 "head", "argmax", "pool", "pooler", "classifier", "ff_up", "qkv_cache"};
   for (const auto& [device, target] : plan.variants) {
     c << "static const halformer::KernelTable kKernels_" << device << " = {\n";
     for (const char* role : kRoles) {

@@ -117,7 +117,7 @@ const std::map<std::string, std::vector<std::string>>& schema() {
       {"",
        {"name", "architecture", "sizes", "layer", "embedding", "attention", "head", "tokens", "decoding", "weights",
         "precision", "precision_overrides", "targets", "cuda_capability", "schedule", "tuning"}},
-      {"precision_overrides", {"generator", "embeddings", "int16_activations"}},
+      {"precision_overrides", {"generator", "embeddings", "int16_activations", "kv_cache"}},
       {"sizes",
        {"d_model", "heads", "d_ff", "encoder_layers", "decoder_layers", "src_vocab", "tgt_vocab", "max_len",
         "type_vocab", "kv_heads"}},
@@ -830,6 +830,11 @@ ParseResult parse_root(const YAML::Node& root, const std::string& file) {
     spec.embedding_precision = p;
   }
   overrides.read("int16_activations", spec.int16_activations);
+  if (overrides.has("kv_cache")) {
+    Precision p = spec.precision;
+    overrides.read("kv_cache", p, "precision");
+    spec.kv_cache_precision = p;
+  }
   read_targets(top, spec);
   top.read("cuda_capability", spec.cuda_capability, 50, 120);
   read_schedule(top.section("schedule", /*free_form=*/true), spec);
@@ -935,6 +940,8 @@ std::vector<Diagnostic> check_supported(const Spec& s) {
                                  name_of(p) + " kernels are CPU only)");
   if (s.table_precision() == Precision::Bf16)
     unsupported("precision_overrides.embeddings", "'bf16' (embedding tables are fp32 or int8)");
+  if (s.cache_precision() == Precision::Int8)
+    unsupported("precision_overrides.kv_cache", "'int8' (attention caches are fp32 or bf16)");
   if (std::find(s.targets.begin(), s.targets.end(), Target::Host) == s.targets.end())
     unsupported("targets", "a target list without 'host' (the CPU build is the reference and the fallback-free default)");
   sort_by_position(out);

@@ -121,6 +121,12 @@ struct Spec {
   Precision table_precision() const {
     return embedding_precision.value_or(precision == Precision::Int8 ? Precision::Int8 : Precision::Fp32);
   }
+  // precision_overrides.kv_cache: the attention caches' (fp32 or bf16; absent: bf16 in a
+  // reduced-precision build, else fp32). Today the cross-attention keys/values.
+  std::optional<Precision> kv_cache_precision;
+  Precision cache_precision() const {
+    return kv_cache_precision.value_or(precision == Precision::Fp32 ? Precision::Fp32 : Precision::Bf16);
+  }
   std::vector<Target> targets = {Target::Host};
   int64_t cuda_capability = 80;
 

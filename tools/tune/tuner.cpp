@@ -149,8 +149,13 @@ std::map<std::string, std::pair<double, double>> role_counts(const Spec& s) {
       {"pooler", {1, 0}},
       {"classifier", {1, 0}},
   };
+  if (s.cache_precision() == halformer::Precision::Bf16) {  // the decoder's QKV into its bf16 cache
+    r["qkv_cache"] = {0, dec};
+    r["qkv"].second = 0;
+  }
   if (dec_only)  // the prompt runs the decoder over whole sequences
-    for (const char* role : {"embed_tgt", "qkv", "decoder_self_attention", "attention_out", "ff1", "ff2", "layer_norm"})
+    for (const char* role : {"embed_tgt", "qkv", "qkv_cache", "decoder_self_attention", "attention_out", "ff1", "ff2",
+                             "layer_norm"})
       r[role].first = r[role].second;
   return r;
 }
@@ -241,6 +246,13 @@ IoPlan io_plan(const PlannedKernel& k, const Shape& s, const Halide::Target& tar
     io.inputs["q"] = uni({D, q_ext, T, B});
     io.inputs["kv"] = uni({D, kv_ext, Tk, B});
     if (q_ext == kv_ext && T == Tk) io.inputs["kv"].alias = "q";
+    // kv_bf16 (a bf16 cache's keys and values): bf16 bits on the CPU; GPU kernels keep fp32.
+    // q_bf16 (a bf16 self-attention cache): the queries too.
+    auto set = [&](const char* param) {
+      return std::find(p.begin(), p.end(), std::make_pair(std::string(param), std::string("true"))) != p.end();
+    };
+    if (set("kv_bf16") && !target.has_gpu_feature()) io.inputs["kv"].kind = InputSpec::Bf16;
+    if (set("q_bf16") && !target.has_gpu_feature()) io.inputs["q"].kind = InputSpec::Bf16;
     InputSpec mask;
     mask.kind = InputSpec::Mask;
     mask.extents = {Tk, B};
@@ -491,6 +503,15 @@ double rel_error(const Buffer<>& a, const Buffer<>& r, std::string& why) {
     });
     if (bad) why = std::to_string(bad) + " elements differ";
     return bad ? 1.0 : 0.0;
+  }
+  if (a.type() == UInt(16)) {  // bf16 bits (out_bf16): compared widened
+    std::vector<int> ext;
+    for (int i = 0; i < a.dimensions(); ++i) ext.push_back(a.dim(i).extent());
+    Buffer<float> fa(ext), fr(ext);
+    Buffer<uint16_t> ua(a), ur(r);
+    fa.for_each_element([&](const int* pos) { fa(pos) = halformer::from_bf16(ua(pos)); });
+    fr.for_each_element([&](const int* pos) { fr(pos) = halformer::from_bf16(ur(pos)); });
+    return rel_error(fa, fr, why);
   }
   Buffer<float> x(a), y(r);
   double mean = 0;

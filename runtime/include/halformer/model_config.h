@@ -92,6 +92,12 @@ struct ModelConfig {
   // int8 linears with int16 activations even on CPUs with vpdpbusd (generators/linear_int8.cpp,
   // precision_overrides.int16_activations): the packed weights' k group is then a pair.
   bool int16_activations;
+  // The cross-attention keys/values stored as bf16 on the CPU (precision_overrides.kv_cache;
+  // the kernels' cross_kv out_bf16 / cross_attention kv_bf16). GPU devices keep fp32.
+  bool cross_kv_bf16;
+  // The decoder's self-attention cache (its fused QKV rows) stored as bf16 on the CPU: the
+  // kernels' qkv_cache (out_bf16) writes it, decoder_self_attention (q_bf16, kv_bf16) reads it.
+  bool self_cache_bf16;
 };
 
 struct KernelTable {
@@ -111,6 +117,7 @@ struct KernelTable {
   LinearFn pooler;              // d -> d, tanh
   LinearFn classifier;          // d -> num_classes
   LinearResidualFn ff_up;       // gated feed-forward: (x W_up + b) * gate, d -> d_ff
+  LinearFn qkv_cache;           // the decoder's QKV rows as bf16 (self_cache_bf16; else null)
   // The metadata of one of these kernels: its Halide target string names the instruction
   // set they were all compiled for, which Model::load checks against the CPU.
   const halide_filter_metadata_t* (*metadata)();
@@ -119,7 +126,7 @@ struct KernelTable {
 // A built model as a value: what the generated <name>_model.cpp exports, under a name
 // derived from the model's (extern "C" halformer_model_<name>(), see model.h), so that
 // any number of models link into one program.
-constexpr int kDescriptorVersion = 7;  // bumped when ModelConfig / KernelTable change
+constexpr int kDescriptorVersion = 8;  // bumped when ModelConfig / KernelTable change
 struct ModelDescriptor {
   int version;              // kDescriptorVersion of the halformer that generated it
   const ModelConfig* config;
