@@ -42,9 +42,9 @@ class Attention : public Generator<Attention> {
   GeneratorParam<int> rotary_dim{"rotary_dim", 0};     // 0: no rotary positions
   GeneratorParam<float> rotary_theta{"rotary_theta", 10000.0f};
   GeneratorParam<bool> rotary_interleaved{"rotary_interleaved", false};
-  // true: keys and values arrive as bf16 bits (uint16) on the CPU -- the cross-attention
-  // cache of a reduced-precision model, half the bytes a decode step streams; widened to
-  // fp32 on read (exact), so the arithmetic is unchanged. GPU targets keep fp32.
+  // true: keys and values arrive as bf16 bits (uint16) on the CPU -- a bf16 attention
+  // cache (precision_overrides.kv_cache), half the bytes a decode step streams; widened
+  // to fp32 on read (exact), so the arithmetic is unchanged. GPU targets keep fp32.
   GeneratorParam<bool> kv_bf16{"kv_bf16", false};
   // true: the queries too (self-attention over a bf16 KV cache: the fused QKV rows that
   // the cache holds, queries included). CPU only, as kv_bf16.
@@ -170,10 +170,7 @@ class Attention : public Generator<Attention> {
     // With rotary positions, the query row and the keys rotated first (q1, k1).
     Func q1("q1"), k1("k1");
     q1(d, h, b) = rotate([&](Expr e) { return qf(e, q_head + h, 0, b); }, d, Tk - 1);
-    {
-      Expr jc = min(j, Tk - 1);  // whole blocks of keys (schedule): clamp reads
-      k1(d, j, h, b) = rotate([&](Expr e) { return kvf(e, k_head + h, jc, b); }, d, jc);
-    }
+    k1(d, j, h, b) = rotate([&](Expr e) { return kvf(e, k_head + h, j, b); }, d, j);
     dot(j, h, b) = 0.0f;
     dot(j, h, b) += q1(rd1, h, b) * k1(rd1, j, kv_h, b);
     s1(j, h, b) = dot(j, h, b) * scale + key_mask(j, b);  // causal: every key j < Tk is visible

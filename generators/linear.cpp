@@ -43,8 +43,8 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
   GP<int> tile_n{"tile_n", 0};
   GP<int> tile_m{"tile_m", 0};
   GP<bool> parallel{"parallel", true};
-  // true: the output is stored as bf16 bits (uint16) on the CPU -- the cross-attention
-  // keys/values of a reduced-precision model (docs/precision.md); GPU targets keep fp32.
+  // true: the output is stored as bf16 bits (uint16) on the CPU -- the projections that
+  // write a bf16 attention cache (docs/precision.md); GPU targets keep fp32.
   GP<bool> out_bf16{"out_bf16", false};
   // The weights' panel width; 0: the target's (weight_panel). Set only by the tuner, whose
   // CPU reference for a GPU kernel reads the GPU's layout.
