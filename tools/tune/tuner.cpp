@@ -188,6 +188,12 @@ int geti(const std::vector<std::pair<std::string, std::string>>& p, const std::s
     if (name == k) return std::stoi(v);
   return fallback;
 }
+// A boolean GeneratorParam set to "true" (absent: false).
+bool getb(const std::vector<std::pair<std::string, std::string>>& p, const std::string& k) {
+  for (const auto& [name, v] : p)
+    if (name == k) return v == "true";
+  return false;
+}
 
 // linear and linear_bf16 (+ _residual, _gated): weights in the fp32 packed layout, whose
 // panel width follows the target (halformer/packed_layout.h); int8 has its own layout.
@@ -228,9 +234,7 @@ IoPlan io_plan(const PlannedKernel& k, const Shape& s, const Halide::Target& tar
     io.inputs["x"] = uni({K, M});
     InputSpec w;  // halformer/packed_layout.h
     w.kind = InputSpec::Int8;
-    const bool int16 = std::find(p.begin(), p.end(), std::make_pair(std::string("int16_activations"),
-                                                                     std::string("true"))) != p.end();
-    const int G = halformer::int8_group(target.to_string(), int16);
+    const int G = halformer::int8_group(target.to_string(), getb(p, "int16_activations"));
     w.extents = {G, halformer::kInt8Panel, halformer::int8_groups(K, G), halformer::int8_panel_count(N)};
     io.inputs["w"] = w;
     // bias | per-channel scale (| channel sum, quads) (signed here: any values work)
@@ -248,11 +252,8 @@ IoPlan io_plan(const PlannedKernel& k, const Shape& s, const Halide::Target& tar
     if (q_ext == kv_ext && T == Tk) io.inputs["kv"].alias = "q";
     // kv_bf16 (a bf16 cache's keys and values): bf16 bits on the CPU; GPU kernels keep fp32.
     // q_bf16 (a bf16 self-attention cache): the queries too.
-    auto set = [&](const char* param) {
-      return std::find(p.begin(), p.end(), std::make_pair(std::string(param), std::string("true"))) != p.end();
-    };
-    if (set("kv_bf16") && !target.has_gpu_feature()) io.inputs["kv"].kind = InputSpec::Bf16;
-    if (set("q_bf16") && !target.has_gpu_feature()) io.inputs["q"].kind = InputSpec::Bf16;
+    if (getb(p, "kv_bf16") && !target.has_gpu_feature()) io.inputs["kv"].kind = InputSpec::Bf16;
+    if (getb(p, "q_bf16") && !target.has_gpu_feature()) io.inputs["q"].kind = InputSpec::Bf16;
     InputSpec mask;
     mask.kind = InputSpec::Mask;
     mask.extents = {Tk, B};
