@@ -14,6 +14,7 @@
 #include <random>
 
 #include "halformer/packed_layout.h"
+#include "layer_checks.h"
 #include "reference/layers.h"
 #include "test_kernels.h"  // KERNEL(name): this build's variant (CPU, OpenCL or CUDA)
 
@@ -54,12 +55,9 @@ Buf view(Vec& v, std::initializer_list<int> dims_innermost_first) {
   return b;
 }
 
-void expect_close(const Vec& got, const Vec& want, const char* what, double rel = KERNEL_TOLERANCE) {
-  ASSERT_EQ(got.size(), want.size());
-  double scale = 1, err = 0;
-  for (float w : want) scale = std::max(scale, double(std::abs(w)));
-  for (size_t i = 0; i < got.size(); ++i) err = std::max(err, double(std::abs(got[i] - want[i])));
-  EXPECT_LE(err, rel * scale) << what << ": max abs error " << err << " (scale " << scale << ")";
+// This build's bound by default (KERNEL_TOLERANCE: CPU, OpenCL or CUDA).
+void expect_close(const Vec& got, const Vec& want, const std::string& what, double rel = KERNEL_TOLERANCE) {
+  layer_checks::expect_close(got, want, what, rel);
 }
 
 const int kRows[] = {1, 3, 8, 13, 35};

@@ -13,7 +13,7 @@
 #include <cstdio>
 #include <random>
 
-#include "bf16_output.h"
+#include "layer_checks.h"
 #include "halformer/packed_layout.h"
 #include "reference/layers.h"
 #include "test_bf16_kernels.h"  // KERNEL(name): this build's variant (CPU or OpenCL)
@@ -78,13 +78,10 @@ void check(Fn fn, int K, int N, const char* act, Second second, bool bf16_out = 
     if (second == Second::Gate)
       for (size_t i = 0; i < want.size(); ++i) want[i] *= res[i];
     if (bf16_out) {
-      bf16_output::expect_rounded(out_bits, want, KERNEL_TOLERANCE, act);
+      layer_checks::expect_rounded_bf16(out_bits, want, act, KERNEL_TOLERANCE);
       continue;
     }
-    double scale = 1, err = 0;
-    for (float v : want) scale = std::max(scale, double(std::abs(v)));
-    for (size_t i = 0; i < out.size(); ++i) err = std::max(err, double(std::abs(out[i] - want[i])));
-    EXPECT_LE(err, KERNEL_TOLERANCE * scale) << act << ": max abs error " << err << " (scale " << scale << ")";
+    layer_checks::expect_close(out, want, act, KERNEL_TOLERANCE);
   }
 }
 
@@ -117,8 +114,7 @@ TEST(KvCacheBf16, CrossAttentionReadsBf16Head20) {
   for (Shape s : {Shape{1, 1, 1}, Shape{2, 1, 9}, Shape{8, 1, 37}, Shape{2, 5, 17}, Shape{1, 35, 35}}) {
     SCOPED_TRACE("B=" + std::to_string(s.B) + " Tq=" + std::to_string(s.Tq) + " Tk=" + std::to_string(s.Tk));
     Vec q = ref::random_vec(size_t(s.B) * s.Tq * Cq, 5), kv = ref::random_vec(size_t(s.B) * s.Tk * Ckv, 6);
-    std::vector<uint16_t> kv_bits(kv.size());
-    for (size_t i = 0; i < kv.size(); ++i) kv_bits[i] = hf::to_bf16(kv[i]), kv[i] = bf16_output::widen(kv_bits[i]);
+    std::vector<uint16_t> kv_bits = layer_checks::round_to_bf16(kv);
     Vec mask(size_t(s.B) * s.Tk, 0.0f);
     if (s.B > 1) mask[size_t(s.Tk) * 2 - 1] = -1e30f;  // batch 1's last key is padding
     Vec out(size_t(s.B) * s.Tq * H * D, -7.0f);
@@ -126,10 +122,7 @@ TEST(KvCacheBf16, CrossAttentionReadsBf16Head20) {
     Halide::Runtime::Buffer<uint16_t> kvb(kv_bits.data(), {D, 2 * H, s.Tk, s.B});
     ASSERT_EQ(KERNEL(test_attention_cross_kv_bf16)(qb, kvb, mb, ob), 0);
     Vec want = ref::attention(q, Cq, kv, Ckv, mask, s.B, s.Tq, s.Tk, H, D, 0, 0, H, false);
-    double scale = 1, err = 0;
-    for (float v : want) scale = std::max(scale, double(std::abs(v)));
-    for (size_t i = 0; i < out.size(); ++i) err = std::max(err, double(std::abs(out[i] - want[i])));
-    EXPECT_LE(err, KERNEL_TOLERANCE * scale) << "max abs error " << err << " (scale " << scale << ")";
+    layer_checks::expect_close(out, want, "attention", KERNEL_TOLERANCE);
   }
 }
 
@@ -142,8 +135,7 @@ TEST(KvCacheBf16, SelfAttentionReadsBf16RowsGqaCausal) {
   for (Shape s : {Shape{1, 1, 1}, Shape{2, 7, 7}, Shape{1, 1, 9}, Shape{8, 1, 37}, Shape{2, 35, 35}}) {
     SCOPED_TRACE("B=" + std::to_string(s.B) + " Tq=" + std::to_string(s.Tq) + " Tk=" + std::to_string(s.Tk));
     Vec rows = ref::random_vec(size_t(s.B) * s.Tk * C, 7);
-    std::vector<uint16_t> bits(rows.size());
-    for (size_t i = 0; i < rows.size(); ++i) bits[i] = hf::to_bf16(rows[i]), rows[i] = bf16_output::widen(bits[i]);
+    std::vector<uint16_t> bits = layer_checks::round_to_bf16(rows);
     // The query rows: the last Tq of each sequence.
     Vec q(size_t(s.B) * s.Tq * C);
     std::vector<uint16_t> q_bits(q.size());
@@ -158,10 +150,7 @@ TEST(KvCacheBf16, SelfAttentionReadsBf16RowsGqaCausal) {
     Buf mb(mask.data(), {s.Tk, s.B}), ob(out.data(), {D, H, s.Tq, s.B});
     ASSERT_EQ(KERNEL(test_attention_self_cache_bf16)(qb, kvb, mb, ob), 0);
     Vec want = ref::attention(q, C, rows, C, mask, s.B, s.Tq, s.Tk, H, D, 0, H, H + KVH, true, H / KVH);
-    double scale = 1, err = 0;
-    for (float v : want) scale = std::max(scale, double(std::abs(v)));
-    for (size_t i = 0; i < out.size(); ++i) err = std::max(err, double(std::abs(out[i] - want[i])));
-    EXPECT_LE(err, KERNEL_TOLERANCE * scale) << "max abs error " << err << " (scale " << scale << ")";
+    layer_checks::expect_close(out, want, "attention", KERNEL_TOLERANCE);
   }
 }
 #endif

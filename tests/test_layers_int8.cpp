@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <random>
 
-#include "bf16_output.h"
+#include "layer_checks.h"
 #include "halformer/packed_layout.h"
 #include "reference/layers.h"
 #include "test_int8_kernels.h"  // KERNEL(name): this build's variant (host or AVX2)
@@ -67,13 +67,8 @@ void reference_weights(const Vec& w, int K, int N, std::vector<int8_t>& wq, Vec&
   for (int n = 0; n < N; ++n) sw[n] = ref::quantize_int8(&w[size_t(n) * K], K, &wq[size_t(n) * K]);
 }
 
-void expect_close(const Vec& got, const Vec& want, const char* what, double rel = 2e-5) {
-  ASSERT_EQ(got.size(), want.size());
-  double scale = 1, err = 0;
-  for (float w : want) scale = std::max(scale, double(std::abs(w)));
-  for (size_t i = 0; i < got.size(); ++i) err = std::max(err, double(std::abs(got[i] - want[i])));
-  EXPECT_LE(err, rel * scale) << what << ": max abs error " << err << " (scale " << scale << ")";
-}
+// The float epilogue's bound (of the output scale).
+constexpr double kTolerance = 2e-5;
 
 enum class Second { None, Residual, Gate };
 
@@ -117,9 +112,9 @@ void check(Fn fn, int K, int N, const char* act, Second second, int group = kGro
     Vec want = ref::linear_int8(x, wq, sw, b, M, K, N, quads ? 0 : hf::int8_activation_levels(K), act,
                                 second == Second::None ? nullptr : &res, second == Second::Gate);
     if (bf16_out)
-      bf16_output::expect_rounded(out_bits, want, 2e-5, act);
+      layer_checks::expect_rounded_bf16(out_bits, want, act, kTolerance);
     else
-      expect_close(out, want, act);
+      layer_checks::expect_close(out, want, act, kTolerance);
   }
 }
 
@@ -203,8 +198,8 @@ TEST(EmbeddingInt8, DequantizedRowsPlusPositionsC60) {
       Halide::Runtime::Buffer<int32_t> tb(tok.data(), T, B), yb(types.data(), T, B);
       Buf ob(out.data(), {C, T, B});
       ASSERT_EQ(KERNEL(test_embedding_int8)(tb, yb, tab, ub, ub, offset, ob), 0);
-      expect_close(out, ref::embedding(tok, B, T, dequant, C, true, "sinusoidal", Vec{}, offset), "embedding_int8",
-                   1e-6);
+      layer_checks::expect_close(out, ref::embedding(tok, B, T, dequant, C, true, "sinusoidal", Vec{}, offset),
+                                 "embedding_int8", 1e-6);
     }
   }
 }

@@ -1,0 +1,58 @@
+// The layer tests' comparisons with the naive reference (test_layers*.cpp), and for
+// kernels that read or store bf16 bits (uint16) -- the attention caches of a
+// reduced-precision model (precision_overrides.kv_cache; linear's out_bf16, attention's
+// kv_bf16 / q_bf16) -- their rounding.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "halformer/packed_layout.h"  // from_bf16
+
+namespace layer_checks {
+
+using halformer::from_bf16;
+
+// Rounds every value of v to bf16 in place (to_bf16) and returns the bits: a kernel's
+// bf16 input and, in v, the values it reads.
+inline std::vector<uint16_t> round_to_bf16(std::vector<float>& v) {
+  std::vector<uint16_t> bits(v.size());
+  for (size_t i = 0; i < v.size(); ++i) bits[i] = halformer::to_bf16(v[i]), v[i] = from_bf16(bits[i]);
+  return bits;
+}
+
+// max |got - want| within rel of the output scale (max |want|, at least 1).
+inline void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what,
+                         double rel) {
+  ASSERT_EQ(got.size(), want.size());
+  double scale = 1, err = 0;
+  for (float v : want) scale = std::max(scale, double(std::abs(v)));
+  for (size_t i = 0; i < got.size(); ++i) err = std::max(err, double(std::abs(got[i] - want[i])));
+  EXPECT_LE(err, rel * scale) << what << ": max abs error " << err << " (scale " << scale << ")";
+}
+
+// Every stored value is `want` rounded to the nearest bf16: within half a bf16 unit of it
+// (2^(e-8) for a value in [2^e, 2^(e+1))), plus `rel` of the output scale for the
+// kernel's own fp32 arithmetic. A truncating store (off by up to a whole unit) fails.
+inline void expect_rounded_bf16(const std::vector<uint16_t>& got, const std::vector<float>& want,
+                                const std::string& what, double rel) {
+  ASSERT_EQ(got.size(), want.size());
+  double scale = 1, worst = 0;
+  for (float w : want) scale = std::max(scale, double(std::abs(w)));
+  size_t at = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    int e = 0;
+    std::frexp(double(want[i]), &e);  // want = f * 2^e, f in [0.5, 1): its bf16 unit is 2^(e - 8)
+    const double excess = std::abs(double(from_bf16(got[i])) - want[i]) - std::ldexp(1.0, e - 9);
+    if (excess > worst) worst = excess, at = i;
+  }
+  EXPECT_LE(worst, rel * scale) << what << ": value " << at << " is " << from_bf16(got[at]) << ", want "
+                                << want[at] << " rounded to bf16";
+}
+
+}  // namespace layer_checks
