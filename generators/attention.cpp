@@ -11,6 +11,12 @@
 // Causal: key j is visible to query i iff j <= i + (Tk - Tq), so the same kernel serves
 // a full sequence (Tq == Tk) and incremental decoding (Tq new rows after a cache).
 //
+// Relative position bias (relative_distance M > 0, T5): position_bias(r, h) is added to
+// the score of query position p and key j, r = clamp(j - p, -M, M) + M. The runtime
+// fills that (2M + 1, H) table from the model's bucketed table (T5's buckets saturate at
+// M, so the clamp is exact); p = Tk - Tq + i, as for rotary positions. Without it the
+// input is not read (any buffer will do). `scale` replaces 1/sqrt(head_dim) (T5: 1).
+//
 // Grouped-query attention (kv_group > 1): query head h reads key and value head
 // h / kv_group (Hugging Face's repeat_kv order), so a fused row holds H query heads and
 // H / kv_group key and value heads each, and so does the KV cache.
@@ -42,6 +48,8 @@ class Attention : public Generator<Attention> {
   GeneratorParam<int> rotary_dim{"rotary_dim", 0};     // 0: no rotary positions
   GeneratorParam<float> rotary_theta{"rotary_theta", 10000.0f};
   GeneratorParam<bool> rotary_interleaved{"rotary_interleaved", false};
+  GeneratorParam<int> relative_distance{"relative_distance", 0};  // 0: no position bias
+  GeneratorParam<float> scale{"scale", 0.0f};                     // 0: 1 / sqrt(head_dim)
   // true: keys and values arrive as bf16 bits (uint16) on the CPU -- a bf16 attention
   // cache (precision_overrides.kv_cache), half the bytes a decode step streams; widened
   // to fp32 on read (exact), so the arithmetic is unchanged. GPU targets keep fp32.
@@ -59,6 +67,7 @@ class Attention : public Generator<Attention> {
   Input<Buffer<void, 4>> q{"q"};                 // float, or uint16 (bf16 bits) with q_bf16
   Input<Buffer<void, 4>> kv{"kv"};               // float, or uint16 (bf16 bits) with kv_bf16
   Input<Buffer<float, 2>> key_mask{"key_mask"};  // (Tk, B)
+  Input<Buffer<float, 2>> position_bias{"position_bias"};  // (2M + 1, heads); read only when M > 0
   Output<Buffer<float, 4>> out{"out"};           // (head_dim, heads, Tq, B)
 
   bool bf16_kv() const { return kv_bf16 && !get_target().has_gpu_feature(); }
@@ -74,6 +83,14 @@ class Attention : public Generator<Attention> {
     Expr Tq = q.dim(2).extent(), Tk = kv.dim(2).extent();
     if (G < 1 || H % G != 0) throw std::invalid_argument("attention: kv_group must divide heads");
     if (R < 0 || R > D || R % 2 != 0) throw std::invalid_argument("attention: rotary_dim must be even and <= head_dim");
+    const int M = relative_distance;
+    if (M < 0) throw std::invalid_argument("attention: relative_distance must be >= 0");
+    const float score_scale = float(scale) > 0.0f ? float(scale) : 1.0f / std::sqrt(float(D));
+    // The relative position bias of key j for a query at position p (0 without one).
+    auto bias = [&](Expr jj, Expr p, Expr hh) -> Expr {
+      if (M == 0) return 0.0f;
+      return position_bias(clamp(jj - p, -M, M) + M, hh);
+    };
 
     // Rotary positions: x(d) of a query or key row at position `pos`, rotated. cos/sin of
     // the angle per (frequency, position) as Funcs, so the CPU computes each once per call.
@@ -137,7 +154,7 @@ class Attention : public Generator<Attention> {
     Func score("score");
     score(j, i, h, b) = 0.0f;
     score(j, i, h, b) += qc(rd, h, i, b) * kt(j, rd, h, b);
-    Expr s = score(j, i, h, b) * (1.0f / std::sqrt(float(D))) + key_mask(j, b);
+    Expr s = score(j, i, h, b) * score_scale + key_mask(j, b) + bias(j, Tk - Tq + i, h);
     // Added rather than selected: a select would let bounds inference skip the scores of
     // hidden keys, which breaks the fixed-size score blocks of the CPU schedule.
     if (causal) s += select(j > i + (Tk - Tq), -1e30f, 0.0f);
@@ -164,7 +181,6 @@ class Attention : public Generator<Attention> {
     // contiguous head features instead -- for a single query the transposed copy of K
     // would cost more than the scores themselves. Selected at run time by specialising
     // out on Tq == 1; Halide then drops the other path from each branch.
-    const float scale = 1.0f / std::sqrt(float(D));
     RDom rd1(0, D, "rd1");
     Func dot("dot"), s1("s1"), max1("max1"), p1("p1"), sum1("sum1"), acc1("acc1");
     // With rotary positions, the query row and the keys rotated first (q1, k1).
@@ -173,7 +189,7 @@ class Attention : public Generator<Attention> {
     k1(d, j, h, b) = rotate([&](Expr e) { return kvf(e, k_head + h, j, b); }, d, j);
     dot(j, h, b) = 0.0f;
     dot(j, h, b) += q1(rd1, h, b) * k1(rd1, j, kv_h, b);
-    s1(j, h, b) = dot(j, h, b) * scale + key_mask(j, b);  // causal: every key j < Tk is visible
+    s1(j, h, b) = dot(j, h, b) * score_scale + key_mask(j, b) + bias(j, Tk - 1, h);  // causal: every key j < Tk is visible
     max1(h, b) = maximum(s1(rj, h, b));
     p1(j, h, b) = exp(s1(j, h, b) - max1(h, b));
     sum1(h, b) = sum(p1(rj, h, b));
@@ -192,12 +208,14 @@ class Attention : public Generator<Attention> {
     q.dim(2).set_min(0);
     kv.dim(2).set_min(0);
     key_mask.dim(0).set_min(0);
+    if (M > 0) position_bias.dim(0).set_bounds(0, 2 * M + 1).dim(1).set_bounds(0, H);
 
     // ---- schedule
     if (using_autoscheduler()) {
       q.set_estimates({{0, D}, {0, 3 * H}, {0, 128}, {0, 1}});
       kv.set_estimates({{0, D}, {0, 3 * H}, {0, 128}, {0, 1}});
       key_mask.set_estimates({{0, 128}, {0, 1}});
+      position_bias.set_estimates({{0, 2 * std::max(M, 1) + 1}, {0, H}});
       out.set_estimates({{0, D}, {0, H}, {0, 128}, {0, 1}});
       return;
     }

@@ -465,9 +465,17 @@ struct Session {
     View xb = x.flat(), ob = out.flat();
     run(kt.layer_norm(xb.raw(), gb, bb, ob.raw()), "layer_norm");
   }
-  void attention(AttentionFn fn, const char* name, View q, View kv, View mask, View out) {
+  // bias: a stack's relative position table (position_bias below).
+  void attention(AttentionFn fn, const char* name, View q, View kv, View mask, halide_buffer_t* bias, View out) {
     KernelTimer timer(name, iface);
-    run(fn(q.raw(), kv.raw(), mask.raw(), out.raw()), name);
+    run(fn(q.raw(), kv.raw(), mask.raw(), bias, out.raw()), name);
+  }
+  // The (2 * relative_distance + 1, heads) table of a stack's self-attention (T5), or for
+  // every other attention call a 1 x 1 stand-in that its kernel does not read.
+  halide_buffer_t* position_bias(const WeightVector<float>& table) {
+    static const WeightVector<float> unread(1, 0.0f);
+    if (table.empty()) return weight(unread, 1, 1);
+    return weight(table, 2 * cfg.relative_distance + 1, cfg.heads);
   }
 
   // Validates ids and lengths, then right-pads with pad_id into a (T, B) buffer.
@@ -609,13 +617,13 @@ struct Session {
 
   // decoder: the decoder's kernels, whose QKV rows are the cache's (bf16 with self_cache_bf16).
   void self_attention_block(Act& x, const LayerWeights& L, AttentionFn fn, const char* name, const Act& mask,
-                            bool decoder = false) {
+                            halide_buffer_t* bias, bool decoder = false) {
     const int d = cfg.d_model, hd = d / cfg.heads;
     const bool bf16 = decoder && self_cache_bf16();
     residual_block(x, L.self_norm, [&](const Act& h, const Act& res, Act& y) {
       Act qkv(qkv_width(), h.T, h.B, iface, bf16), a(d, h.T, h.B, iface);
       linear(bf16 ? kt.qkv_cache : kt.qkv, "qkv", h.flat(), L.qkv, qkv.flat());
-      attention(fn, name, qkv.heads(hd), qkv.heads(hd), mask.flat(), a.heads(hd));
+      attention(fn, name, qkv.heads(hd), qkv.heads(hd), mask.flat(), bias, a.heads(hd));
       linear_residual(kt.attention_out, "attention_out", a.flat(), L.attn_out, res.flat(), y.flat());
     });
   }
@@ -630,7 +638,8 @@ struct Session {
   Act run_encoder(const Weights& w, const IBuf& src, const Act& src_mask) {
     Act x = embed(kt.embed_src, src, false, w, 0);
     for (const auto& L : w.encoder) {
-      self_attention_block(x, L, kt.encoder_self_attention, "encoder_self_attention", src_mask);
+      self_attention_block(x, L, kt.encoder_self_attention, "encoder_self_attention", src_mask,
+                           position_bias(w.encoder_position_bias));
       feed_forward(x, L);
     }
     final_norm(x, w.encoder_norm);
@@ -650,7 +659,8 @@ struct Session {
     residual_block(x, L.cross_norm, [&](const Act& h, const Act& res, Act& y) {
       Act q(d, h.T, h.B, iface), a(d, h.T, h.B, iface);
       linear(kt.cross_q, "cross_q", h.flat(), L.cross_q, q.flat());
-      attention(kt.cross_attention, "cross_attention", q.heads(hd), kv.heads(hd), src_mask.flat(), a.heads(hd));
+      attention(kt.cross_attention, "cross_attention", q.heads(hd), kv.heads(hd), src_mask.flat(), position_bias({}),
+                a.heads(hd));
       linear_residual(kt.attention_out, "cross_out", a.flat(), L.cross_out, res.flat(), y.flat());
     });
   }
@@ -705,7 +715,8 @@ struct Session {
     st.self_mask = make_input(Tmax, B, 1, [&](float* m) {
       for (int b = 0; b < B; ++b) std::fill_n(m + int64_t(b) * Tmax, st.shift[b], kMasked);
     });
-    if (st.shifted() && cfg.positions == PositionKind::Rotary) st.zero_mask = make_input(Tmax, 1, 1, [](float*) {});
+    if (st.shifted() && (cfg.positions == PositionKind::Rotary || cfg.positions == PositionKind::Relative))
+      st.zero_mask = make_input(Tmax, 1, 1, [](float*) {});
     const int w3 = qkv_width();
     st.row = iface ? int((w3 + kDeviceAlignFloats - 1) / kDeviceAlignFloats * kDeviceAlignFloats) : w3;
     for (size_t l = 0; l < w.decoder.size(); ++l) st.cache.emplace_back(st.row, Tmax, B, iface, self_cache_bf16());
@@ -730,9 +741,11 @@ struct Session {
     } else {
       x = embed(kt.embed_tgt, tokens, true, w, len);
     }
-    // Rotary attention turns keys by their cache position: rows at their own positions
+    // Rotary attention turns keys by their cache position, relative positions bias them by
+    // their distance from the query's: rows at their own positions
     // each get their own call over their own positions.
-    const bool per_row = shifted && cfg.positions == PositionKind::Rotary;
+    const bool per_row = shifted && (cfg.positions == PositionKind::Rotary || cfg.positions == PositionKind::Relative);
+    halide_buffer_t* bias = position_bias(w.decoder_position_bias);
     const int64_t bstride = int64_t(row) * st.Tmax, at = int64_t(len) * row;
     for (size_t l = 0; l < w.decoder.size(); ++l) {
       const auto& L = w.decoder[l];
@@ -747,7 +760,7 @@ struct Session {
         if (!per_row) {
           attention(kt.decoder_self_attention, "decoder_self_attention", view4(c, at, hd, heads, T, B, row, bstride),
                     view4(c, 0, hd, heads, len + T, B, row, bstride), view2(st.self_mask, 0, len + T, B, st.Tmax),
-                    a.heads(hd));
+                    bias, a.heads(hd));
         } else {
           Act one = iface ? Act(d, 1, 1, iface) : Act();  // device: an aligned output, then copied
           for (int b = 0; b < B; ++b) {
@@ -755,7 +768,7 @@ struct Session {
             View o = iface ? one.heads(hd) : view4(a, int64_t(b) * d, hd, d / hd, 1, 1, d, d);
             attention(kt.decoder_self_attention, "decoder_self_attention", view4(c, base + at, hd, heads, 1, 1, row, row),
                       view4(c, base + int64_t(st.shift[b]) * row, hd, heads, int(n), 1, row, row),
-                      view2(st.zero_mask, 0, int(n), 1, st.Tmax), o);
+                      view2(st.zero_mask, 0, int(n), 1, st.Tmax), bias, o);
             if (iface) copy_elems(one, 0, a, int64_t(b) * d, d);
           }
         }
@@ -810,7 +823,8 @@ struct Session {
     Act x = embed(kt.embed_tgt, t, true, w, 0);
     for (size_t l = 0; l < w.decoder.size(); ++l) {
       const auto& L = w.decoder[l];
-      self_attention_block(x, L, kt.decoder_self_attention, "decoder_self_attention", tmask, true);
+      self_attention_block(x, L, kt.decoder_self_attention, "decoder_self_attention", tmask,
+                           position_bias(w.decoder_position_bias), true);
       if (!cross.empty()) cross_block(x, L, cross[l], smask);
       feed_forward(x, L);
     }

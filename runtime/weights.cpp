@@ -170,6 +170,7 @@ struct HfName {
   // The file's tensor for the canonical bias is `name` itself, stored [1, n] (BART's
   // final_logits_bias as the generator's bias).
   bool bias_tensor = false;
+  const char* gated = nullptr;  // the module's name when the feed-forward is gated (T5: wi -> wi_1)
 };
 struct HfFamily {
   const char* preset;
@@ -264,7 +265,29 @@ const HfFamily& hf_family(Preset p) {
        {"ff1", {"mlp.up_proj", -1, false}}, {"ff2", {"mlp.down_proj", -1, false}},
        {"ff_norm", {"post_attention_layernorm", -1, false}}},
       false, {"layers.{N}.self_attn.rotary_emb.inv_freq"}};
+  // T5ForConditionalGeneration (and MT5): no biases, RMSNorm, one shared embedding; each
+  // block's sublayers are numbered (self-attention 0, the decoder's cross-attention 1, the
+  // feed-forward last: "{F}"); the feed-forward is wi/wo, or wi_0 (gate) / wi_1 (up) / wo
+  // when gated. Block 0 of each stack holds its relative position table.
+  auto t5 = [](const char* name, const char* gated = nullptr) { return HfName{name, -1, false, false, gated}; };
+  static const HfFamily t5_family{
+      "huggingface-t5", {""}, "shared.weight",
+      {{"src_embedding", t5("shared")}, {"tgt_embedding", t5("shared")},
+       {"encoder_norm", t5("encoder.final_layer_norm")}, {"decoder_norm", t5("decoder.final_layer_norm")},
+       {"encoder_relative_bias", t5("encoder.block.0.layer.0.SelfAttention.relative_attention_bias")},
+       {"decoder_relative_bias", t5("decoder.block.0.layer.0.SelfAttention.relative_attention_bias")}},
+      {{"generator", t5("lm_head")}}, "{S}.block.",
+      {{"self_attn.q", t5("layer.0.SelfAttention.q")}, {"self_attn.k", t5("layer.0.SelfAttention.k")},
+       {"self_attn.v", t5("layer.0.SelfAttention.v")}, {"self_attn.o", t5("layer.0.SelfAttention.o")},
+       {"self_norm", t5("layer.0.layer_norm")},
+       {"cross_attn.q", t5("layer.1.EncDecAttention.q")}, {"cross_attn.k", t5("layer.1.EncDecAttention.k")},
+       {"cross_attn.v", t5("layer.1.EncDecAttention.v")}, {"cross_attn.o", t5("layer.1.EncDecAttention.o")},
+       {"cross_norm", t5("layer.1.layer_norm")},
+       {"ff_gate", t5("layer.{F}.DenseReluDense.wi_0")}, {"ff1", t5("layer.{F}.DenseReluDense.wi", "layer.{F}.DenseReluDense.wi_1")},
+       {"ff2", t5("layer.{F}.DenseReluDense.wo")}, {"ff_norm", t5("layer.{F}.layer_norm")}},
+      false, {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight"}};
   switch (p) {
+    case Preset::HuggingfaceT5: return t5_family;
     case Preset::HuggingfaceLlama: return llama;
     case Preset::HuggingfaceBert: return bert;
     case Preset::HuggingfaceRoberta: return roberta;
@@ -276,7 +299,8 @@ const HfFamily& hf_family(Preset p) {
 }
 bool is_hf(Preset p) {
   return p == Preset::HuggingfaceBert || p == Preset::HuggingfaceRoberta || p == Preset::HuggingfaceDistilbert ||
-         p == Preset::HuggingfaceGpt2 || p == Preset::HuggingfaceBart || p == Preset::HuggingfaceLlama;
+         p == Preset::HuggingfaceGpt2 || p == Preset::HuggingfaceBart || p == Preset::HuggingfaceLlama ||
+         p == Preset::HuggingfaceT5;
 }
 
 Source hf_preset(const HfFamily& f, const std::string& prefix, const ModelConfig& c, const Canonical& n) {
@@ -291,7 +315,10 @@ Source hf_preset(const HfFamily& f, const std::string& prefix, const ModelConfig
       s.zeros = true;
       return s;
     }
-    s.name = scope + m.name + "." + n.param;
+    std::string module = c.gated_ff && m.gated ? m.gated : m.name;
+    if (const size_t at = module.find("{F}"); at != std::string::npos)  // T5: the feed-forward's sublayer
+      module.replace(at, 3, n.stack == "decoder" && c.arch == Arch::EncoderDecoder ? "2" : "1");
+    s.name = scope + module + "." + n.param;
     s.part = m.part;
     s.transposed = layer && f.conv1d && n.param == "weight";
     return s;
@@ -556,11 +583,15 @@ class Loader {
   }
   // RMSNorm: gamma only (offset + weight), beta zeros; else weight and bias. A canonical
   // file holds the gamma the kernel multiplies by (offset already added).
-  NormWeights norm(const std::string& prefix, int d) {
-    if (!c_.rms_norm) return {take(prefix + ".weight", {d}), take(prefix + ".bias", {d})};
-    NormWeights n{take(prefix + ".weight", {d}), WeightVector<float>(size_t(d), 0.0f)};
-    if (!canonical_)
-      for (float& g : n.gamma) g = float(double(g) + c_.norm_weight_offset);
+  // `scale` multiplies gamma (and beta) after the offset: generator_input_scale, folded
+  // into the decoder's final norm; a canonical file holds the scaled values.
+  NormWeights norm(const std::string& prefix, int d, double scale = 1.0) {
+    NormWeights n{take(prefix + ".weight", {d}),
+                  c_.rms_norm ? WeightVector<float>(size_t(d), 0.0f) : take(prefix + ".bias", {d})};
+    if (canonical_) return n;
+    for (float& g : n.gamma) g = float((double(g) + (c_.rms_norm ? c_.norm_weight_offset : 0.0)) * scale);
+    if (scale != 1.0)
+      for (float& b : n.beta) b = float(double(b) * scale);
     return n;
   }
 
@@ -644,7 +675,8 @@ class Loader {
       case Preset::HuggingfaceDistilbert:
       case Preset::HuggingfaceGpt2:
       case Preset::HuggingfaceBart:
-      case Preset::HuggingfaceLlama: return hf_preset(hf_family(c_.preset), hf_prefix_, c_, parse(canonical));
+      case Preset::HuggingfaceLlama:
+      case Preset::HuggingfaceT5: return hf_preset(hf_family(c_.preset), hf_prefix_, c_, parse(canonical));
       case Preset::Explicit: {
         auto it = map_.find(canonical);
         return {it == map_.end() ? canonical : it->second};
@@ -720,7 +752,15 @@ Weights load_weights(const ModelConfig& c, const std::string& path, const Weight
   for (int i = 0; i < c.decoder_layers && dec; ++i) w.decoder.push_back(load_layer(ld, c, "decoder", i));
   if (c.final_norm) {
     if (enc) w.encoder_norm = ld.norm("encoder_norm", d);
-    if (dec) w.decoder_norm = ld.norm("decoder_norm", d);
+    if (dec) w.decoder_norm = ld.norm("decoder_norm", d, c.generator_input_scale);
+  }
+  if (c.positions == PositionKind::Relative) {
+    auto stack = [&](const char* name, bool bidirectional, WeightVector<float>& bias, WeightVector<float>& table) {
+      bias = ld.take(std::string(name) + "_relative_bias.weight", {c.relative_buckets, c.heads});
+      table = relative_position_table(bias, c.heads, bidirectional, c.relative_buckets, c.relative_distance);
+    };
+    if (enc) stack("encoder", true, w.encoder_relative_bias, w.encoder_position_bias);
+    if (dec) stack("decoder", false, w.decoder_relative_bias, w.decoder_position_bias);
   }
   if (dec) {
     if (shared) {
@@ -841,6 +881,35 @@ class CanonicalWriter {
 
 }  // namespace
 
+int relative_position_bucket(int r, bool bidirectional, int buckets, int distance) {
+  int bucket = 0;
+  if (bidirectional) {
+    buckets /= 2;
+    if (r > 0) bucket += buckets;
+    r = std::abs(r);
+  } else {
+    r = std::max(-r, 0);
+  }
+  const int exact = buckets / 2;
+  if (r < exact) return bucket + r;
+  // transformers: exact + (log(r / exact) / log(distance / exact) * (buckets - exact)).long(),
+  // each step a float32 tensor op (the Python float divisor rounded to float32).
+  const float ratio = std::log(float(r) / float(exact)) / float(std::log(double(distance) / double(exact)));
+  const int large = exact + int(ratio * float(buckets - exact));
+  return bucket + std::min(large, buckets - 1);
+}
+
+WeightVector<float> relative_position_table(const WeightVector<float>& bias, int heads, bool bidirectional,
+                                            int buckets, int distance) {
+  const int width = 2 * distance + 1;
+  WeightVector<float> table(size_t(width) * heads);
+  for (int r = -distance; r <= distance; ++r) {
+    const int k = relative_position_bucket(r, bidirectional, buckets, distance);
+    for (int h = 0; h < heads; ++h) table[size_t(h) * width + size_t(r + distance)] = bias[size_t(k) * heads + h];
+  }
+  return table;
+}
+
 const char* weight_format_name(WeightFormat f) {
   return f == WeightFormat::Int8 ? "int8" : f == WeightFormat::Bf16 ? "bf16" : "fp32";
 }
@@ -862,6 +931,10 @@ void save_weights(const ModelConfig& c, const Weights& w, const std::string& pat
     if (enc) out.norm("encoder_norm", w.encoder_norm);
     if (dec) out.norm("decoder_norm", w.decoder_norm);
   }
+  if (!w.encoder_relative_bias.empty())
+    out.floats("encoder_relative_bias.weight", w.encoder_relative_bias, {c.relative_buckets, c.heads});
+  if (!w.decoder_relative_bias.empty())
+    out.floats("decoder_relative_bias.weight", w.decoder_relative_bias, {c.relative_buckets, c.heads});
   if (dec) {
     if (c.share_tgt_output)  // the weight is the target table's
       out.owned_floats("generator.bias", {w.generator.b.begin(), w.generator.b.begin() + c.tgt_vocab});

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <HalideBuffer.h>
 
 #include <algorithm>
 #include <cmath>
@@ -17,6 +18,10 @@
 namespace layer_checks {
 
 using halformer::from_bf16;
+
+// The position_bias argument of an attention kernel built without relative positions
+// (not read; any buffer will do).
+inline Halide::Runtime::Buffer<float> no_position_bias() { return Halide::Runtime::Buffer<float>(1, 1); }
 
 // Rounds every value of v to bf16 in place (to_bf16) and returns the bits: a kernel's
 // bf16 input and, in v, the values it reads.

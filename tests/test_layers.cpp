@@ -131,7 +131,7 @@ void check_attention(Fn fn, bool causal, bool cross) {
     Vec out(size_t(s.B) * Tq * H * D, -7.0f);
     Buf qb = cross ? view(q, {D, H, Tq, s.B}) : view(q, {D, 3 * H, Tq, s.B});
     Buf kvb = view(kv, {D, Ckv / D, s.Tk, s.B}), mb = view(mask, {s.Tk, s.B}), ob = view(out, {D, H, Tq, s.B});
-    ASSERT_EQ(fn(qb, kvb, mb, ob), 0);
+    ASSERT_EQ(fn(qb, kvb, mb, layer_checks::no_position_bias(), ob), 0);
     ob.copy_to_host();
     Vec want = cross ? ref::attention(q, Cq, kv, Ckv, mask, s.B, Tq, s.Tk, H, D, 0, 0, H, false)
                      : ref::attention(kv, Ckv, kv, Ckv, mask, s.B, Tq, s.Tk, H, D, 0, H, 2 * H, causal);
@@ -150,7 +150,7 @@ TEST(Attention, CausalDecodeRowMatchesFullSequence) {
   const int H = 3, D = 20, C = 3 * H * D, T = 11;
   Vec kv = random_vec(size_t(T) * C, 7), mask(T, 0.0f), full(size_t(T) * H * D), row(H * D);
   Buf kvb = view(kv, {D, 3 * H, T, 1}), mb = view(mask, {T, 1}), fb = view(full, {D, H, T, 1});
-  ASSERT_EQ(KERNEL(test_attention_causal)(kvb, kvb, mb, fb), 0);
+  ASSERT_EQ(KERNEL(test_attention_causal)(kvb, kvb, mb, layer_checks::no_position_bias(), fb), 0);
   fb.copy_to_host();
   for (int t = 0; t < T; ++t) {
     halide_dimension_t qd[4] = {{0, D, 1}, {0, 3 * H, D}, {0, 1, C}, {0, 1, T * C}};
@@ -159,7 +159,7 @@ TEST(Attention, CausalDecodeRowMatchesFullSequence) {
         ob = view(row, {D, H, 1, 1});
     qb.set_host_dirty();
     kb.set_host_dirty();
-    ASSERT_EQ(KERNEL(test_attention_causal)(qb, kb, m1, ob), 0);
+    ASSERT_EQ(KERNEL(test_attention_causal)(qb, kb, m1, layer_checks::no_position_bias(), ob), 0);
     ob.copy_to_host();
     for (int i = 0; i < H * D; ++i)
       ASSERT_NEAR(row[i], full[size_t(t) * H * D + i], KERNEL_TOLERANCE * std::max(1.0f, std::abs(row[i])))
@@ -179,7 +179,7 @@ void check_attention_gqa(Fn fn, int H, int G, int R, double theta, bool interlea
     Vec kv = random_vec(size_t(B) * T * C, 11), mask(size_t(B) * T, 0.0f), out(size_t(B) * T * H * D, -7.0f);
     if (B > 1 && !causal) mask[size_t(T) * 2 - 1] = -1e30f;  // batch 1's last key is padding
     Buf kvb = view(kv, {D, H + 2 * KVH, T, B}), mb = view(mask, {T, B}), ob = view(out, {D, H, T, B});
-    ASSERT_EQ(fn(kvb, kvb, mb, ob), 0);
+    ASSERT_EQ(fn(kvb, kvb, mb, layer_checks::no_position_bias(), ob), 0);
     ob.copy_to_host();
     Vec rotated = kv;
     ref::rotary(rotated, C, B, T, 0, H + KVH, D, R, theta, interleaved);  // queries and keys
@@ -194,7 +194,7 @@ void check_attention_gqa(Fn fn, int H, int G, int R, double theta, bool interlea
           o1 = view(row, {D, H, 1, 1});
       qb.set_host_dirty();
       kb.set_host_dirty();
-      ASSERT_EQ(fn(qb, kb, m1, o1), 0);
+      ASSERT_EQ(fn(qb, kb, m1, layer_checks::no_position_bias(), o1), 0);
       o1.copy_to_host();
       Vec want_row(want.begin() + size_t(t) * H * D, want.begin() + size_t(t + 1) * H * D);
       expect_close(row, want_row, ("decode row t=" + std::to_string(t)).c_str());
@@ -210,6 +210,46 @@ TEST(Attention, MultiQueryRotaryInterleavedPartial) {
 TEST(Attention, RotaryPartialEncoder) {
   check_attention_gqa(KERNEL(test_attention_rotary_encoder), 3, 1, 8, 10000, false, false);
 }
+
+// Relative position bias (T5): a bucketed table [buckets][H] over j - (query position),
+// saturating at distance M = 4, in the (2M + 1, H) form the kernel reads, unscaled scores
+// (scale 1); sequences longer than M, and when causal every position again as a one-row
+// decode step (the Tq == 1 path).
+int t5_like_bucket(int r) { return r <= -3 ? 0 : r < 0 ? 1 : r == 0 ? 2 : r < 3 ? 3 : r < 4 ? 4 : 5; }
+template <typename Fn>
+void check_attention_relative(Fn fn, bool causal) {
+  const int H = 3, D = 20, C = 3 * H * D, M = 4;
+  Vec buckets = random_vec(size_t(6) * H, 21), table(size_t(2 * M + 1) * H);
+  for (int r = -M; r <= M; ++r)
+    for (int h = 0; h < H; ++h) table[size_t(h) * (2 * M + 1) + r + M] = buckets[size_t(t5_like_bucket(r)) * H + h];
+  Buf tb = view(table, {2 * M + 1, H});
+  for (auto [B, T] : {std::pair{1, 1}, std::pair{2, 5}, std::pair{3, 13}, std::pair{1, 35}}) {
+    SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T));
+    Vec kv = random_vec(size_t(B) * T * C, 22), mask(size_t(B) * T, 0.0f), out(size_t(B) * T * H * D, -7.0f);
+    if (B > 1 && !causal) mask[size_t(T) * 2 - 1] = -1e30f;  // batch 1's last key is padding
+    Buf kvb = view(kv, {D, 3 * H, T, B}), mb = view(mask, {T, B}), ob = view(out, {D, H, T, B});
+    ASSERT_EQ(fn(kvb, kvb, mb, tb, ob), 0);
+    ob.copy_to_host();
+    Vec want = ref::attention(kv, C, kv, C, mask, B, T, T, H, D, 0, H, 2 * H, causal, 1, &buckets, t5_like_bucket, 1.0);
+    expect_close(out, want, "attention");
+    if (!causal || B != 1) continue;
+    Vec row(size_t(H) * D);
+    for (int t = 0; t < T; ++t) {
+      halide_dimension_t qd[4] = {{0, D, 1}, {0, 3 * H, D}, {0, 1, C}, {0, 1, T * C}};
+      halide_dimension_t kd[4] = {{0, D, 1}, {0, 3 * H, D}, {0, t + 1, C}, {0, 1, T * C}};
+      Buf qb(kv.data() + size_t(t) * C, 4, qd), kb(kv.data(), 4, kd), m1 = view(mask, {t + 1, 1}),
+          o1 = view(row, {D, H, 1, 1});
+      qb.set_host_dirty();
+      kb.set_host_dirty();
+      ASSERT_EQ(fn(qb, kb, m1, tb, o1), 0);
+      o1.copy_to_host();
+      Vec want_row(want.begin() + size_t(t) * H * D, want.begin() + size_t(t + 1) * H * D);
+      expect_close(row, want_row, ("decode row t=" + std::to_string(t)).c_str());
+    }
+  }
+}
+TEST(Attention, RelativeBiasEncoderUnscaled) { check_attention_relative(KERNEL(test_attention_relative), false); }
+TEST(Attention, RelativeBiasCausalDecodeRows) { check_attention_relative(KERNEL(test_attention_relative_causal), true); }
 
 template <typename Fn>
 void check_layernorm(Fn fn, bool annotated) {

@@ -120,7 +120,7 @@ TEST(KvCacheBf16, CrossAttentionReadsBf16Head20) {
     Vec out(size_t(s.B) * s.Tq * H * D, -7.0f);
     Buf qb(q.data(), {D, H, s.Tq, s.B}), mb(mask.data(), {s.Tk, s.B}), ob(out.data(), {D, H, s.Tq, s.B});
     Halide::Runtime::Buffer<uint16_t> kvb(kv_bits.data(), {D, 2 * H, s.Tk, s.B});
-    ASSERT_EQ(KERNEL(test_attention_cross_kv_bf16)(qb, kvb, mb, ob), 0);
+    ASSERT_EQ(KERNEL(test_attention_cross_kv_bf16)(qb, kvb, mb, layer_checks::no_position_bias(), ob), 0);
     Vec want = ref::attention(q, Cq, kv, Ckv, mask, s.B, s.Tq, s.Tk, H, D, 0, 0, H, false);
     layer_checks::expect_close(out, want, "attention", KERNEL_TOLERANCE);
   }
@@ -148,7 +148,7 @@ TEST(KvCacheBf16, SelfAttentionReadsBf16RowsGqaCausal) {
     Vec mask(size_t(s.B) * s.Tk, 0.0f), out(size_t(s.B) * s.Tq * H * D, -7.0f);
     Halide::Runtime::Buffer<uint16_t> qb(q_bits.data(), {D, C / D, s.Tq, s.B}), kvb(bits.data(), {D, C / D, s.Tk, s.B});
     Buf mb(mask.data(), {s.Tk, s.B}), ob(out.data(), {D, H, s.Tq, s.B});
-    ASSERT_EQ(KERNEL(test_attention_self_cache_bf16)(qb, kvb, mb, ob), 0);
+    ASSERT_EQ(KERNEL(test_attention_self_cache_bf16)(qb, kvb, mb, layer_checks::no_position_bias(), ob), 0);
     Vec want = ref::attention(q, C, rows, C, mask, s.B, s.Tq, s.Tk, H, D, 0, H, H + KVH, true, H / KVH);
     layer_checks::expect_close(out, want, "attention", KERNEL_TOLERANCE);
   }

@@ -54,9 +54,13 @@ inline Vec linear(const Vec& x, const Vec& w, const Vec& b, int M, int K, int N,
 // Multi-head attention. q rows [B][Tq][Cq], kv rows [B][Tk][Ckv]; head h of the query is
 // at columns (q_head + h) * D, its key at (k_head + h) * D, value at (v_head + h) * D.
 // key_mask [B][Tk] additive; causal: key j visible to query i iff j <= i + Tk - Tq.
+// position_bias (T5; nullptr: none): bucket_bias [buckets][H] at bucket(j - (i + Tk - Tq)),
+// where bucket maps a relative position to its bucket; scale 0: 1 / sqrt(D).
 inline Vec attention(const Vec& q, int Cq, const Vec& kv, int Ckv, const Vec& key_mask, int B,
                      int Tq, int Tk, int H, int D, int q_head, int k_head, int v_head, bool causal,
-                     int kv_group = 1) {
+                     int kv_group = 1, const Vec* bucket_bias = nullptr, int (*bucket)(int) = nullptr,
+                     double scale = 0) {
+  const double sc = scale > 0 ? scale : 1.0 / std::sqrt(double(D));
   Vec out(size_t(B) * Tq * H * D);
   std::vector<double> s(Tk);
   for (int b = 0; b < B; ++b)
@@ -68,7 +72,8 @@ inline Vec attention(const Vec& q, int Cq, const Vec& kv, int Ckv, const Vec& ke
           const float* kj = &kv[(size_t(b) * Tk + j) * Ckv + (k_head + h / kv_group) * D];
           double dot = 0;
           for (int d = 0; d < D; ++d) dot += double(qi[d]) * kj[d];
-          s[j] = dot / std::sqrt(double(D)) + key_mask[size_t(b) * Tk + j];
+          s[j] = dot * sc + key_mask[size_t(b) * Tk + j];
+          if (bucket_bias) s[j] += (*bucket_bias)[size_t(bucket(j - (i + Tk - Tq))) * H + h];
           if (causal && j > i + Tk - Tq) s[j] = -1e30;
           mx = std::max(mx, s[j]);
         }

@@ -96,8 +96,10 @@ class Planner {
     const int64_t H = spec_.heads;
     const int64_t group = self ? H / spec_.kv_heads : 1;
     const bool rotary = self && spec_.positions == Positions::Rotary;
+    const bool relative = self && spec_.positions == Positions::Relative;  // T5: a bias per distance
     std::string label = "attention_" + std::to_string(q_head) + "_" + std::to_string(k_head) + "_" +
                         std::to_string(v_head) + (causal ? "_causal" : "") + (rotary ? "_rotary" : "") +
+                        (relative ? "_relative" : "") + (spec_.scaled ? "" : "_unscaled") +
                         (kv_bf16 ? "_kv_bf16" : "") + (q_bf16 ? "_q_bf16" : "");
     std::vector<std::pair<std::string, std::string>> params = {{"heads", std::to_string(H)},
                                                                {"head_dim", std::to_string(spec_.d_model / H)},
@@ -113,6 +115,8 @@ class Planner {
       params.emplace_back("rotary_theta", format_float(spec_.rotary_theta));
       params.emplace_back("rotary_interleaved", spec_.rotary_layout == RotaryLayout::Interleaved ? "true" : "false");
     }
+    if (relative) params.emplace_back("relative_distance", std::to_string(spec_.relative_distance));
+    if (!spec_.scaled) params.emplace_back("scale", "1");
     bind(role, "attention", label, std::move(params));
   }
 
@@ -123,8 +127,9 @@ class Planner {
           {"vocab", std::to_string(vocab)},
           {"max_len", std::to_string(spec_.max_len)},
           {"scale", spec_.scale_embedding ? "true" : "false"},
-          // Rotary positions are applied in attention: the embedding adds none.
-          {"positions", spec_.positions == Positions::Rotary ? "none" : to_string(spec_.positions)},
+          // Rotary and relative positions are applied in attention: the embedding adds none.
+          {"positions", spec_.positions == Positions::Rotary || spec_.positions == Positions::Relative
+                            ? "none" : to_string(spec_.positions)},
           {"type_vocab", std::to_string(role == "embed_src" ? spec_.type_vocab : 0)}});
   }
 
@@ -284,6 +289,7 @@ const char* preset_enum(Preset p) {
     case Preset::HuggingfaceGpt2: return "HuggingfaceGpt2";
     case Preset::HuggingfaceBart: return "HuggingfaceBart";
     case Preset::HuggingfaceLlama: return "HuggingfaceLlama";
+    case Preset::HuggingfaceT5: return "HuggingfaceT5";
     default: return "Explicit";
   }
 }
@@ -293,6 +299,7 @@ const char* position_enum(PositionKind p) {
     case PositionKind::Learned: return "Learned";
     case PositionKind::SinusoidalSplit: return "SinusoidalSplit";
     case PositionKind::Rotary: return "Rotary";
+    case PositionKind::Relative: return "Relative";
     default: return "None";
   }
 }
@@ -308,13 +315,14 @@ static WeightFormat weight_format_of(Precision p) {
 std::unique_ptr<SpecModelConfig> model_config(const Spec& s) {
   // The spec's enums list the runtime's in the same order.
   static_assert(int(Architecture::Decoder) == int(Arch::Decoder) && int(Architecture::Encoder) == int(Arch::Encoder));
-  static_assert(int(Positions::Rotary) == int(PositionKind::Rotary) &&
+  static_assert(int(Positions::Relative) == int(PositionKind::Relative) && int(Positions::Rotary) == int(PositionKind::Rotary) &&
                 int(Positions::SinusoidalSplit) == int(PositionKind::SinusoidalSplit) &&
                 int(Positions::None) == int(PositionKind::None) && int(Positions::Learned) == int(PositionKind::Learned));
   static_assert(int(HeadKind::Hidden) == int(HeadOutput::Hidden) && int(HeadKind::Embedding) == int(HeadOutput::Embedding) &&
                 int(HeadKind::Classifier) == int(HeadOutput::Classifier) && int(HeadKind::Logits) == int(HeadOutput::Logits) &&
                 int(HeadKind::Softmax) == int(HeadOutput::Softmax));
   static_assert(int(WeightPreset::Explicit) == int(Preset::Explicit) &&
+                int(WeightPreset::HuggingfaceT5) == int(Preset::HuggingfaceT5) &&
                 int(WeightPreset::HuggingfaceLlama) == int(Preset::HuggingfaceLlama) &&
                 int(WeightPreset::HuggingfaceBart) == int(Preset::HuggingfaceBart) &&
                 int(WeightPreset::HuggingfaceGpt2) == int(Preset::HuggingfaceGpt2) &&
@@ -363,6 +371,10 @@ std::unique_ptr<SpecModelConfig> model_config(const Spec& s) {
   c.int16_activations = s.int16_activations;
   c.cross_kv_bf16 = s.architecture == Architecture::EncoderDecoder && s.cache_precision() == Precision::Bf16;
   c.self_cache_bf16 = s.architecture != Architecture::Encoder && s.cache_precision() == Precision::Bf16;
+  const bool relative = s.positions == Positions::Relative;
+  c.relative_buckets = relative ? int(s.relative_buckets) : 0;
+  c.relative_distance = relative ? int(s.relative_distance) : 0;
+  c.generator_input_scale = s.input_scale;
   return r;
 }
 
@@ -449,7 +461,8 @@ void write_plan(const Spec& spec, const Plan& plan, const std::string& dir) {
     << "      /*embedding_weights*/ halformer::WeightFormat::" << weight_format(cfg.embedding_weights)
     << ", /*int16_activations*/ " << b(cfg.int16_activations) << ",\n"
     << "      /*cross_kv_bf16*/ " << b(cfg.cross_kv_bf16) << ", /*self_cache_bf16*/ " << b(cfg.self_cache_bf16)
-    << "};\n\n";
+    << ",\n      /*relative_buckets*/ " << cfg.relative_buckets << ", /*relative_distance*/ " << cfg.relative_distance
+    << ", /*generator_input_scale*/ " << Planner::format_float(cfg.generator_input_scale) << "};\n\n";
   static const char* kRoles[] = {"embed_src", "embed_tgt", "qkv", "encoder_self_attention",
                                  "decoder_self_attention", "cross_attention", "attention_out",
                                  "cross_q", "cross_kv", "ff1", "ff2", "layer_norm", "generator",

@@ -62,7 +62,8 @@ const Names<RotaryLayout>& names(RotaryLayout) {
 const Names<Positions>& names(Positions) {
   static const Names<Positions> n{
       {Positions::Sinusoidal, "sinusoidal"}, {Positions::Learned, "learned"}, {Positions::None, "none"},
-      {Positions::SinusoidalSplit, "sinusoidal_split"}, {Positions::Rotary, "rotary"}};
+      {Positions::SinusoidalSplit, "sinusoidal_split"}, {Positions::Rotary, "rotary"},
+      {Positions::Relative, "relative"}};
   return n;
 }
 const Names<HeadKind>& names(HeadKind) {
@@ -92,6 +93,7 @@ const Names<WeightPreset>& names(WeightPreset) {
                                      {WeightPreset::HuggingfaceGpt2, "huggingface-gpt2"},
                                      {WeightPreset::HuggingfaceBart, "huggingface-bart"},
                                      {WeightPreset::HuggingfaceLlama, "huggingface-llama"},
+                                     {WeightPreset::HuggingfaceT5, "huggingface-t5"},
                                      {WeightPreset::Explicit, "explicit"}};
   return n;
 }
@@ -124,9 +126,9 @@ const std::map<std::string, std::vector<std::string>>& schema() {
       {"layer", {"norm_placement", "norm_kind", "norm_eps", "norm_weight_offset", "final_norm", "activation", "dropout"}},
       {"embedding",
        {"positions", "scale", "share_src_tgt", "share_tgt_output", "norm", "position_offset", "rotary_dim",
-        "rotary_theta", "rotary_layout"}},
-      {"attention", {"causal", "padding_mask"}},
-      {"head", {"kind", "pooling", "num_classes", "pooler", "normalize"}},
+        "rotary_theta", "rotary_layout", "relative_buckets", "relative_distance"}},
+      {"attention", {"causal", "padding_mask", "scaled"}},
+      {"head", {"kind", "pooling", "num_classes", "pooler", "normalize", "input_scale"}},
       {"tokens", {"pad", "bos", "eos"}},
       {"decoding", {"strategy", "max_new_tokens", "beam_size", "length_penalty"}},
       {"weights", {"preset", "map"}},
@@ -446,6 +448,8 @@ void read_embedding(Section s, Spec& spec) {
   s.read("rotary_theta", spec.rotary_theta,
          [](double v) { return std::isfinite(v) && v > 1 && v <= 1e12 ? "" : "> 1 and <= 1e12"; });
   s.read("rotary_layout", spec.rotary_layout, "rotary layout");
+  s.read("relative_buckets", spec.relative_buckets, 4, 1024);
+  s.read("relative_distance", spec.relative_distance, 1, kMaxLen);
 }
 
 void read_head(Section s, Spec& spec) {
@@ -454,6 +458,8 @@ void read_head(Section s, Spec& spec) {
   s.read("num_classes", spec.num_classes, 1, kMaxVocab);
   s.read("pooler", spec.pooler, "pooler");
   s.read("normalize", spec.normalize);
+  s.read("input_scale", spec.input_scale,
+         [](double v) { return std::isfinite(v) && v > 0 && v <= 1e6 ? "" : "> 0 and <= 1e6"; });
 }
 
 void read_decoding(Section s, Spec& spec) {
@@ -653,6 +659,25 @@ void check_consistency(Context& cx, Spec& s, bool have_sizes) {
       if (const std::string key = std::string("embedding.") + name; cx.given(key))
         contradiction(key, std::string(name) + " applies only to positions 'rotary'; positions are '" +
                                name_of(s.positions) + "'");
+  if (!cx.any_failed("embedding.positions") && s.positions != Positions::Relative)
+    for (const char* name : {"relative_buckets", "relative_distance"})
+      if (const std::string key = std::string("embedding.") + name; cx.given(key))
+        contradiction(key, std::string(name) + " applies only to positions 'relative'; positions are '" +
+                               name_of(s.positions) + "'");
+  // The buckets are exact up to buckets / 4 (bidirectional) or / 2, then logarithmic up to
+  // the distance, which must lie beyond the exact range.
+  if (s.positions == Positions::Relative && !cx.any_failed("embedding.relative_buckets") &&
+      !cx.any_failed("embedding.relative_distance") && s.relative_distance <= s.relative_buckets / 2)
+    contradiction(cx.given("embedding.relative_distance") ? "embedding.relative_distance" : "embedding.relative_buckets",
+                  "relative_distance " + std::to_string(s.relative_distance) + " must exceed relative_buckets / 2 = " +
+                      std::to_string(s.relative_buckets / 2) + " (the buckets are exact up to there, logarithmic beyond)");
+  if (cx.given("head.input_scale") && s.input_scale != 1.0 && !cx.any_failed("architecture") &&
+      (s.architecture == Architecture::Encoder || !s.final_norm))
+    contradiction("head.input_scale",
+                  s.architecture == Architecture::Encoder
+                      ? std::string("input_scale scales the decoder's output before the output projection; architecture "
+                                    "'encoder' has none")
+                      : std::string("input_scale is folded into the decoder's final norm: it needs layer.final_norm: true"));
   if (cx.given("layer.norm_weight_offset") && s.norm_weight_offset != 0 && !cx.any_failed("layer.norm_kind") &&
       s.norm_kind != NormKind::Rms)
     contradiction("layer.norm_weight_offset", "norm_weight_offset applies only to norm_kind 'rms'; norm_kind is '" +
@@ -915,19 +940,21 @@ std::vector<Diagnostic> check_supported(const Spec& s) {
     unsupported("weights.preset", "preset 'annotated-transformer' for architecture " + quoted(name_of(s.architecture)));
   for (WeightPreset p : {WeightPreset::HuggingfaceBert, WeightPreset::HuggingfaceRoberta,
                          WeightPreset::HuggingfaceDistilbert, WeightPreset::HuggingfaceGpt2,
-                         WeightPreset::HuggingfaceBart, WeightPreset::HuggingfaceLlama}) {
+                         WeightPreset::HuggingfaceBart, WeightPreset::HuggingfaceLlama, WeightPreset::HuggingfaceT5}) {
     const Architecture family = p == WeightPreset::HuggingfaceGpt2 || p == WeightPreset::HuggingfaceLlama
                                     ? Architecture::Decoder
-                                : p == WeightPreset::HuggingfaceBart ? Architecture::EncoderDecoder
+                                : p == WeightPreset::HuggingfaceBart || p == WeightPreset::HuggingfaceT5
+                                    ? Architecture::EncoderDecoder
                                                                      : Architecture::Encoder;
     if (s.preset == p && s.architecture != family)
       unsupported("weights.preset",
                   "preset " + quoted(name_of(p)) + " for architecture " + quoted(name_of(s.architecture)));
   }
-  if (is_gated(s.activation) && s.preset != WeightPreset::HuggingfaceLlama && s.preset != WeightPreset::Explicit)
+  if (is_gated(s.activation) && s.preset != WeightPreset::HuggingfaceLlama && s.preset != WeightPreset::HuggingfaceT5 &&
+      s.preset != WeightPreset::Explicit)
     unsupported("layer.activation", "gated activation " + quoted(name_of(s.activation)) + " with preset " +
                                          quoted(name_of(s.preset)) + " (its files have no gate projection; use "
-                                         "'huggingface-llama' or 'explicit')");
+                                         "'huggingface-llama', 'huggingface-t5' or 'explicit')");
   if (s.kv_heads != s.heads && s.architecture == Architecture::EncoderDecoder)
     unsupported("sizes.kv_heads", "grouped-query attention (kv_heads " + std::to_string(s.kv_heads) +
                                       " != heads) in an encoder-decoder (its cross-attention)");

@@ -20,7 +20,8 @@ enum class NormKind { Standard, Annotated, Rms };  // biased var, eps in sqrt | 
 // Gated kinds (swiglu, geglu, geglu_tanh): act(x W_gate) * (x W_up), then W_down.
 enum class Activation { Relu, Gelu, GeluTanh, Silu, Swiglu, Geglu, GegluTanh };
 enum class RotaryLayout { Half, Interleaved };  // pairs (c, c + R/2) | (2c, 2c + 1)
-enum class Positions { Sinusoidal, Learned, None, SinusoidalSplit, Rotary };
+// Relative: T5's bucketed bias per head on the self-attention scores; nothing is added to the embeddings.
+enum class Positions { Sinusoidal, Learned, None, SinusoidalSplit, Rotary, Relative };
 enum class HeadKind { LogSoftmax, Softmax, Logits, Classifier, Embedding, Hidden };
 enum class Pooling { Cls, Mean };
 enum class Pooler { None, DenseTanh };           // BERT's pooler before a classifier
@@ -34,6 +35,7 @@ enum class WeightPreset {
   HuggingfaceGpt2,
   HuggingfaceBart,
   HuggingfaceLlama,
+  HuggingfaceT5,
   Explicit
 };
 enum class Precision { Fp32, Bf16, Int8 };
@@ -83,10 +85,14 @@ struct Spec {
   int64_t rotary_dim = 0;  // features rotated per head; 0 until parsed = head size
   double rotary_theta = 10000.0;
   RotaryLayout rotary_layout = RotaryLayout::Half;
+  // relative positions (T5): buckets of the bias table, distance at which they saturate
+  int64_t relative_buckets = 32;
+  int64_t relative_distance = 128;
 
   // attention
   bool causal = true;        // causal mask in decoder self-attention
   bool padding_mask = true;  // key padding masks built from tokens.pad
+  bool scaled = true;        // scores times 1 / sqrt(head size) (T5: false)
 
   // head
   HeadKind head = HeadKind::LogSoftmax;
@@ -94,6 +100,7 @@ struct Spec {
   int64_t num_classes = 0;         // classifier head
   Pooler pooler = Pooler::None;    // classifier head: dense + tanh on the pooled vector first
   bool normalize = false;          // embedding head: L2-normalise the pooled vector
+  double input_scale = 1.0;        // the decoder's last hidden state times this before the output projection (T5 tied: d^-0.5)
 
   // special tokens
   int64_t pad_id = 0, bos_id = 1, eos_id = 2;

@@ -258,6 +258,9 @@ IoPlan io_plan(const PlannedKernel& k, const Shape& s, const Halide::Target& tar
     mask.kind = InputSpec::Mask;
     mask.extents = {Tk, B};
     io.inputs["key_mask"] = mask;
+    // Relative position bias (T5): a (2M + 1, heads) table; 1 x 1, unread, without one.
+    const int M = geti(p, "relative_distance", 0);
+    io.inputs["position_bias"] = M > 0 ? uni({2 * M + 1, H}) : uni({1, 1});
     io.out_extents = {D, H, T, B};
   } else if (g == "layernorm") {
     const int C = geti(p, "channels", 64);

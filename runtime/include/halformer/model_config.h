@@ -20,8 +20,10 @@ using LinearFn = int (*)(halide_buffer_t* x, halide_buffer_t* w, halide_buffer_t
                          halide_buffer_t* out);
 using LinearResidualFn = int (*)(halide_buffer_t* x, halide_buffer_t* w, halide_buffer_t* b,
                                  halide_buffer_t* residual, halide_buffer_t* out);
+// position_bias: the (2M + 1, heads) relative position table of a stack (T5), read only by
+// kernels built with relative_distance M > 0; any buffer for the others.
 using AttentionFn = int (*)(halide_buffer_t* q, halide_buffer_t* kv, halide_buffer_t* key_mask,
-                            halide_buffer_t* out);
+                            halide_buffer_t* position_bias, halide_buffer_t* out);
 using LayerNormFn = int (*)(halide_buffer_t* x, halide_buffer_t* gamma, halide_buffer_t* beta,
                             halide_buffer_t* out);
 using SoftmaxFn = int (*)(halide_buffer_t* x, halide_buffer_t* out);
@@ -32,7 +34,8 @@ enum class Arch { EncoderDecoder, Encoder, Decoder };
 enum class WeightFormat { Fp32, Int8, Bf16 };
 enum class HeadOutput { LogSoftmax, Softmax, Logits, Classifier, Embedding, Hidden };
 // Rotary: applied to queries and keys inside the self-attention kernels (baked in).
-enum class PositionKind { Sinusoidal, Learned, None, SinusoidalSplit, Rotary };
+// Relative: a bucketed bias per head added to the self-attention scores (T5), no embedding positions.
+enum class PositionKind { Sinusoidal, Learned, None, SinusoidalSplit, Rotary, Relative };
 enum class Preset {
   TorchTransformer,
   AnnotatedTransformer,
@@ -42,6 +45,7 @@ enum class Preset {
   HuggingfaceGpt2,
   HuggingfaceBart,
   HuggingfaceLlama,
+  HuggingfaceT5,
   Explicit
 };
 
@@ -98,6 +102,14 @@ struct ModelConfig {
   // The decoder's self-attention cache (its fused QKV rows) stored as bf16 on the CPU: the
   // kernels' qkv_cache (out_bf16) writes it, decoder_self_attention (q_bf16, kv_bf16) reads it.
   bool self_cache_bf16;
+  // Relative positions (T5): each stack's self-attention adds bias[bucket(j - i)][head], a
+  // table of relative_buckets rows (bidirectional buckets in the encoder, causal ones in
+  // the decoder) that saturates at relative_distance; the kernels read it expanded to
+  // (2 * relative_distance + 1, heads) (generators/attention.cpp).
+  int relative_buckets, relative_distance;
+  // The decoder's last hidden state is multiplied by this before the output projection
+  // (T5 with tied embeddings: d_model^-0.5); folded into decoder_norm's gamma at load.
+  double generator_input_scale;
 };
 
 struct KernelTable {
@@ -126,7 +138,7 @@ struct KernelTable {
 // A built model as a value: what the generated <name>_model.cpp exports, under a name
 // derived from the model's (extern "C" halformer_model_<name>(), see model.h), so that
 // any number of models link into one program.
-constexpr int kDescriptorVersion = 8;  // bumped when ModelConfig / KernelTable change
+constexpr int kDescriptorVersion = 9;  // bumped when ModelConfig / KernelTable change
 struct ModelDescriptor {
   int version;              // kDescriptorVersion of the halformer that generated it
   const ModelConfig* config;

@@ -84,6 +84,11 @@ struct Weights {
   NormWeights tgt_embedding_norm;
   std::vector<LayerWeights> encoder, decoder;
   NormWeights encoder_norm, decoder_norm;           // final_norm only
+  // Relative positions (T5): each stack's table [relative_buckets][heads] as in the file,
+  // and expanded to what the attention kernels read, (2 * relative_distance + 1, heads)
+  // (relative_position_table); all empty without relative positions.
+  WeightVector<float> encoder_relative_bias, decoder_relative_bias;
+  WeightVector<float> encoder_position_bias, decoder_position_bias;
   LinearWeights generator, pooler, classifier;
 };
 
@@ -101,6 +106,16 @@ Weights load_weights(const ModelConfig& config, const std::string& path, const W
 // tables as I8 [rows][cols] plus F32 "<name>_scale" [rows], bf16 linears as BF16, the
 // rest F32. Loading the file back gives bit-identical weights.
 void save_weights(const ModelConfig& config, const Weights& weights, const std::string& path);
+
+// T5's bucket of the relative position r = key position - query position: `buckets`
+// buckets (half for each sign when bidirectional; causal: keys after the query share
+// bucket 0), exact below buckets / 4 (bidirectional) or / 2, then logarithmic up to
+// `distance`, beyond which it saturates. In float32 as transformers computes it.
+int relative_position_bucket(int r, bool bidirectional, int buckets, int distance);
+// bias [buckets][heads] -> the kernels' (2 * distance + 1, heads) table: entry
+// (r + distance, h) = bias[bucket(r)][h] for |r| <= distance.
+WeightVector<float> relative_position_table(const WeightVector<float>& bias, int heads, bool bidirectional,
+                                            int buckets, int distance);
 
 // "fp32", "int8", "bf16".
 const char* weight_format_name(WeightFormat format);
