@@ -39,7 +39,8 @@ import numpy as np
 
 TOLERANCE = 1e-4
 VOCAB, HIDDEN, HEADS, FF, LAYERS, POSITIONS = 1003, 72, 3, 100, 2, 64
-SEED = {"bert": 1, "roberta": 2, "distilbert": 3, "gpt2": 4, "bart": 5, "marian": 6, "llama": 7, "llama_mqa": 8}
+SEED = {"bert": 1, "roberta": 2, "distilbert": 3, "gpt2": 4, "bart": 5, "marian": 6, "llama": 7, "llama_mqa": 8,
+        "t5": 9, "mt5": 10}
 # Llama-style: "llama" has 6 query heads of 12 features sharing 2 key/value heads and
 # rope_theta 500 (not the default: angles turn fast, a wrong theta or layout shows);
 # "llama_mqa" 3 heads of 24 features over 1 key/value head (multi-query), the default
@@ -47,6 +48,12 @@ SEED = {"bert": 1, "roberta": 2, "distilbert": 3, "gpt2": 4, "bart": 5, "marian"
 LLAMA = {"llama": dict(heads=6, kv_heads=2, theta=500.0, tied=False),
          "llama_mqa": dict(heads=3, kv_heads=1, theta=10000.0, tied=True)}
 LLAMA_POSITIONS = 160
+# T5: "t5" is the original (relu, tied: lm_head is `shared`, output scaled by d_model^-0.5)
+# with 8 buckets saturating at distance 10, so that sources of 12 and 12 new tokens reach
+# past it; "mt5" is mT5 / T5 v1.1 (gated-gelu, untied lm_head, 32 buckets up to 128) with
+# 3 decoder layers over 2 encoder layers. Head size 24 (d_kv), no biases anywhere.
+T5 = {"t5": dict(buckets=8, distance=10, proj="relu", tied=True, decoder_layers=LAYERS),
+      "mt5": dict(buckets=32, distance=128, proj="gated-gelu", tied=False, decoder_layers=LAYERS + 1)}
 # Encoder-decoders: 2 + 2 layers; generate()'s forced bos/eos and min_length are off (the
 # binary does neither; docs/import.md), so greedy tokens compare one for one.
 SEQ2SEQ = dict(vocab_size=VOCAB, d_model=HIDDEN, encoder_attention_heads=HEADS, decoder_attention_heads=HEADS,
@@ -99,6 +106,14 @@ def make(family, out):
         model = tf.MarianMTModel(config)
     elif family in LLAMA:
         return make_llama(family, out)
+    elif family in T5:
+        t5 = T5[family]
+        config = (tf.MT5Config if family == "mt5" else tf.T5Config)(
+            vocab_size=VOCAB, d_model=HIDDEN, d_kv=HIDDEN // HEADS, d_ff=FF, num_heads=HEADS, num_layers=LAYERS,
+            num_decoder_layers=t5["decoder_layers"], relative_attention_num_buckets=t5["buckets"],
+            relative_attention_max_distance=t5["distance"], feed_forward_proj=t5["proj"],
+            tie_word_embeddings=t5["tied"], pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
+        model = (tf.MT5ForConditionalGeneration if family == "mt5" else tf.T5ForConditionalGeneration)(config)
     else:
         raise SystemExit(f"unknown family {family}")
     with torch.no_grad():
@@ -112,6 +127,11 @@ def make(family, out):
             model.final_logits_bias[0, config.eos_token_id] = EOS_BIAS[family]
         if family == "marian":  # MarianMTModel's beam search never picks pad; keep it out of reach
             model.final_logits_bias[0, config.pad_token_id] = -100.0
+        if family in T5:
+            for name, p in model.named_parameters():  # position biases large enough to matter
+                if name.endswith("relative_attention_bias.weight"):
+                    p.copy_(torch.randn_like(p))
+            model.get_output_embeddings().weight[config.eos_token_id] *= 2.0  # eos within reach
     model.eval()
     model.save_pretrained(out, safe_serialization=True)
     print(f"{family}: {type(model).__name__} saved to {out}")
@@ -329,7 +349,8 @@ def compare_seq2seq(family, hf_dir, binary):
     import torch
 
     tf = transformers_modules()
-    model = (tf.BartForConditionalGeneration if family == "bart" else tf.MarianMTModel).from_pretrained(hf_dir)
+    model = {"bart": tf.BartForConditionalGeneration, "marian": tf.MarianMTModel, "t5": tf.T5ForConditionalGeneration,
+             "mt5": tf.MT5ForConditionalGeneration}[family].from_pretrained(hf_dir)
     model.eval()
     config = model.config
     weights = os.path.join(hf_dir, "model.safetensors")
@@ -439,7 +460,11 @@ REFUSALS = {
     "gpt2_n_inner_string": ("gpt2", {"n_inner": "100"}, r'n_inner: found "100"; expected an integer'),
     "gpt2_eos_outside_vocab": ("gpt2", {"eos_token_id": 50256},
                                r"eos_token_id: token id 50256 is not < vocab_size 1003"),
-    "model_type_t5": ("bert", {"model_type": "t5"}, r'model_type: found "t5"; not supported yet'),
+    "t5_inner_width": ("t5", {"d_kv": 16}, r"d_kv: found 16; num_heads x d_kv = 48 differs from d_model 72"),
+    "t5_activation": ("t5", {"feed_forward_proj": "gated-relu"}, r'feed_forward_proj: found "gated-relu"; supported'),
+    "t5_encoder_only": ("t5", {"is_encoder_decoder": False}, r"is_encoder_decoder: found false"),
+    "t5_distance": ("t5", {"relative_attention_max_distance": 4},
+                    r"relative_attention_max_distance: found 4; must exceed relative_attention_num_buckets / 2 = 4"),
     "model_type_mistral": ("bert", {"model_type": "mistral"}, r'model_type: found "mistral"; not supported yet'),
     "llama_rope_scaling": ("llama", {"rope_scaling": {"type": "linear", "factor": 2.0}}, r"rope_scaling: found"),
     "llama_attention_bias": ("llama", {"attention_bias": True}, r"attention_bias: found true"),
@@ -687,7 +712,7 @@ def main(argv):
     elif cmd == "compare" and len(argv) == 5:
         if argv[2] == "gpt2" or argv[2] in LLAMA:
             compare_decoder(argv[2], argv[3], argv[4])
-        elif argv[2] in ("bart", "marian"):
+        elif argv[2] in ("bart", "marian") or argv[2] in T5:
             compare_seq2seq(argv[2], argv[3], argv[4])
         else:
             compare_encoder(argv[2], argv[3], argv[4])

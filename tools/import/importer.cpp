@@ -18,6 +18,8 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -460,6 +462,97 @@ void read_bart_like(Config& c, Model& m, bool marian) {
 void read_bart(Config& c, Model& m, Task) { read_bart_like(c, m, false); }
 void read_marian(Config& c, Model& m, Task) { read_bart_like(c, m, true); }
 
+// ---- T5 (and mT5): an encoder-decoder, pre-norm RMSNorm (T5LayerNorm) with a final norm
+// per stack, relative position buckets (a table per stack, in block 0), unscaled
+// attention, no biases, one shared embedding; relu or gated ("gated-gelu") feed-forward.
+// Tied embeddings: lm_head is `shared` and the decoder output is scaled by d_model^-0.5.
+void read_t5(Config& c, Model& m, Task) {
+  const auto d = c.integer("d_model", 512), kv = c.integer("d_kv", 64), ff = c.integer("d_ff", 2048);
+  const auto h = c.integer("num_heads", 8), el = c.integer("num_layers", 6);
+  const auto dl = c.has("num_decoder_layers") ? c.integer("num_decoder_layers", std::nullopt) : el;
+  c.used("num_decoder_layers");
+  const auto vocab = c.integer("vocab_size", 32128);
+  const auto buckets = c.integer("relative_attention_num_buckets", 32, 4, 1024);
+  const auto distance = c.integer("relative_attention_max_distance", 128);
+  const auto positions = c.integer("n_positions", 512);
+  const auto eps = c.number("layer_norm_epsilon", 1e-6), dropout = c.number("dropout_rate", 0.1);
+  if (d && h && kv && *h * *kv != *d)
+    c.refuse("d_kv", "num_heads x d_kv = " + std::to_string(*h * *kv) + " differs from d_model " + std::to_string(*d) +
+                         "; the spec's attention width is d_model (head size d_model / heads)");
+  if (buckets && distance && *distance <= *buckets / 2)
+    c.refuse("relative_attention_max_distance",
+             "must exceed relative_attention_num_buckets / 2 = " + std::to_string(*buckets / 2));
+  c.only("is_encoder_decoder", true, "T5 is an encoder-decoder (T5EncoderModel is not supported)");
+  // feed_forward_proj: "ACT" (wi, wo) or "gated-ACT" (act(wi_0 x) * wi_1 x, then wo);
+  // transformers stores what it derives from it as dense_act_fn / is_gated_act.
+  const std::string proj = c.text("feed_forward_proj").value_or("relu");
+  const bool gated = proj.rfind("gated-", 0) == 0;
+  const std::string act = gated ? proj.substr(6) : proj;
+  // transformers maps "gated-gelu" to gelu_new (tanh).
+  const std::string dense_act = proj == "gated-gelu" ? "gelu_new" : act;
+  static const std::map<std::string, std::string> gated_kinds = {
+      {"silu", "swiglu"}, {"swish", "swiglu"}, {"gelu", "geglu"}, {"gelu_new", "geglu_tanh"},
+      {"gelu_pytorch_tanh", "geglu_tanh"}};
+  if (gated) {
+    if (auto it = gated_kinds.find(dense_act); it != gated_kinds.end())
+      m.set("layer", "activation", it->second, "feed_forward_proj '" + proj + "': act(wi_0 x) * wi_1 x, then wo");
+    else
+      c.refuse("feed_forward_proj", "supported: relu, gelu, gelu_new, silu, gated-gelu, gated-gelu_new, gated-silu");
+  } else if (auto a = activation(act)) {
+    m.set("layer", "activation", *a, "feed_forward_proj '" + proj + "': wo(act(wi x))");
+  } else {
+    c.refuse("feed_forward_proj", "supported: relu, gelu, gelu_new, silu, gated-gelu, gated-gelu_new, gated-silu");
+  }
+  if (auto fn = c.text("dense_act_fn"); fn && *fn != dense_act)
+    c.refuse("dense_act_fn", "differs from what feed_forward_proj '" + proj + "' gives ('" + dense_act + "')");
+  if (c.has("is_gated_act") && c.flag("is_gated_act", gated) != gated)
+    c.refuse("is_gated_act", "differs from feed_forward_proj '" + proj + "'");
+  c.used("is_gated_act");
+  const bool tied = c.flag("tie_word_embeddings", m.family != "mt5");  // MT5Config's default: untied
+  for (const char* k : {"initializer_factor", "use_cache", "classifier_dropout"}) c.used(k);
+  const auto pad = c.integer("pad_token_id", 0, 0), eos = c.integer("eos_token_id", 1, 0);
+  const auto start = c.integer("decoder_start_token_id", pad, 0);
+  if (!d || !kv || !ff || !h || !el || !dl || !vocab || !buckets || !distance || !positions || !eps || !pad || !eos ||
+      !start)
+    return;
+  m.d_model = *d, m.vocab = *vocab;
+  m.set("sizes", "d_model", *d, "d_model");
+  m.set("sizes", "heads", *h, "num_heads (head size d_kv " + std::to_string(*kv) + ")");
+  m.set("sizes", "d_ff", *ff, "d_ff");
+  m.set("sizes", "encoder_layers", *el, "num_layers");
+  m.set("sizes", "decoder_layers", *dl, c.has("num_decoder_layers") ? "num_decoder_layers" : "num_layers");
+  m.set("sizes", "src_vocab", *vocab, "vocab_size");
+  m.set("sizes", "tgt_vocab", *vocab, "vocab_size (one shared table)");
+  m.set("sizes", "max_len", *positions,
+        c.has("n_positions") ? "n_positions (relative positions have no table limit)"
+                             : "no n_positions: 512 (relative positions have no table limit)");
+  m.set("layer", "norm_placement", "pre", "x + sublayer(layer_norm(x))");
+  m.set("layer", "norm_kind", "rms", "T5LayerNorm: no centring, no bias");
+  m.set("layer", "norm_eps", fmt_number(*eps), "layer_norm_epsilon");
+  m.set("layer", "final_norm", "true", "encoder/decoder.final_layer_norm");
+  if (dropout) m.set("layer", "dropout", fmt_number(*dropout), "dropout_rate; identity at inference");
+  m.set("embedding", "positions", "relative", "relative_attention_bias of block 0, shared by the stack's layers");
+  m.set("embedding", "relative_buckets", *buckets, "relative_attention_num_buckets");
+  m.set("embedding", "relative_distance", *distance, "relative_attention_max_distance");
+  m.set("embedding", "scale", "false");
+  m.set("embedding", "share_src_tgt", "true", "shared");
+  m.set("embedding", "share_tgt_output", tied ? "true" : "false",
+        tied ? "tie_word_embeddings: lm_head is shared" : "tie_word_embeddings false: lm_head.weight");
+  m.set("attention", "causal", "true", "decoder self-attention");
+  m.set("attention", "padding_mask", "true", "padding known by length, like an attention mask");
+  m.set("attention", "scaled", "false", "T5 does not scale scores by 1/sqrt(head size)");
+  m.set("head", "kind", "logits", "lm_head (no bias)");
+  if (tied) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.17g", 1.0 / std::sqrt(double(*d)));
+    m.set("head", "input_scale", buf, "tied embeddings: the decoder output times d_model^-0.5");
+  }
+  m.set("decoding", "strategy", "greedy");
+  m.set("tokens", "pad", *pad, "pad_token_id");
+  m.set("tokens", "bos", *start, "decoder_start_token_id: the decoder's first token");
+  m.set("tokens", "eos", *eos, "eos_token_id: generation stops there");
+}
+
 const std::vector<FamilyInfo>& families() {
   static const std::vector<FamilyInfo> f = {
       {"bert", "huggingface-bert", "encoder",
@@ -476,6 +569,9 @@ const std::vector<FamilyInfo>& families() {
       {"bart", "huggingface-bart", "encoder_decoder", {{"BartForConditionalGeneration", Task::Base}}, "shared.weight",
        read_bart},
       {"marian", "huggingface-bart", "encoder_decoder", {{"MarianMTModel", Task::Base}}, "shared.weight", read_marian},
+      {"t5", "huggingface-t5", "encoder_decoder", {{"T5ForConditionalGeneration", Task::Base}}, "shared.weight", read_t5},
+      {"mt5", "huggingface-t5", "encoder_decoder", {{"MT5ForConditionalGeneration", Task::Base}}, "shared.weight",
+       read_t5},
   };
   return f;
 }
@@ -483,7 +579,6 @@ const std::vector<FamilyInfo>& families() {
 // Families Hugging Face has that the spec language cannot express yet (issue 15).
 const std::map<std::string, std::string>& planned() {
   static const std::map<std::string, std::string> p = {
-      {"t5", "relative position buckets"},        {"mt5", "relative position buckets"},
       {"mistral", "sliding-window attention"}, {"qwen2", "biases on q/k/v only (a preset of its own)"},
       {"gemma", "a head size other than d_model / heads, scaled embeddings"},
 
@@ -688,9 +783,10 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& order() {
       {"sizes", {"d_model", "heads", "kv_heads", "d_ff", "encoder_layers", "decoder_layers", "src_vocab", "tgt_vocab", "type_vocab",
                  "max_len"}},
       {"layer", {"norm_placement", "norm_kind", "norm_eps", "norm_weight_offset", "final_norm", "activation", "dropout"}},
-      {"embedding", {"positions", "position_offset", "rotary_dim", "rotary_theta", "rotary_layout", "scale", "share_src_tgt", "share_tgt_output", "norm"}},
-      {"attention", {"causal", "padding_mask"}},
-      {"head", {"kind", "pooling", "pooler", "num_classes", "normalize"}},
+      {"embedding", {"positions", "position_offset", "rotary_dim", "rotary_theta", "rotary_layout", "relative_buckets",
+                     "relative_distance", "scale", "share_src_tgt", "share_tgt_output", "norm"}},
+      {"attention", {"causal", "padding_mask", "scaled"}},
+      {"head", {"kind", "pooling", "pooler", "num_classes", "normalize", "input_scale"}},
       {"tokens", {"pad", "bos", "eos"}},
       {"decoding", {"strategy"}},
       {"weights", {"preset"}},

@@ -835,6 +835,7 @@ ParseResult parse_root(const YAML::Node& root, const std::string& file) {
   Section attention = top.section("attention");
   attention.read("causal", spec.causal);
   attention.read("padding_mask", spec.padding_mask);
+  attention.read("scaled", spec.scaled);
   read_head(top.section("head"), spec);
   Section tokens = top.section("tokens");
   tokens.read("pad", spec.pad_id, 0);
