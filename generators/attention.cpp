@@ -264,6 +264,20 @@ class Attention : public Generator<Attention> {
       rope_cos.compute_root();
       rope_sin.compute_root();
     }
+    // Rotated rows: the feature loop split at R/2 (unrolled regions: first halves, second
+    // halves, the features past R), so that within a region each partner read is a dense
+    // vector at a fixed offset; one loop over d made Halide clamp the partner index lane
+    // by lane (265 vpinsrd / vinsertps element loads in the kernel, 25 now). Llama-style
+    // model of bench/decoders.py (head size 64), 128-token prompt + 63 decode steps, all
+    // its self-attention calls (HALFORMER_PROFILE, 2-core Zen 4): 144 -> 82 ms (no rotary:
+    // 38 ms). The interleaved layout's partner still clamps at one end of each region.
+    // Regions need R/2 to divide the head size and hold whole vectors of 4 or more.
+    auto vectorize_rotated = [&](Func f) {
+      const int half = R / 2, rv = pow2_divisor(half, vec_);
+      if (D % half != 0 || rv < 4) return f.vectorize(d, dvec);
+      Var region("region"), c("c");
+      return f.split(d, region, c, half).unroll(region).vectorize(c, rv);
+    };
     Var io("io"), ii("ii"), hb("hb");
     {
       // Tq == 1: a task per (group of up to 4 heads, batch): scores, softmax and the V
@@ -288,8 +302,8 @@ class Attention : public Generator<Attention> {
       Var lane("lane");
       dot.compute_at(out, hb);
       if (R > 0) {  // rotate the query row and the group's keys once, not once per score
-        q1.compute_at(out, hb).vectorize(d, dvec);
-        k1.compute_at(out, hb).vectorize(d, dvec);
+        vectorize_rotated(q1.compute_at(out, hb));
+        vectorize_rotated(k1.compute_at(out, hb));
       }
       // Per key and head: dvec-wide partial sums along d, then one horizontal add. Keys
       // (and below, values) 4 rows ahead are prefetched: each key's row is a short run
@@ -319,8 +333,12 @@ class Attention : public Generator<Attention> {
         .fuse(h, b, hb)
         .parallel(hb)
         .vectorize(d, dvec);
-    kc.compute_at(out, hb).vectorize(d, dvec);
-    if (R > 0) qc.compute_at(out, io).vectorize(d, dvec);  // rotated once per query tile, not per key block
+    if (R > 0) {
+      vectorize_rotated(kc.compute_at(out, hb));
+      vectorize_rotated(qc.compute_at(out, io));  // rotated once per query tile, not per key block
+    } else {
+      kc.compute_at(out, hb).vectorize(d, dvec);
+    }
     kt.compute_at(out, hb).vectorize(j, vec_, TailStrategy::GuardWithIf);
     Var jo("jo"), ji("ji"), iq("iq"), iqi("iqi");
     // Per block of vec keys, the vec x tile_q score block lives in registers over d (a
