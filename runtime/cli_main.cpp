@@ -206,7 +206,7 @@ int halformer::run_cli(const ModelDescriptor& model_descriptor, int argc, char**
                                           " (repeat for a batch)");
   app.add_option("--text-file", text_file, "file with one input text per line (UTF-8; blank lines too)");
   app.add_option("--spm", spm, std::string("SentencePiece model for --text: tokenizer.model, or a Hugging Face directory "
-                                               "with tokenizer.model or Marian's source.spm + vocab.json "
+                                               "with tokenizer.model, T5's spiece.model or Marian's source.spm + vocab.json "
                                                "(+ target.spm): ") +
                                    (cfg.arch == Arch::Decoder          ? "bos + the pieces in; generated text out"
                                     : cfg.arch == Arch::EncoderDecoder ? "the pieces + eos in; generated text out"

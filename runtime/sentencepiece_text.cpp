@@ -38,6 +38,26 @@ void load_model(sentencepiece::SentencePieceProcessor& sp, const std::string& pa
   if (!status.ok()) throw Error("--spm " + path + ": not a SentencePiece model (" + status.ToString() + ")");
 }
 
+// transformers' clean_up_tokenization (clean_up_tokenization_spaces), as Marian's and
+// T5's tokenizers apply it when decoding.
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
+  return s;
+}
+std::string clean_up_tokenization(std::string text) {
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"},
+           {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}})
+    text = replace_all(text, from, to);
+  return text;
+}
+
+std::string strip(const std::string& s) {
+  const char* ws = " \t\n\r\f\v";
+  const size_t a = s.find_first_not_of(ws);
+  return a == std::string::npos ? std::string() : s.substr(a, s.find_last_not_of(ws) - a + 1);
+}
+
 nlohmann::json read_json(const std::string& path) {
   std::ifstream f(path);
   if (!f) throw Error("--spm: cannot read " + path);
@@ -57,7 +77,8 @@ SentencePieceText SentencePieceText::load(const std::string& path) {
   if (fs::is_directory(p, ec)) {
     if (fs::exists(p / "source.spm", ec)) return load_marian(p.string(), path);
     if (fs::exists(p / "tokenizer.model", ec)) return load((p / "tokenizer.model").string());
-    throw Error("--spm " + path + ": a directory without tokenizer.model or Marian's source.spm + vocab.json");
+    if (fs::exists(p / "spiece.model", ec)) return load((p / "spiece.model").string());
+    throw Error("--spm " + path + ": a directory without tokenizer.model, T5's spiece.model or Marian's source.spm + vocab.json");
   }
   const std::string name = p.filename().string();
   if ((name == "source.spm" || name == "target.spm") && fs::exists(p.parent_path() / "vocab.json", ec))
@@ -65,6 +86,15 @@ SentencePieceText SentencePieceText::load(const std::string& path) {
   SentencePieceText t;
   t.path_ = path;
   load_model(*t.sp_, path);
+  if (name == "spiece.model") {  // T5Tokenizer's decoding (decode() below)
+    t.t5_ = true;
+    const fs::path config = p.parent_path() / "tokenizer_config.json";
+    if (fs::exists(config, ec)) {
+      const nlohmann::json cfg = read_json(config.string());
+      if (cfg.is_object() && cfg.contains("clean_up_tokenization_spaces") && cfg["clean_up_tokenization_spaces"].is_boolean())
+        t.t5_clean_up_ = cfg["clean_up_tokenization_spaces"].get<bool>();
+    }
+  }
   return t;
 }
 
@@ -146,23 +176,23 @@ std::vector<int32_t> SentencePieceText::encode(const std::string& text) const {
   return out;
 }
 
-namespace {
-
-std::string replace_all(std::string s, const std::string& from, const std::string& to) {
-  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
-  return s;
-}
-
-std::string strip(const std::string& s) {
-  const char* ws = " \t\n\r\f\v";
-  const size_t a = s.find_first_not_of(ws);
-  return a == std::string::npos ? std::string() : s.substr(a, s.find_last_not_of(ws) - a + 1);
-}
-
-}  // namespace
-
 std::string SentencePieceText::decode(const std::vector<int32_t>& ids) const {
   const int n = size();
+  if (t5_) {
+    // T5Tokenizer.decode(skip_special_tokens=True): pad, eos and unk dropped, and the
+    // sentinel ids past the pieces (<extra_id_N>, special tokens too); the rest decoded,
+    // stripped, and cleaned up as transformers' clean_up_tokenization does.
+    std::vector<int> kept;
+    for (int32_t id : ids) {
+      if (id < 0) throw Error("--spm " + path_ + ": token " + std::to_string(id) + " has no piece");
+      if (id < n && !sp_->IsControl(id) && !sp_->IsUnknown(id)) kept.push_back(id);
+    }
+    std::string text;
+    const auto status = sp_->Decode(kept, &text);
+    if (!status.ok()) throw Error("--spm " + path_ + ": cannot decode (" + status.ToString() + ")");
+    text = strip(text);
+    return t5_clean_up_ ? clean_up_tokenization(text) : text;
+  }
   for (int32_t id : ids)
     if (id < 0 || id >= n || (marian_ && !marian_->has_piece[id]))
       throw Error("--spm " + path_ + ": token " + std::to_string(id) + " has no piece (the tokenizer has " +
@@ -182,13 +212,7 @@ std::string SentencePieceText::decode(const std::vector<int32_t>& ids) const {
   const auto status = marian_->target->Decode(pieces, &text);
   if (!status.ok()) throw Error("--spm " + path_ + ": cannot decode (" + status.ToString() + ")");
   text = strip(text);
-  if (marian_->clean_up) {
-    for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
-             {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"},
-             {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}})
-      text = replace_all(text, from, to);
-  }
-  return text;
+  return marian_->clean_up ? clean_up_tokenization(text) : text;
 }
 
 int SentencePieceText::size() const { return marian_ ? int(marian_->pieces.size()) : sp_->GetPieceSize(); }

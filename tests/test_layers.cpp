@@ -167,6 +167,26 @@ TEST(Attention, CausalDecodeRowMatchesFullSequence) {
   }
 }
 
+// Every position t of one sequence's fused rows kv [T][NH heads of D] again as a one-row
+// decode step over the rows up to it (the Tq == 1 path), against row t of `want`.
+template <typename Fn>
+void expect_decode_rows(Fn fn, Vec& kv, int NH, int H, int D, int T, Vec& mask, const Vec& want, Buf bias) {
+  const int C = NH * D;
+  Vec row(size_t(H) * D);
+  for (int t = 0; t < T; ++t) {
+    halide_dimension_t qd[4] = {{0, D, 1}, {0, NH, D}, {0, 1, C}, {0, 1, T * C}};
+    halide_dimension_t kd[4] = {{0, D, 1}, {0, NH, D}, {0, t + 1, C}, {0, 1, T * C}};
+    Buf qb(kv.data() + size_t(t) * C, 4, qd), kb(kv.data(), 4, kd), m1 = view(mask, {t + 1, 1}),
+        o1 = view(row, {D, H, 1, 1});
+    qb.set_host_dirty();
+    kb.set_host_dirty();
+    ASSERT_EQ(fn(qb, kb, m1, bias, o1), 0);
+    o1.copy_to_host();
+    Vec want_row(want.begin() + size_t(t) * H * D, want.begin() + size_t(t + 1) * H * D);
+    expect_close(row, want_row, ("decode row t=" + std::to_string(t)).c_str());
+  }
+}
+
 // Self-attention on a fused row of H query heads and H / G key and value heads each,
 // with rotary positions (R features, theta, layout): the whole sequence against the
 // reference (rotated in double, then attention with head h reading key/value head h / G),
@@ -185,20 +205,7 @@ void check_attention_gqa(Fn fn, int H, int G, int R, double theta, bool interlea
     ref::rotary(rotated, C, B, T, 0, H + KVH, D, R, theta, interleaved);  // queries and keys
     Vec want = ref::attention(rotated, C, rotated, C, mask, B, T, T, H, D, 0, H, H + KVH, causal, G);
     expect_close(out, want, "attention");
-    if (!causal || B != 1) continue;
-    Vec row(size_t(H) * D);
-    for (int t = 0; t < T; ++t) {
-      halide_dimension_t qd[4] = {{0, D, 1}, {0, H + 2 * KVH, D}, {0, 1, C}, {0, 1, T * C}};
-      halide_dimension_t kd[4] = {{0, D, 1}, {0, H + 2 * KVH, D}, {0, t + 1, C}, {0, 1, T * C}};
-      Buf qb(kv.data() + size_t(t) * C, 4, qd), kb(kv.data(), 4, kd), m1 = view(mask, {t + 1, 1}),
-          o1 = view(row, {D, H, 1, 1});
-      qb.set_host_dirty();
-      kb.set_host_dirty();
-      ASSERT_EQ(fn(qb, kb, m1, layer_checks::no_position_bias(), o1), 0);
-      o1.copy_to_host();
-      Vec want_row(want.begin() + size_t(t) * H * D, want.begin() + size_t(t + 1) * H * D);
-      expect_close(row, want_row, ("decode row t=" + std::to_string(t)).c_str());
-    }
+    if (causal && B == 1) expect_decode_rows(fn, kv, H + 2 * KVH, H, D, T, mask, want, layer_checks::no_position_bias());
   }
 }
 TEST(Attention, GroupedQueryRotaryHalfHead20) {
@@ -232,20 +239,7 @@ void check_attention_relative(Fn fn, bool causal) {
     ob.copy_to_host();
     Vec want = ref::attention(kv, C, kv, C, mask, B, T, T, H, D, 0, H, 2 * H, causal, 1, &buckets, t5_like_bucket, 1.0);
     expect_close(out, want, "attention");
-    if (!causal || B != 1) continue;
-    Vec row(size_t(H) * D);
-    for (int t = 0; t < T; ++t) {
-      halide_dimension_t qd[4] = {{0, D, 1}, {0, 3 * H, D}, {0, 1, C}, {0, 1, T * C}};
-      halide_dimension_t kd[4] = {{0, D, 1}, {0, 3 * H, D}, {0, t + 1, C}, {0, 1, T * C}};
-      Buf qb(kv.data() + size_t(t) * C, 4, qd), kb(kv.data(), 4, kd), m1 = view(mask, {t + 1, 1}),
-          o1 = view(row, {D, H, 1, 1});
-      qb.set_host_dirty();
-      kb.set_host_dirty();
-      ASSERT_EQ(fn(qb, kb, m1, tb, o1), 0);
-      o1.copy_to_host();
-      Vec want_row(want.begin() + size_t(t) * H * D, want.begin() + size_t(t + 1) * H * D);
-      expect_close(row, want_row, ("decode row t=" + std::to_string(t)).c_str());
-    }
+    if (causal && B == 1) expect_decode_rows(fn, kv, 3 * H, H, D, T, mask, want, tb);
   }
 }
 TEST(Attention, RelativeBiasEncoderUnscaled) { check_attention_relative(KERNEL(test_attention_relative), false); }

@@ -11,6 +11,8 @@
   spm DIR BIN WORK               text through a SentencePiece model: the binary's --spm --text
                                   against transformers' generate() on the tokenizer's ids, decoded
                                   by the same tokenizer (Llama: bos + pieces)
+  spm-t5 DIR BIN WORK             T5's spiece.model made now: the binary's text in and out (mT5)
+                                  against T5Tokenizer + generate + T5Tokenizer.decode
   spm-marian DIR BIN WORK         Marian's tokenizer files (source.spm, target.spm, vocab.json) made
                                   now: the binary's text in and out against MarianTokenizer +
                                   MarianMTModel.generate + MarianTokenizer.decode
@@ -52,6 +54,7 @@ LLAMA_POSITIONS = 160
 # with 8 buckets saturating at distance 10, so that sources of 12 and 12 new tokens reach
 # past it; "mt5" is mT5 / T5 v1.1 (gated-gelu, untied lm_head, 32 buckets up to 128) with
 # 3 decoder layers over 2 encoder layers. Head size 24 (d_kv), no biases anywhere.
+T5_PIECES = 400  # spm-t5's SentencePiece model; the ids past it are sentinels (<extra_id_N>)
 T5 = {"t5": dict(buckets=8, distance=10, proj="relu", tied=True, decoder_layers=LAYERS),
       "mt5": dict(buckets=32, distance=128, proj="gated-gelu", tied=False, decoder_layers=LAYERS + 1)}
 # Encoder-decoders: 2 + 2 layers; generate()'s forced bos/eos and min_length are off (the
@@ -132,6 +135,8 @@ def make(family, out):
                 if name.endswith("relative_attention_bias.weight"):
                     p.copy_(torch.randn_like(p))
             model.get_output_embeddings().weight[config.eos_token_id] *= 2.0  # eos within reach
+            if family == "mt5":  # mostly ids that spm-t5's 400-piece tokenizer has (not sentinels)
+                model.lm_head.weight[T5_PIECES:] *= 0.9
     model.eval()
     model.save_pretrained(out, safe_serialization=True)
     print(f"{family}: {type(model).__name__} saved to {out}")
@@ -673,6 +678,53 @@ def spm_marian(hf_dir, binary, work):
     print(f"spm-marian: {len(texts)} texts, ids and text equal to transformers' MarianTokenizer and MarianMTModel")
 
 
+def spm_t5(hf_dir, binary, work):
+    """T5's spiece.model made now (a 400-piece unigram model with T5's pad 0, eos 1, unk 2;
+    T5Tokenizer's sentinels fill the model's other ids), then text in and out of the binary
+    (--spm DIR and --spm DIR/spiece.model) against T5Tokenizer + generate + decode."""
+    import torch
+
+    tf = transformers_modules()
+    os.makedirs(work, exist_ok=True)
+    tok_dir = os.path.join(work, "t5-tokenizer")
+    os.makedirs(tok_dir, exist_ok=True)
+    rng = np.random.default_rng(13)
+    letters = list("abcdefghijklmnopqrstuvwxyz")
+    words = ["".join(rng.choice(letters, rng.integers(2, 8))) for _ in range(2000)] + [",", ".", "?", "!", "'s"]
+    model_file = train_spm(words, rng, os.path.join(work, "spiece"), T5_PIECES, 3000, model_type="unigram",
+                           pad_id=0, eos_id=1, unk_id=2, bos_id=-1)
+    shutil.copy(model_file, os.path.join(tok_dir, "spiece.model"))
+    tok = tf.T5Tokenizer(os.path.join(tok_dir, "spiece.model"), extra_ids=VOCAB - T5_PIECES)
+    model = tf.MT5ForConditionalGeneration.from_pretrained(hf_dir)
+    model.eval()
+    texts = [" ".join(words[i:i + n]) for i, n in ((0, 3), (10, 9), (40, 1))]
+    texts += [words[3] + " , " + words[4] + " . " + words[5] + " ?", "QQQ " + words[7]]  # unknown letters
+    seen = set()
+    for spm_arg in (tok_dir, os.path.join(tok_dir, "spiece.model")):
+        _, out = spm_run(binary, hf_dir, spm_arg, texts)
+        for t, row in zip(texts, out):
+            ids = tok(t).input_ids
+            if row["source"] != ids:
+                raise SystemExit(f"{t!r}: the binary's ids {row['source']}, T5Tokenizer's {ids}")
+            with torch.no_grad():
+                gen = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                     max_new_tokens=12, do_sample=False, num_beams=1)
+            new = strip(gen[0, 1:].tolist(), model.config)
+            want = tok.decode(new, skip_special_tokens=True)
+            if row["tokens"] != new or row["text"] != want:
+                raise SystemExit(f"{t!r}: the binary gives {row['tokens']} {row['text']!r}, transformers "
+                                 f"{new} {want!r}")
+            seen.update(new)
+            print(f"--spm {os.path.basename(spm_arg)}: {t!r} -> {len(ids)} ids -> {row['text']!r}: equal to "
+                  f"T5Tokenizer + generate + decode")
+    kinds = {"pieces": sum(3 <= i < T5_PIECES for i in seen), "sentinels": sum(i >= T5_PIECES for i in seen),
+             "specials": sum(i < 3 for i in seen)}
+    if not kinds["pieces"]:
+        raise SystemExit(f"the generated ids {sorted(seen)} hold no ordinary piece: the text check would be empty")
+    print(f"spm-t5: {len(texts)} texts, ids and text equal to T5Tokenizer and MT5ForConditionalGeneration "
+          f"(generated ids: {kinds})")
+
+
 def device(family, hf_dir, spec, halformer, work):
     os.makedirs(work, exist_ok=True)
     text = open(spec).read()
@@ -724,6 +776,8 @@ def main(argv):
         spm(argv[2], argv[3], argv[4])
     elif cmd == "spm-marian" and len(argv) == 5:
         spm_marian(argv[2], argv[3], argv[4])
+    elif cmd == "spm-t5" and len(argv) == 5:
+        spm_t5(argv[2], argv[3], argv[4])
     elif cmd == "device" and len(argv) == 7:
         device(*argv[2:7])
     elif cmd == "refuse" and len(argv) >= 6:

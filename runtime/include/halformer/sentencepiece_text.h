@@ -6,6 +6,10 @@
 //   std::vector<int32_t> ids = sp.encode("Hello world");   // pieces only, no bos / eos
 //   std::string text = sp.decode(ids);
 //
+// T5 (spiece.model, or its directory): ids are the pieces' own, and decode() is
+// T5Tokenizer.decode(skip_special_tokens=True): pad / eos / unk and the sentinel ids past
+// the pieces (<extra_id_N>) dropped, the text stripped and cleaned up (as Marian's below).
+//
 // Marian (load() is given its source.spm, or its directory): the model's ids are not the
 // pieces' own but vocab.json's, and output decodes through target.spm, exactly as
 // transformers' MarianTokenizer does (a leading ">>lang<<" code is one token; decode skips
@@ -26,7 +30,8 @@ namespace halformer {
 
 class SentencePieceText {
  public:
-  // `path`: a SentencePiece model file, or a directory holding tokenizer.model or Marian's
+  // `path`: a SentencePiece model file, or a directory holding tokenizer.model, T5's
+  // spiece.model, or Marian's
   // source.spm + vocab.json (a source.spm / target.spm file with a vocab.json beside it is
   // read as Marian's too: its pieces' own ids are not the model's). Throws halformer::Error
   // naming the file when something is missing or malformed.
@@ -49,6 +54,8 @@ class SentencePieceText {
   std::string path_;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;  // encodes (Marian: source.spm)
   std::unique_ptr<Marian> marian_;
+  bool t5_ = false;            // spiece.model: T5Tokenizer's decoding
+  bool t5_clean_up_ = true;    // its clean_up_tokenization_spaces (tokenizer_config.json)
 };
 
 }  // namespace halformer
