@@ -286,8 +286,16 @@ const HfFamily& hf_family(Preset p) {
        {"ff_gate", t5("layer.{F}.DenseReluDense.wi_0")}, {"ff1", t5("layer.{F}.DenseReluDense.wi", "layer.{F}.DenseReluDense.wi_1")},
        {"ff2", t5("layer.{F}.DenseReluDense.wo")}, {"ff_norm", t5("layer.{F}.layer_norm")}},
       false, {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight"}};
+  // Qwen2ForCausalLM: Llama's names and blocks, with biases on q, k and v (not o).
+  static const HfFamily qwen2 = [] {
+    HfFamily f = llama;
+    f.preset = "huggingface-qwen2";
+    for (const char* proj : {"self_attn.q", "self_attn.k", "self_attn.v"}) f.layer.at(proj).bias = true;
+    return f;
+  }();
   switch (p) {
     case Preset::HuggingfaceT5: return t5_family;
+    case Preset::HuggingfaceQwen2: return qwen2;
     case Preset::HuggingfaceLlama: return llama;
     case Preset::HuggingfaceBert: return bert;
     case Preset::HuggingfaceRoberta: return roberta;
@@ -300,7 +308,7 @@ const HfFamily& hf_family(Preset p) {
 bool is_hf(Preset p) {
   return p == Preset::HuggingfaceBert || p == Preset::HuggingfaceRoberta || p == Preset::HuggingfaceDistilbert ||
          p == Preset::HuggingfaceGpt2 || p == Preset::HuggingfaceBart || p == Preset::HuggingfaceLlama ||
-         p == Preset::HuggingfaceT5;
+         p == Preset::HuggingfaceT5 || p == Preset::HuggingfaceQwen2;
 }
 
 Source hf_preset(const HfFamily& f, const std::string& prefix, const ModelConfig& c, const Canonical& n) {
@@ -676,7 +684,8 @@ class Loader {
       case Preset::HuggingfaceGpt2:
       case Preset::HuggingfaceBart:
       case Preset::HuggingfaceLlama:
-      case Preset::HuggingfaceT5: return hf_preset(hf_family(c_.preset), hf_prefix_, c_, parse(canonical));
+      case Preset::HuggingfaceT5:
+      case Preset::HuggingfaceQwen2: return hf_preset(hf_family(c_.preset), hf_prefix_, c_, parse(canonical));
       case Preset::Explicit: {
         auto it = map_.find(canonical);
         return {it == map_.end() ? canonical : it->second};

@@ -20,6 +20,9 @@
                                   the imported SPEC rebuilt with an OpenCL target (PoCL): a padded
                                   batch of prompts on the device gives the CPU's greedy tokens and
                                   logits, and each prompt alone the same tokens (per-row positions)
+  window HALFORMER WORK MISTRAL_DIR
+                                  a sliding window shorter than the positions caps max_len (Mistral;
+                                  Qwen2 only with use_sliding_window)
   refuse CASE HALFORMER WORK BASE_DIR...
                                   `halformer import` of a directory with one thing wrong fails,
                                   naming it, and writes nothing
@@ -42,13 +45,23 @@ import numpy as np
 TOLERANCE = 1e-4
 VOCAB, HIDDEN, HEADS, FF, LAYERS, POSITIONS = 1003, 72, 3, 100, 2, 64
 SEED = {"bert": 1, "roberta": 2, "distilbert": 3, "gpt2": 4, "bart": 5, "marian": 6, "llama": 7, "llama_mqa": 8,
-        "t5": 9, "mt5": 10}
+        "t5": 9, "mt5": 10, "mistral": 11, "qwen2": 12}
 # Llama-style: "llama" has 6 query heads of 12 features sharing 2 key/value heads and
 # rope_theta 500 (not the default: angles turn fast, a wrong theta or layout shows);
 # "llama_mqa" 3 heads of 24 features over 1 key/value head (multi-query), the default
 # theta and a tied lm_head. 160 positions: a 129-token prompt plus 20 new tokens fit.
+# "mistral" is the Llama checkpoint under MistralForCausalLM's config (model_type mistral, a
+# sliding window wider than every test sequence); "qwen2" adds random biases on q, k and
+# v (Qwen2ForCausalLM), with a tied lm_head. transformers 4.30 has neither class: the
+# reference is its Llama with the same weights (and, for Qwen2, biased q/k/v projections),
+# which is what both compute within the window.
 LLAMA = {"llama": dict(heads=6, kv_heads=2, theta=500.0, tied=False),
-         "llama_mqa": dict(heads=3, kv_heads=1, theta=10000.0, tied=True)}
+         "llama_mqa": dict(heads=3, kv_heads=1, theta=10000.0, tied=True),
+         "mistral": dict(heads=6, kv_heads=3, theta=1e6, tied=False, model_type="mistral",
+                         config={"architectures": ["MistralForCausalLM"], "sliding_window": 4096}),
+         "qwen2": dict(heads=6, kv_heads=2, theta=1e6, tied=True, model_type="qwen2", qkv_bias=True,
+                       config={"architectures": ["Qwen2ForCausalLM"], "use_sliding_window": False,
+                               "sliding_window": 32, "max_window_layers": LAYERS, "bos_token_id": 1})}
 LLAMA_POSITIONS = 160
 # T5: "t5" is the original (relu, tied: lm_head is `shared`, output scaled by d_model^-0.5)
 # with 8 buckets saturating at distance 10, so that sources of 12 and 12 new tokens reach
@@ -164,10 +177,15 @@ def make_llama(family, out):
             if p.dim() == 1:  # RMSNorm scales around 1
                 p.copy_(1.0 + 0.1 * torch.randn_like(p))
         for layer in model.model.layers:
+            if v.get("qkv_bias"):
+                add_qkv_biases(layer.self_attn, random=True)
             for proj in (layer.self_attn.k_proj, layer.self_attn.v_proj):
                 w = proj.weight.view(heads, hd, HIDDEN)
+                b = proj.bias.view(heads, hd) if proj.bias is not None else None
                 for h in range(heads):
                     w[h] = w[(h // group) * group]
+                    if b is not None:
+                        b[h] = b[(h // group) * group]
     model.eval()
     model.save_pretrained(os.path.join(out, "reference"), safe_serialization=True)
     # The grouped checkpoint: one key/value head per group, no rotary buffers.
@@ -179,26 +197,50 @@ def make_llama(family, out):
             continue
         if name.endswith(("k_proj.weight", "v_proj.weight")):
             t = t.view(heads, hd, HIDDEN)[::group].reshape(kv_heads * hd, HIDDEN)
+        if name.endswith(("k_proj.bias", "v_proj.bias")):
+            t = t.view(heads, hd)[::group].reshape(kv_heads * hd)
         tensors[name] = t.clone().contiguous()
     save_file(tensors, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
     cfg = json.load(open(os.path.join(out, "reference", "config.json")))
     cfg.update(num_key_value_heads=kv_heads, rope_theta=v["theta"])
+    if "model_type" in v:  # Mistral / Qwen2: their config.json (Llama's fields they share, and theirs)
+        cfg.update(model_type=v["model_type"], **v["config"])
+        cfg.pop("pretraining_tp", None)
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     print(f"{family}: LlamaForCausalLM saved to {out} ({heads} heads, {kv_heads} key/value heads, rope_theta "
           f"{v['theta']}, tied {v['tied']}) and its repeated-heads equivalent to {out}/reference")
 
 
+def add_qkv_biases(attn, random=False, state=None, prefix=""):
+    """Qwen2's attention as transformers 4.30's Llama can run it: q, k and v projections
+    replaced by biased ones (random biases, or those of `state` under `prefix`)."""
+    import torch
+
+    for name in ("q_proj", "k_proj", "v_proj"):
+        old = getattr(attn, name)
+        new = torch.nn.Linear(old.in_features, old.out_features, bias=True)
+        with torch.no_grad():
+            new.weight.copy_(old.weight)
+            new.bias.copy_(0.5 * torch.randn(old.out_features) if random else state[f"{prefix}{name}.bias"])
+        setattr(attn, name, new)
+
+
 def llama_reference(hf_dir):
-    """transformers' LlamaForCausalLM of DIR/reference with rotary base DIR's rope_theta."""
+    """transformers' LlamaForCausalLM of DIR/reference with rotary base DIR's rope_theta
+    (and, where the checkpoint has them, biased q/k/v projections: Qwen2)."""
     tf = transformers_modules()
+    from safetensors.torch import load_file
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
     theta = json.load(open(os.path.join(hf_dir, "config.json")))["rope_theta"]
     model = tf.LlamaForCausalLM.from_pretrained(os.path.join(hf_dir, "reference"))
-    for layer in model.model.layers:
+    state = load_file(os.path.join(hf_dir, "reference", "model.safetensors"))
+    for i, layer in enumerate(model.model.layers):
         attn = layer.self_attn
         attn.rotary_emb = LlamaRotaryEmbedding(attn.head_dim, max_position_embeddings=LLAMA_POSITIONS, base=theta)
+        if f"model.layers.{i}.self_attn.q_proj.bias" in state:
+            add_qkv_biases(attn, state=state, prefix=f"model.layers.{i}.self_attn.")
     model.eval()
     return model
 
@@ -470,7 +512,9 @@ REFUSALS = {
     "t5_encoder_only": ("t5", {"is_encoder_decoder": False}, r"is_encoder_decoder: found false"),
     "t5_distance": ("t5", {"relative_attention_max_distance": 4},
                     r"relative_attention_max_distance: found 4; must exceed relative_attention_num_buckets / 2 = 4"),
-    "model_type_mistral": ("bert", {"model_type": "mistral"}, r'model_type: found "mistral"; not supported yet'),
+    "model_type_gemma": ("bert", {"model_type": "gemma"}, r'model_type: found "gemma"; not supported yet'),
+    "mistral_window_string": ("mistral", {"sliding_window": "4096"}, r'sliding_window: found "4096"; expected an integer'),
+    "qwen2_layer_types": ("qwen2", {"layer_types": ["full_attention", "chunked"]}, r"layer_types: found .*expected a list"),
     "llama_rope_scaling": ("llama", {"rope_scaling": {"type": "linear", "factor": 2.0}}, r"rope_scaling: found"),
     "llama_attention_bias": ("llama", {"attention_bias": True}, r"attention_bias: found true"),
     "llama_kv_heads": ("llama", {"num_key_value_heads": 4}, r"num_key_value_heads: found 4; does not divide"),
@@ -495,6 +539,39 @@ REFUSALS = {
     "output_is_input": ("bert", "output-is-input", r"output .*config\.json is the input .*config\.json; refusing"),
     "output_exists": ("bert", "exists", r"exists; add --force to replace it"),
 }
+
+
+def window(halformer, work, base):
+    """A Mistral config whose sliding window (64) is shorter than its positions (160): the
+    spec's max_len is the window (full attention within it; longer input is refused by
+    the binary, by length), and Qwen2's window counts only with use_sliding_window."""
+    import re
+
+    for model_type, change, want in (("mistral", {"sliding_window": 64}, 64),
+                                     ("mistral", {"sliding_window": None}, LLAMA_POSITIONS),
+                                     ("qwen2", {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"],
+                                                "use_sliding_window": True, "sliding_window": 48}, 48),
+                                     ("qwen2", {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"],
+                                                "use_sliding_window": False, "sliding_window": 48}, LLAMA_POSITIONS)):
+        shutil.rmtree(work, ignore_errors=True)
+        hf = os.path.join(work, "hf")
+        os.makedirs(hf)
+        for f in os.listdir(base):
+            if f != "config.json":
+                os.symlink(os.path.abspath(os.path.join(base, f)), os.path.join(hf, f))
+        with open(os.path.join(base, "config.json")) as f:
+            config = json.load(f)
+        config.update(change)
+        if model_type == "qwen2":
+            config.pop("pretraining_tp", None)
+        with open(os.path.join(hf, "config.json"), "w") as f:
+            json.dump(config, f)
+        spec = os.path.join(work, "spec.yaml")
+        subprocess.run([halformer, "import", hf, "-o", spec, "--name", "windowed"], check=True, capture_output=True)
+        got = int(re.search(r"^  max_len: (\d+)", open(spec).read(), re.M).group(1))
+        if got != want:
+            raise SystemExit(f"{model_type} {change}: max_len {got}, expected {want}")
+        print(f"{model_type} {change}: max_len {got}")
 
 
 def refuse(case, halformer, work, base_dirs):
@@ -780,6 +857,8 @@ def main(argv):
         spm_t5(argv[2], argv[3], argv[4])
     elif cmd == "device" and len(argv) == 7:
         device(*argv[2:7])
+    elif cmd == "window" and len(argv) == 5:
+        window(argv[2], argv[3], argv[4])
     elif cmd == "refuse" and len(argv) >= 6:
         refuse(argv[2], argv[3], argv[4], argv[5:])
     else:

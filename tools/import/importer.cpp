@@ -319,11 +319,21 @@ void read_gpt2(Config& c, Model& m, Task) {
 
 // ---- Llama: decoder-only, pre-norm RMSNorm, rotary positions (half-split), gated MLP,
 // grouped-query attention, no biases; logits from lm_head (embed_tokens when tied).
-void read_llama(Config& c, Model& m, Task) {
-  const auto d = c.integer("hidden_size", 4096), h = c.integer("num_attention_heads", 32);
-  const auto layers = c.integer("num_hidden_layers", 32), ff = c.integer("intermediate_size", 11008, 1, 1 << 20);
-  const auto vocab = c.integer("vocab_size", 32000), positions = c.integer("max_position_embeddings", 2048);
-  const auto kvh = c.integer("num_key_value_heads", h, 1, 1024);
+// Mistral: the same model and names, with sliding-window attention; Qwen2: the same with
+// biases on q, k and v (preset huggingface-qwen2), its window optional. A window W
+// shorter than the positions caps max_len at W: up to W tokens every key is in every
+// query's window, so the model computes what full attention computes; longer sequences
+// are refused by the binary (by length), never attended differently.
+enum class LlamaKind { Llama, Mistral, Qwen2 };
+void read_llama_like(Config& c, Model& m, LlamaKind kind) {
+  // The config classes' defaults (LlamaConfig, MistralConfig, Qwen2Config).
+  const bool mistral = kind == LlamaKind::Mistral, qwen2 = kind == LlamaKind::Qwen2;
+  const int64_t d_default = 4096, ff_default = mistral ? 14336 : qwen2 ? 22016 : 11008;
+  const int64_t vocab_default = qwen2 ? 151936 : 32000, pos_default = mistral ? 4096 * 32 : qwen2 ? 32768 : 2048;
+  const auto d = c.integer("hidden_size", d_default), h = c.integer("num_attention_heads", 32);
+  const auto layers = c.integer("num_hidden_layers", 32), ff = c.integer("intermediate_size", ff_default, 1, 1 << 20);
+  const auto vocab = c.integer("vocab_size", vocab_default), positions = c.integer("max_position_embeddings", pos_default);
+  const auto kvh = c.integer("num_key_value_heads", mistral ? std::optional<int64_t>(8) : h, 1, 1024);
   const auto eps = c.number("rms_norm_eps", 1e-6), theta = c.number("rope_theta", 10000.0);
   if (d && h && *d % *h != 0) c.refuse("hidden_size", "not divisible by num_attention_heads " + std::to_string(*h));
   if (h && kvh && *h % *kvh != 0)
@@ -337,8 +347,30 @@ void read_llama(Config& c, Model& m, Task) {
   c.used("rope_scaling");
   if (c.has("rope_scaling")) c.refuse("rope_scaling", "scaled rotary positions are not supported (null only)");
   if (theta && !(*theta > 1)) c.refuse("rope_theta", "must be > 1");
-  c.only("attention_bias", false, "q/k/v/o projections with biases are not supported by preset huggingface-llama");
-  c.only("mlp_bias", false, "MLP projections with biases are not supported by preset huggingface-llama");
+  if (!qwen2) {
+    c.only("attention_bias", false, "q/k/v/o projections with biases are not supported by preset huggingface-llama");
+    c.only("mlp_bias", false, "MLP projections with biases are not supported by preset huggingface-llama");
+  }
+  // The attention window (Mistral: sliding_window, null for none; Qwen2: only with
+  // use_sliding_window, in the layers from max_window_layers on).
+  // Newer configs also list each layer's kind (layer_types): any sliding layer means a window.
+  std::optional<int64_t> window;
+  bool windowed = mistral || (qwen2 && c.flag("use_sliding_window", false));
+  c.used("layer_types");
+  if (c.has("layer_types")) {
+    const json& types = c.raw().at("layer_types");
+    bool ok = types.is_array();
+    for (const auto& t : ok ? types : json::array()) {
+      ok = ok && t.is_string() && (t == "full_attention" || t == "sliding_attention");
+      windowed = windowed || (ok && t == "sliding_attention");
+    }
+    if (!ok) c.refuse("layer_types", "expected a list of \"full_attention\" / \"sliding_attention\"");
+  }
+  if (qwen2) c.integer("max_window_layers", 28, 0);
+  if (mistral || qwen2) {
+    c.used("sliding_window");
+    if (windowed && c.has("sliding_window")) window = c.integer("sliding_window", std::nullopt);
+  }
   // Gated MLP: act(gate_proj x) * up_proj x.
   const std::string act = c.text("hidden_act").value_or("silu");
   static const std::map<std::string, std::string> gated = {
@@ -352,6 +384,7 @@ void read_llama(Config& c, Model& m, Task) {
   // Tensor parallel slices of pretraining (pretraining_tp) compute the same products.
   for (const char* k : {"initializer_range", "use_cache", "pretraining_tp", "attention_dropout"}) c.used(k);
   if (!d || !h || !layers || !vocab || !positions || !eps || !ff || !kvh || !theta) return;
+  if (windowed && !window && c.has("sliding_window")) return;  // a bad sliding_window: reported
   m.d_model = *d, m.vocab = *vocab;
   m.set("sizes", "d_model", *d, "hidden_size");
   m.set("sizes", "heads", *h, "num_attention_heads (head size " + std::to_string(*d / *h) + ")");
@@ -360,7 +393,12 @@ void read_llama(Config& c, Model& m, Task) {
   m.set("sizes", "d_ff", *ff, "intermediate_size");
   m.set("sizes", "decoder_layers", *layers, "num_hidden_layers");
   m.set("sizes", "tgt_vocab", *vocab, "vocab_size");
-  m.set("sizes", "max_len", *positions, "max_position_embeddings: prompt + generated tokens");
+  if (window && *window < *positions)
+    m.set("sizes", "max_len", *window,
+          "sliding_window (max_position_embeddings " + std::to_string(*positions) +
+              "): within the window attention is full; prompt + generated tokens");
+  else
+    m.set("sizes", "max_len", *positions, "max_position_embeddings: prompt + generated tokens");
   m.set("layer", "norm_placement", "pre", "x + sublayer(rmsnorm(x))");
   m.set("layer", "norm_kind", "rms", "LlamaRMSNorm");
   m.set("layer", "norm_eps", fmt_number(*eps), "rms_norm_eps");
@@ -371,8 +409,12 @@ void read_llama(Config& c, Model& m, Task) {
   m.set("embedding", "scale", "false");
   m.set("embedding", "share_tgt_output", tied ? "true" : "false",
         tied ? "tie_word_embeddings: lm_head is embed_tokens" : "lm_head.weight");
-  set_causal_lm(c, m, 1, 2);  // LlamaConfig's defaults
+  if (qwen2) set_causal_lm(c, m, std::nullopt, std::nullopt);  // Qwen2Config has no default ids
+  else set_causal_lm(c, m, 1, 2);                               // LlamaConfig's and MistralConfig's
 }
+void read_llama(Config& c, Model& m, Task) { read_llama_like(c, m, LlamaKind::Llama); }
+void read_mistral(Config& c, Model& m, Task) { read_llama_like(c, m, LlamaKind::Mistral); }
+void read_qwen2(Config& c, Model& m, Task) { read_llama_like(c, m, LlamaKind::Qwen2); }
 
 // ---- BART: an encoder-decoder, post-norm, one shared embedding (tied lm_head), learned
 // positions offset by 2 per stack, layernorm_embedding per stack, final_logits_bias.
@@ -566,6 +608,10 @@ const std::vector<FamilyInfo>& families() {
       {"gpt2", "huggingface-gpt2", "decoder", {{"GPT2LMHeadModel", Task::Base}}, "wte.weight", read_gpt2},
       {"llama", "huggingface-llama", "decoder", {{"LlamaForCausalLM", Task::Base}}, "embed_tokens.weight",
        read_llama},
+      {"mistral", "huggingface-llama", "decoder", {{"MistralForCausalLM", Task::Base}}, "embed_tokens.weight",
+       read_mistral},
+      {"qwen2", "huggingface-qwen2", "decoder", {{"Qwen2ForCausalLM", Task::Base}}, "embed_tokens.weight",
+       read_qwen2},
       {"bart", "huggingface-bart", "encoder_decoder", {{"BartForConditionalGeneration", Task::Base}}, "shared.weight",
        read_bart},
       {"marian", "huggingface-bart", "encoder_decoder", {{"MarianMTModel", Task::Base}}, "shared.weight", read_marian},
@@ -579,9 +625,7 @@ const std::vector<FamilyInfo>& families() {
 // Families Hugging Face has that the spec language cannot express yet (issue 15).
 const std::map<std::string, std::string>& planned() {
   static const std::map<std::string, std::string> p = {
-      {"mistral", "sliding-window attention"}, {"qwen2", "biases on q/k/v only (a preset of its own)"},
       {"gemma", "a head size other than d_model / heads, scaled embeddings"},
-
       {"mbart", "an encoder-decoder"},             {"gpt_neox", "rotary positions, parallel residual"},
       {"gptj", "rotary positions, parallel residual"}, {"opt", "positions offset by 2"},
       {"xlm-roberta", "RoBERTa names under xlm-roberta"}, {"albert", "shared layers, factorised embeddings"},

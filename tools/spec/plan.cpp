@@ -290,6 +290,7 @@ const char* preset_enum(Preset p) {
     case Preset::HuggingfaceBart: return "HuggingfaceBart";
     case Preset::HuggingfaceLlama: return "HuggingfaceLlama";
     case Preset::HuggingfaceT5: return "HuggingfaceT5";
+    case Preset::HuggingfaceQwen2: return "HuggingfaceQwen2";
     default: return "Explicit";
   }
 }
@@ -323,6 +324,7 @@ std::unique_ptr<SpecModelConfig> model_config(const Spec& s) {
                 int(HeadKind::Softmax) == int(HeadOutput::Softmax));
   static_assert(int(WeightPreset::Explicit) == int(Preset::Explicit) &&
                 int(WeightPreset::HuggingfaceT5) == int(Preset::HuggingfaceT5) &&
+                int(WeightPreset::HuggingfaceQwen2) == int(Preset::HuggingfaceQwen2) &&
                 int(WeightPreset::HuggingfaceLlama) == int(Preset::HuggingfaceLlama) &&
                 int(WeightPreset::HuggingfaceBart) == int(Preset::HuggingfaceBart) &&
                 int(WeightPreset::HuggingfaceGpt2) == int(Preset::HuggingfaceGpt2) &&

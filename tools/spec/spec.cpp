@@ -94,6 +94,7 @@ const Names<WeightPreset>& names(WeightPreset) {
                                      {WeightPreset::HuggingfaceBart, "huggingface-bart"},
                                      {WeightPreset::HuggingfaceLlama, "huggingface-llama"},
                                      {WeightPreset::HuggingfaceT5, "huggingface-t5"},
+                                     {WeightPreset::HuggingfaceQwen2, "huggingface-qwen2"},
                                      {WeightPreset::Explicit, "explicit"}};
   return n;
 }
@@ -941,8 +942,10 @@ std::vector<Diagnostic> check_supported(const Spec& s) {
     unsupported("weights.preset", "preset 'annotated-transformer' for architecture " + quoted(name_of(s.architecture)));
   for (WeightPreset p : {WeightPreset::HuggingfaceBert, WeightPreset::HuggingfaceRoberta,
                          WeightPreset::HuggingfaceDistilbert, WeightPreset::HuggingfaceGpt2,
-                         WeightPreset::HuggingfaceBart, WeightPreset::HuggingfaceLlama, WeightPreset::HuggingfaceT5}) {
-    const Architecture family = p == WeightPreset::HuggingfaceGpt2 || p == WeightPreset::HuggingfaceLlama
+                         WeightPreset::HuggingfaceBart, WeightPreset::HuggingfaceLlama, WeightPreset::HuggingfaceT5,
+                         WeightPreset::HuggingfaceQwen2}) {
+    const Architecture family = p == WeightPreset::HuggingfaceGpt2 || p == WeightPreset::HuggingfaceLlama ||
+                                        p == WeightPreset::HuggingfaceQwen2
                                     ? Architecture::Decoder
                                 : p == WeightPreset::HuggingfaceBart || p == WeightPreset::HuggingfaceT5
                                     ? Architecture::EncoderDecoder
@@ -952,10 +955,10 @@ std::vector<Diagnostic> check_supported(const Spec& s) {
                   "preset " + quoted(name_of(p)) + " for architecture " + quoted(name_of(s.architecture)));
   }
   if (is_gated(s.activation) && s.preset != WeightPreset::HuggingfaceLlama && s.preset != WeightPreset::HuggingfaceT5 &&
-      s.preset != WeightPreset::Explicit)
+      s.preset != WeightPreset::HuggingfaceQwen2 && s.preset != WeightPreset::Explicit)
     unsupported("layer.activation", "gated activation " + quoted(name_of(s.activation)) + " with preset " +
                                          quoted(name_of(s.preset)) + " (its files have no gate projection; use "
-                                         "'huggingface-llama', 'huggingface-t5' or 'explicit')");
+                                         "'huggingface-llama', 'huggingface-qwen2', 'huggingface-t5' or 'explicit')");
   if (s.kv_heads != s.heads && s.architecture == Architecture::EncoderDecoder)
     unsupported("sizes.kv_heads", "grouped-query attention (kv_heads " + std::to_string(s.kv_heads) +
                                       " != heads) in an encoder-decoder (its cross-attention)");

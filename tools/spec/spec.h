@@ -36,6 +36,7 @@ enum class WeightPreset {
   HuggingfaceBart,
   HuggingfaceLlama,
   HuggingfaceT5,
+  HuggingfaceQwen2,
   Explicit
 };
 enum class Precision { Fp32, Bf16, Int8 };

@@ -46,6 +46,7 @@ enum class Preset {
   HuggingfaceBart,
   HuggingfaceLlama,
   HuggingfaceT5,
+  HuggingfaceQwen2,
   Explicit
 };
 
