@@ -45,7 +45,7 @@ import numpy as np
 TOLERANCE = 1e-4
 VOCAB, HIDDEN, HEADS, FF, LAYERS, POSITIONS = 1003, 72, 3, 100, 2, 64
 SEED = {"bert": 1, "roberta": 2, "distilbert": 3, "gpt2": 4, "bart": 5, "marian": 6, "llama": 7, "llama_mqa": 8,
-        "t5": 9, "mt5": 10, "mistral": 11, "qwen2": 12}
+        "t5": 9, "mt5": 10, "mistral": 11, "qwen2": 12, "gemma": 14}
 # Llama-style: "llama" has 6 query heads of 12 features sharing 2 key/value heads and
 # rope_theta 500 (not the default: angles turn fast, a wrong theta or layout shows);
 # "llama_mqa" 3 heads of 24 features over 1 key/value head (multi-query), the default
@@ -61,7 +61,15 @@ LLAMA = {"llama": dict(heads=6, kv_heads=2, theta=500.0, tied=False),
                          config={"architectures": ["MistralForCausalLM"], "sliding_window": 4096}),
          "qwen2": dict(heads=6, kv_heads=2, theta=1e6, tied=True, model_type="qwen2", qkv_bias=True,
                        config={"architectures": ["Qwen2ForCausalLM"], "use_sliding_window": False,
-                               "sliding_window": 32, "max_window_layers": LAYERS, "bos_token_id": 1})}
+                               "sliding_window": 32, "max_window_layers": LAYERS, "bos_token_id": 1}),
+         # Gemma: the file's norms hold w (scaled by 1 + w) and its tied table E (looked up
+         # times sqrt(hidden)); the reference Llama holds 1 + w, sqrt(hidden) * E as its input
+         # table and E as an untied lm_head. hidden_act "gelu" is what Gemma's configs say and
+         # transformers ignores (hidden_activation rules).
+         "gemma": dict(heads=3, kv_heads=1, theta=10000.0, tied=True, model_type="gemma", gemma=True,
+                       config={"architectures": ["GemmaForCausalLM"], "head_dim": HIDDEN // 3, "hidden_act": "gelu",
+                               "hidden_activation": "gelu_pytorch_tanh", "pad_token_id": 0,
+                               "tie_word_embeddings": True})}
 LLAMA_POSITIONS = 160
 # T5: "t5" is the original (relu, tied: lm_head is `shared`, output scaled by d_model^-0.5)
 # with 8 buckets saturating at distance 10, so that sources of 12 and 12 new tokens reach
@@ -166,10 +174,12 @@ def make_llama(family, out):
     torch.manual_seed(SEED[family])
     v = LLAMA[family]
     heads, kv_heads = v["heads"], v["kv_heads"]
+    gemma = v.get("gemma", False)
     config = tf.LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_attention_heads=heads,
                             intermediate_size=FF, num_hidden_layers=LAYERS, max_position_embeddings=LLAMA_POSITIONS,
                             rms_norm_eps=1e-5, initializer_range=0.1, bos_token_id=1, eos_token_id=2,
-                            pad_token_id=None, tie_word_embeddings=v["tied"])
+                            pad_token_id=None, tie_word_embeddings=v["tied"] and not gemma,
+                            hidden_act="gelu_pytorch_tanh" if gemma else "silu")
     model = tf.LlamaForCausalLM(config)
     group, hd = heads // kv_heads, HIDDEN // heads
     with torch.no_grad():
@@ -186,6 +196,9 @@ def make_llama(family, out):
                     w[h] = w[(h // group) * group]
                     if b is not None:
                         b[h] = b[(h // group) * group]
+        if gemma:  # the input table: sqrt(hidden) * E, rounded as Gemma's lookup-then-scale
+            scale = torch.tensor(HIDDEN ** 0.5, dtype=torch.float32)
+            model.model.embed_tokens.weight.copy_(model.lm_head.weight * scale)
     model.eval()
     model.save_pretrained(os.path.join(out, "reference"), safe_serialization=True)
     # The grouped checkpoint: one key/value head per group, no rotary buffers.
@@ -195,6 +208,10 @@ def make_llama(family, out):
     for name, t in model.state_dict().items():
         if name.endswith("rotary_emb.inv_freq") or (v["tied"] and name == "lm_head.weight"):
             continue
+        if gemma and name == "model.embed_tokens.weight":
+            t = model.lm_head.weight  # E, tied
+        if gemma and name.endswith("norm.weight"):
+            t = t - 1.0  # exact: 1 + w lies in [0.5, 2]
         if name.endswith(("k_proj.weight", "v_proj.weight")):
             t = t.view(heads, hd, HIDDEN)[::group].reshape(kv_heads * hd, HIDDEN)
         if name.endswith(("k_proj.bias", "v_proj.bias")):
@@ -512,7 +529,7 @@ REFUSALS = {
     "t5_encoder_only": ("t5", {"is_encoder_decoder": False}, r"is_encoder_decoder: found false"),
     "t5_distance": ("t5", {"relative_attention_max_distance": 4},
                     r"relative_attention_max_distance: found 4; must exceed relative_attention_num_buckets / 2 = 4"),
-    "model_type_gemma": ("bert", {"model_type": "gemma"}, r'model_type: found "gemma"; not supported yet'),
+    "model_type_gemma2": ("bert", {"model_type": "gemma2"}, r'model_type: found "gemma2"; not supported yet'),
     "mistral_window_string": ("mistral", {"sliding_window": "4096"}, r'sliding_window: found "4096"; expected an integer'),
     "qwen2_layer_types": ("qwen2", {"layer_types": ["full_attention", "chunked"]}, r"layer_types: found .*expected a list"),
     "llama_rope_scaling": ("llama", {"rope_scaling": {"type": "linear", "factor": 2.0}}, r"rope_scaling: found"),

@@ -323,23 +323,27 @@ void read_gpt2(Config& c, Model& m, Task) {
 // biases on q, k and v (preset huggingface-qwen2), its window optional. A window W
 // shorter than the positions caps max_len at W: up to W tokens every key is in every
 // query's window, so the model computes what full attention computes; longer sequences
-// are refused by the binary (by length), never attended differently.
-enum class LlamaKind { Llama, Mistral, Qwen2 };
+// are refused by the binary (by length), never attended differently. Gemma (1): Llama's
+// names with embeddings scaled by sqrt(hidden_size), RMSNorm scaling by 1 + weight, the
+// tanh GeGLU, a tied lm_head.
+enum class LlamaKind { Llama, Mistral, Qwen2, Gemma };
 void read_llama_like(Config& c, Model& m, LlamaKind kind) {
-  // The config classes' defaults (LlamaConfig, MistralConfig, Qwen2Config).
-  const bool mistral = kind == LlamaKind::Mistral, qwen2 = kind == LlamaKind::Qwen2;
-  const int64_t d_default = 4096, ff_default = mistral ? 14336 : qwen2 ? 22016 : 11008;
-  const int64_t vocab_default = qwen2 ? 151936 : 32000, pos_default = mistral ? 4096 * 32 : qwen2 ? 32768 : 2048;
-  const auto d = c.integer("hidden_size", d_default), h = c.integer("num_attention_heads", 32);
-  const auto layers = c.integer("num_hidden_layers", 32), ff = c.integer("intermediate_size", ff_default, 1, 1 << 20);
+  // The config classes' defaults (LlamaConfig, MistralConfig, Qwen2Config, GemmaConfig).
+  const bool mistral = kind == LlamaKind::Mistral, qwen2 = kind == LlamaKind::Qwen2, gemma = kind == LlamaKind::Gemma;
+  const int64_t d_default = gemma ? 3072 : 4096, ff_default = mistral ? 14336 : qwen2 ? 22016 : gemma ? 24576 : 11008;
+  const int64_t vocab_default = qwen2 ? 151936 : gemma ? 256000 : 32000;
+  const int64_t pos_default = mistral ? 4096 * 32 : qwen2 ? 32768 : gemma ? 8192 : 2048;
+  const auto d = c.integer("hidden_size", d_default), h = c.integer("num_attention_heads", gemma ? 16 : 32);
+  const auto layers = c.integer("num_hidden_layers", gemma ? 28 : 32);
+  const auto ff = c.integer("intermediate_size", ff_default, 1, 1 << 20);
   const auto vocab = c.integer("vocab_size", vocab_default), positions = c.integer("max_position_embeddings", pos_default);
   const auto kvh = c.integer("num_key_value_heads", mistral ? std::optional<int64_t>(8) : h, 1, 1024);
   const auto eps = c.number("rms_norm_eps", 1e-6), theta = c.number("rope_theta", 10000.0);
   if (d && h && *d % *h != 0) c.refuse("hidden_size", "not divisible by num_attention_heads " + std::to_string(*h));
   if (h && kvh && *h % *kvh != 0)
     c.refuse("num_key_value_heads", "does not divide num_attention_heads " + std::to_string(*h));
-  if (c.has("head_dim") && d && h) {
-    const auto hd = c.integer("head_dim", std::nullopt);
+  if ((c.has("head_dim") || gemma) && d && h) {  // GemmaConfig's head_dim defaults to 256
+    const auto hd = c.integer("head_dim", gemma ? std::optional<int64_t>(256) : std::nullopt);
     if (hd && *hd != *d / *h)
       c.refuse("head_dim", "differs from hidden_size / num_attention_heads = " + std::to_string(*d / *h) +
                                "; the spec's head size is d_model / heads");
@@ -371,16 +375,23 @@ void read_llama_like(Config& c, Model& m, LlamaKind kind) {
     c.used("sliding_window");
     if (windowed && c.has("sliding_window")) window = c.integer("sliding_window", std::nullopt);
   }
-  // Gated MLP: act(gate_proj x) * up_proj x.
-  const std::string act = c.text("hidden_act").value_or("silu");
+  // Gated MLP: act(gate_proj x) * up_proj x. Gemma: hidden_activation, and where it is
+  // null transformers uses the tanh approximation whatever hidden_act says.
+  std::string act = c.text("hidden_act").value_or(gemma ? "gelu_pytorch_tanh" : "silu");
+  std::string act_key = "hidden_act";
+  if (gemma) {
+    const auto hidden_activation = c.text("hidden_activation");
+    act = hidden_activation.value_or("gelu_pytorch_tanh");
+    act_key = hidden_activation ? "hidden_activation" : "hidden_activation null (hidden_act ignored)";
+  }
   static const std::map<std::string, std::string> gated = {
       {"silu", "swiglu"}, {"swish", "swiglu"}, {"gelu", "geglu"}, {"gelu_new", "geglu_tanh"},
       {"gelu_pytorch_tanh", "geglu_tanh"}};
   if (auto it = gated.find(act); it != gated.end())
-    m.set("layer", "activation", it->second, "hidden_act '" + act + "': act(gate_proj x) * up_proj x");
+    m.set("layer", "activation", it->second, act_key + " '" + act + "': act(gate_proj x) * up_proj x");
   else
     c.refuse("hidden_act", "supported for the gated MLP: silu / swish (SwiGLU), gelu, gelu_new / gelu_pytorch_tanh (GeGLU)");
-  const bool tied = c.flag("tie_word_embeddings", false);
+  const bool tied = c.flag("tie_word_embeddings", gemma);
   // Tensor parallel slices of pretraining (pretraining_tp) compute the same products.
   for (const char* k : {"initializer_range", "use_cache", "pretraining_tp", "attention_dropout"}) c.used(k);
   if (!d || !h || !layers || !vocab || !positions || !eps || !ff || !kvh || !theta) return;
@@ -400,21 +411,27 @@ void read_llama_like(Config& c, Model& m, LlamaKind kind) {
   else
     m.set("sizes", "max_len", *positions, "max_position_embeddings: prompt + generated tokens");
   m.set("layer", "norm_placement", "pre", "x + sublayer(rmsnorm(x))");
-  m.set("layer", "norm_kind", "rms", "LlamaRMSNorm");
+  m.set("layer", "norm_kind", "rms", gemma ? "GemmaRMSNorm" : "LlamaRMSNorm");
   m.set("layer", "norm_eps", fmt_number(*eps), "rms_norm_eps");
+  if (gemma) m.set("layer", "norm_weight_offset", "1.0", "GemmaRMSNorm scales by 1 + weight");
   m.set("layer", "final_norm", "true", "model.norm");
   m.set("embedding", "positions", "rotary", "rotary embedding of q and k in every layer");
   m.set("embedding", "rotary_theta", fmt_number(*theta), c.has("rope_theta") ? "rope_theta" : "rope_theta default");
   m.set("embedding", "rotary_layout", "half", "rotate_half: pairs (c, c + head size / 2)");
-  m.set("embedding", "scale", "false");
+  m.set("embedding", "scale", gemma ? "true" : "false", gemma ? "Gemma: embeddings times sqrt(hidden_size)" : "");
   m.set("embedding", "share_tgt_output", tied ? "true" : "false",
         tied ? "tie_word_embeddings: lm_head is embed_tokens" : "lm_head.weight");
-  if (qwen2) set_causal_lm(c, m, std::nullopt, std::nullopt);  // Qwen2Config has no default ids
-  else set_causal_lm(c, m, 1, 2);                               // LlamaConfig's and MistralConfig's
+  if (qwen2)
+    set_causal_lm(c, m, std::nullopt, std::nullopt);  // Qwen2Config has no default ids
+  else if (gemma)
+    set_causal_lm(c, m, 2, 1);  // GemmaConfig's (pad 0 below)
+  else
+    set_causal_lm(c, m, 1, 2);  // LlamaConfig's and MistralConfig's
 }
 void read_llama(Config& c, Model& m, Task) { read_llama_like(c, m, LlamaKind::Llama); }
 void read_mistral(Config& c, Model& m, Task) { read_llama_like(c, m, LlamaKind::Mistral); }
 void read_qwen2(Config& c, Model& m, Task) { read_llama_like(c, m, LlamaKind::Qwen2); }
+void read_gemma(Config& c, Model& m, Task) { read_llama_like(c, m, LlamaKind::Gemma); }
 
 // ---- BART: an encoder-decoder, post-norm, one shared embedding (tied lm_head), learned
 // positions offset by 2 per stack, layernorm_embedding per stack, final_logits_bias.
@@ -612,6 +629,8 @@ const std::vector<FamilyInfo>& families() {
        read_mistral},
       {"qwen2", "huggingface-qwen2", "decoder", {{"Qwen2ForCausalLM", Task::Base}}, "embed_tokens.weight",
        read_qwen2},
+      {"gemma", "huggingface-llama", "decoder", {{"GemmaForCausalLM", Task::Base}}, "embed_tokens.weight",
+       read_gemma},
       {"bart", "huggingface-bart", "encoder_decoder", {{"BartForConditionalGeneration", Task::Base}}, "shared.weight",
        read_bart},
       {"marian", "huggingface-bart", "encoder_decoder", {{"MarianMTModel", Task::Base}}, "shared.weight", read_marian},
@@ -625,7 +644,7 @@ const std::vector<FamilyInfo>& families() {
 // Families Hugging Face has that the spec language cannot express yet (issue 15).
 const std::map<std::string, std::string>& planned() {
   static const std::map<std::string, std::string> p = {
-      {"gemma", "a head size other than d_model / heads, scaled embeddings"},
+      {"gemma2", "logit soft-capping, sliding-window layers, a query scale of its own"},
       {"mbart", "an encoder-decoder"},             {"gpt_neox", "rotary positions, parallel residual"},
       {"gptj", "rotary positions, parallel residual"}, {"opt", "positions offset by 2"},
       {"xlm-roberta", "RoBERTa names under xlm-roberta"}, {"albert", "shared layers, factorised embeddings"},
