@@ -581,9 +581,13 @@ struct Session {
   // x <- norm(x + f(x)) (post-norm) or x <- x + f(norm(x)) (pre-norm); `sublayer` writes
   // f(input) + residual into its output buffer.
   template <typename F>
-  void residual_block(Act& x, const NormWeights& n, F sublayer) {
+  // normed: the sublayer's input already normalised (parallel_residual: the layer's input).
+  void residual_block(Act& x, const NormWeights& n, F sublayer, const Act* normed = nullptr) {
     Act y(x.C, x.T, x.B, iface);
-    if (cfg.pre_norm) {
+    if (cfg.pre_norm && normed) {
+      sublayer(*normed, x, y);
+      x = std::move(y);
+    } else if (cfg.pre_norm) {
       Act h(x.C, x.T, x.B, iface);
       layer_norm(x, n, h);
       sublayer(h, x, y);
@@ -594,7 +598,17 @@ struct Session {
     }
   }
 
-  void feed_forward(Act& x, const LayerWeights& L) {
+  // parallel_residual: the feed-forward's input, LN2 of the layer's input, taken before the
+  // attention changes x (empty otherwise).
+  Act parallel_input(const Act& x, const LayerWeights& L) {
+    if (!cfg.parallel_residual) return Act();
+    Act h(x.C, x.T, x.B, iface);
+    layer_norm(x, L.ff_norm, h);
+    return h;
+  }
+
+  void feed_forward(Act& x, const LayerWeights& L, const Act& parallel_in = Act()) {
+    const Act* normed = cfg.parallel_residual ? &parallel_in : nullptr;
     residual_block(x, L.ff_norm, [&](const Act& h, const Act& res, Act& y) {
       Act mid(L.ff1.out, h.T, h.B, iface);
       if (cfg.gated_ff) {  // SwiGLU / GeGLU: mid = act(h W_gate) * (h W_up)
@@ -605,7 +619,7 @@ struct Session {
         linear(kt.ff1, "ff1", h.flat(), L.ff1, mid.flat());
       }
       linear_residual(kt.ff2, "ff2", mid.flat(), L.ff2, res.flat(), y.flat());
-    });
+    }, normed);
   }
 
   // Features of a fused self-attention QKV row: H query heads and kv_heads key and value heads.
@@ -638,9 +652,10 @@ struct Session {
   Act run_encoder(const Weights& w, const IBuf& src, const Act& src_mask) {
     Act x = embed(kt.embed_src, src, false, w, 0);
     for (const auto& L : w.encoder) {
+      Act ff_in = parallel_input(x, L);
       self_attention_block(x, L, kt.encoder_self_attention, "encoder_self_attention", src_mask,
                            position_bias(w.encoder_position_bias));
-      feed_forward(x, L);
+      feed_forward(x, L, ff_in);
     }
     final_norm(x, w.encoder_norm);
     return x;
@@ -750,6 +765,7 @@ struct Session {
     for (size_t l = 0; l < w.decoder.size(); ++l) {
       const auto& L = w.decoder[l];
       const Act& c = st.cache[l];
+      Act ff_in = parallel_input(x, L);
       residual_block(x, L.self_norm, [&](const Act& h, const Act& res, Act& y) {
         Act a(d, T, B, iface);
         // New QKV rows go straight into the cache: T rows of each sequence (contiguous, see
@@ -775,7 +791,7 @@ struct Session {
         linear_residual(kt.attention_out, "attention_out", a.flat(), L.attn_out, res.flat(), y.flat());
       });
       if (!st.cross.empty()) cross_block(x, L, st.cross[l], st.src_mask);
-      feed_forward(x, L);
+      feed_forward(x, L, ff_in);
     }
     final_norm(x, w.decoder_norm);
     st.len += T;
@@ -823,10 +839,11 @@ struct Session {
     Act x = embed(kt.embed_tgt, t, true, w, 0);
     for (size_t l = 0; l < w.decoder.size(); ++l) {
       const auto& L = w.decoder[l];
+      Act ff_in = parallel_input(x, L);
       self_attention_block(x, L, kt.decoder_self_attention, "decoder_self_attention", tmask,
                            position_bias(w.decoder_position_bias), true);
       if (!cross.empty()) cross_block(x, L, cross[l], smask);
-      feed_forward(x, L);
+      feed_forward(x, L, ff_in);
     }
     final_norm(x, w.decoder_norm);
     Act logits(cfg.tgt_vocab, x.T, x.B, iface), out(cfg.tgt_vocab, x.T, x.B, iface);

@@ -293,7 +293,20 @@ const HfFamily& hf_family(Preset p) {
     for (const char* proj : {"self_attn.q", "self_attn.k", "self_attn.v"}) f.layer.at(proj).bias = true;
     return f;
   }();
+  // GPTJForCausalLM: separate q/k/v/out projections without biases, one LayerNorm (ln_1)
+  // before both sublayers of a parallel residual (the spec's self_norm and ff_norm), fc_in /
+  // fc_out with biases, an untied lm_head with a bias. Older files carry the causal-mask
+  // buffers.
+  static const HfFamily gptj{
+      "huggingface-gptj", {"transformer.", ""}, "wte.weight",
+      {{"tgt_embedding", {"wte"}}, {"decoder_norm", {"ln_f"}}},
+      {{"generator", {"lm_head"}}}, "h.",
+      {{"self_attn.q", {"attn.q_proj", -1, false}}, {"self_attn.k", {"attn.k_proj", -1, false}},
+       {"self_attn.v", {"attn.v_proj", -1, false}}, {"self_attn.o", {"attn.out_proj", -1, false}},
+       {"self_norm", {"ln_1"}}, {"ff_norm", {"ln_1"}}, {"ff1", {"mlp.fc_in"}}, {"ff2", {"mlp.fc_out"}}},
+      false, {"h.{N}.attn.bias", "h.{N}.attn.masked_bias"}};
   switch (p) {
+    case Preset::HuggingfaceGptj: return gptj;
     case Preset::HuggingfaceT5: return t5_family;
     case Preset::HuggingfaceQwen2: return qwen2;
     case Preset::HuggingfaceLlama: return llama;
@@ -308,7 +321,7 @@ const HfFamily& hf_family(Preset p) {
 bool is_hf(Preset p) {
   return p == Preset::HuggingfaceBert || p == Preset::HuggingfaceRoberta || p == Preset::HuggingfaceDistilbert ||
          p == Preset::HuggingfaceGpt2 || p == Preset::HuggingfaceBart || p == Preset::HuggingfaceLlama ||
-         p == Preset::HuggingfaceT5 || p == Preset::HuggingfaceQwen2;
+         p == Preset::HuggingfaceT5 || p == Preset::HuggingfaceQwen2 || p == Preset::HuggingfaceGptj;
 }
 
 Source hf_preset(const HfFamily& f, const std::string& prefix, const ModelConfig& c, const Canonical& n) {
@@ -685,7 +698,8 @@ class Loader {
       case Preset::HuggingfaceBart:
       case Preset::HuggingfaceLlama:
       case Preset::HuggingfaceT5:
-      case Preset::HuggingfaceQwen2: return hf_preset(hf_family(c_.preset), hf_prefix_, c_, parse(canonical));
+      case Preset::HuggingfaceQwen2:
+      case Preset::HuggingfaceGptj: return hf_preset(hf_family(c_.preset), hf_prefix_, c_, parse(canonical));
       case Preset::Explicit: {
         auto it = map_.find(canonical);
         return {it == map_.end() ? canonical : it->second};

@@ -45,7 +45,7 @@ import numpy as np
 TOLERANCE = 1e-4
 VOCAB, HIDDEN, HEADS, FF, LAYERS, POSITIONS = 1003, 72, 3, 100, 2, 64
 SEED = {"bert": 1, "roberta": 2, "distilbert": 3, "gpt2": 4, "bart": 5, "marian": 6, "llama": 7, "llama_mqa": 8,
-        "t5": 9, "mt5": 10, "mistral": 11, "qwen2": 12, "gemma": 14}
+        "t5": 9, "mt5": 10, "mistral": 11, "qwen2": 12, "gemma": 14, "gptj": 15}
 # Llama-style: "llama" has 6 query heads of 12 features sharing 2 key/value heads and
 # rope_theta 500 (not the default: angles turn fast, a wrong theta or layout shows);
 # "llama_mqa" 3 heads of 24 features over 1 key/value head (multi-query), the default
@@ -119,6 +119,13 @@ def make(family, out):
                                n_positions=POSITIONS, bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1,
                                initializer_range=0.1)
         model = tf.GPT2LMHeadModel(config)
+    elif family == "gptj":
+        # parallel residual under one ln_1; rotary on the first 12 of 24 features per head
+        # (pairs 2c, 2c + 1); 160 positions for a 129-token prompt plus 20 new tokens
+        config = tf.GPTJConfig(vocab_size=VOCAB, n_embd=HIDDEN, n_head=HEADS, rotary_dim=12, n_inner=FF,
+                               n_layer=LAYERS, n_positions=LLAMA_POSITIONS, bos_token_id=VOCAB - 1,
+                               eos_token_id=VOCAB - 1, initializer_range=0.1)
+        model = tf.GPTJForCausalLM(config)
     elif family == "bart":
         # BART's ids: bos 0, pad 1, eos 2; the decoder starts with eos (decoder_start_token_id 2)
         config = tf.BartConfig(**SEQ2SEQ, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
@@ -345,7 +352,7 @@ def compare_decoder(family, hf_dir, binary):
     if family in LLAMA:
         model = llama_reference(hf_dir)
     else:
-        model = tf.GPT2LMHeadModel.from_pretrained(hf_dir)
+        model = (tf.GPTJForCausalLM if family == "gptj" else tf.GPT2LMHeadModel).from_pretrained(hf_dir)
         model.eval()
     weights = os.path.join(hf_dir, "model.safetensors")
     eos = model.config.eos_token_id
@@ -353,7 +360,7 @@ def compare_decoder(family, hf_dir, binary):
     errors = Errors()
     new_tokens = 20
     sets = input_sets(rng, 0, VOCAB - 1)
-    if family in LLAMA:  # past 128 positions
+    if family in LLAMA or family == "gptj":  # past 128 positions
         sets["length 129"] = [rng.integers(0, VOCAB - 1, 129).tolist()]
     for label, seqs in sets.items():
         out, dumped = run_binary(binary, weights, seqs, ["--max-new-tokens", str(new_tokens)])
@@ -856,7 +863,7 @@ def main(argv):
     if cmd == "make" and len(argv) == 4:
         make(argv[2], argv[3])
     elif cmd == "compare" and len(argv) == 5:
-        if argv[2] == "gpt2" or argv[2] in LLAMA:
+        if argv[2] in ("gpt2", "gptj") or argv[2] in LLAMA:
             compare_decoder(argv[2], argv[3], argv[4])
         elif argv[2] in ("bart", "marian") or argv[2] in T5:
             compare_seq2seq(argv[2], argv[3], argv[4])

@@ -317,6 +317,57 @@ void read_gpt2(Config& c, Model& m, Task) {
   set_causal_lm(c, m, std::nullopt, std::nullopt);  // GPT-2's ids are required
 }
 
+// ---- GPT-J: decoder-only, one LayerNorm before a parallel residual (attention and MLP
+// both read ln_1(x) and add to x), rotary positions on the first rotary_dim features of
+// each head in pairs (2c, 2c + 1), no attention biases, an untied lm_head with a bias.
+void read_gptj(Config& c, Model& m, Task) {
+  const auto d = c.integer("n_embd", 4096), h = c.integer("n_head", 16), layers = c.integer("n_layer", 28);
+  const auto vocab = c.integer("vocab_size", 50400), positions = c.integer("n_positions", 2048);
+  const auto eps = c.number("layer_norm_epsilon", 1e-5), dropout = c.number("resid_pdrop", 0.0);
+  std::optional<int64_t> ff;
+  c.used("n_inner");
+  if (!c.has("n_inner"))
+    ff = d ? std::optional<int64_t>(4 * *d) : std::nullopt;  // null: 4 * n_embd
+  else
+    ff = c.integer("n_inner", std::nullopt, 1, 1 << 20);
+  if (d && h && *d % *h != 0) c.refuse("n_embd", "not divisible by n_head " + std::to_string(*h));
+  // rotary_dim null rotates with n_embd's frequencies, which transformers only runs with one head.
+  c.used("rotary_dim");
+  std::optional<int64_t> rotary;
+  if (!c.has("rotary_dim"))
+    c.problem("rotary_dim", "null (or missing): rotary positions over the whole width are not supported; give an even "
+                            "number of features per head");
+  else
+    rotary = c.integer("rotary_dim", std::nullopt, 2);
+  if (rotary && d && h && (*rotary % 2 != 0 || *rotary > *d / *h))
+    c.refuse("rotary_dim", "must be even and at most the head size " + std::to_string(*d / *h));
+  read_activation(c, "activation_function", "gelu_new", m);
+  const bool tied = c.flag("tie_word_embeddings", false);
+  if (tied) c.refuse("tie_word_embeddings", "GPT-J's lm_head has a bias of its own; a tied one is not supported");
+  for (const char* k : {"embd_pdrop", "attn_pdrop", "initializer_range", "use_cache"}) c.used(k);
+  if (!d || !h || !layers || !vocab || !positions || !eps || !ff || !rotary || tied) return;
+  m.d_model = *d, m.vocab = *vocab;
+  m.set("sizes", "d_model", *d, "n_embd");
+  m.set("sizes", "heads", *h, "n_head (head size " + std::to_string(*d / *h) + ")");
+  m.set("sizes", "d_ff", *ff, c.has("n_inner") ? "n_inner" : "n_inner null: 4 * n_embd");
+  m.set("sizes", "decoder_layers", *layers, "n_layer");
+  m.set("sizes", "tgt_vocab", *vocab, "vocab_size");
+  m.set("sizes", "max_len", *positions, "n_positions: prompt + generated tokens");
+  m.set("layer", "norm_placement", "pre", "ln_1 before the sublayers");
+  m.set("layer", "norm_kind", "standard");
+  m.set("layer", "norm_eps", fmt_number(*eps), "layer_norm_epsilon");
+  m.set("layer", "final_norm", "true", "ln_f");
+  m.set("layer", "parallel_residual", "true", "x + attn(ln_1(x)) + mlp(ln_1(x))");
+  if (dropout && *dropout > 0) m.set("layer", "dropout", fmt_number(*dropout), "resid_pdrop; identity at inference");
+  m.set("embedding", "positions", "rotary", "rotary embedding of q and k in every layer");
+  m.set("embedding", "rotary_dim", *rotary, "rotary_dim: the first features of each head");
+  m.set("embedding", "rotary_layout", "interleaved", "rotate_every_two: pairs (2c, 2c + 1)");
+  m.set("embedding", "scale", "false");
+  m.set("embedding", "share_tgt_output", "false", "lm_head.weight and lm_head.bias");
+  set_causal_lm(c, m, 50256, 50256);  // GPTJConfig's
+  m.set("head", "kind", "logits", "lm_head outputs (with its bias)");
+}
+
 // ---- Llama: decoder-only, pre-norm RMSNorm, rotary positions (half-split), gated MLP,
 // grouped-query attention, no biases; logits from lm_head (embed_tokens when tied).
 // Mistral: the same model and names, with sliding-window attention; Qwen2: the same with
@@ -623,6 +674,7 @@ const std::vector<FamilyInfo>& families() {
       {"distilbert", "huggingface-distilbert", "encoder", {{"DistilBertModel", Task::Base}},
        "embeddings.word_embeddings.weight", read_distilbert},
       {"gpt2", "huggingface-gpt2", "decoder", {{"GPT2LMHeadModel", Task::Base}}, "wte.weight", read_gpt2},
+      {"gptj", "huggingface-gptj", "decoder", {{"GPTJForCausalLM", Task::Base}}, "wte.weight", read_gptj},
       {"llama", "huggingface-llama", "decoder", {{"LlamaForCausalLM", Task::Base}}, "embed_tokens.weight",
        read_llama},
       {"mistral", "huggingface-llama", "decoder", {{"MistralForCausalLM", Task::Base}}, "embed_tokens.weight",
@@ -645,8 +697,8 @@ const std::vector<FamilyInfo>& families() {
 const std::map<std::string, std::string>& planned() {
   static const std::map<std::string, std::string> p = {
       {"gemma2", "logit soft-capping, sliding-window layers, a query scale of its own"},
-      {"mbart", "an encoder-decoder"},             {"gpt_neox", "rotary positions, parallel residual"},
-      {"gptj", "rotary positions, parallel residual"}, {"opt", "positions offset by 2"},
+      {"mbart", "an encoder-decoder"},             {"gpt_neox", "q/k/v fused per head (a preset of its own)"},
+      {"opt", "positions offset by 2"},
       {"xlm-roberta", "RoBERTa names under xlm-roberta"}, {"albert", "shared layers, factorised embeddings"},
       {"electra", "an embedding projection"},
   };
@@ -845,7 +897,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& order() {
   static const std::vector<std::pair<std::string, std::vector<std::string>>> o = {
       {"sizes", {"d_model", "heads", "kv_heads", "d_ff", "encoder_layers", "decoder_layers", "src_vocab", "tgt_vocab", "type_vocab",
                  "max_len"}},
-      {"layer", {"norm_placement", "norm_kind", "norm_eps", "norm_weight_offset", "final_norm", "activation", "dropout"}},
+      {"layer", {"norm_placement", "norm_kind", "norm_eps", "norm_weight_offset", "final_norm", "parallel_residual", "activation", "dropout"}},
       {"embedding", {"positions", "position_offset", "rotary_dim", "rotary_theta", "rotary_layout", "relative_buckets",
                      "relative_distance", "scale", "share_src_tgt", "share_tgt_output", "norm"}},
       {"attention", {"causal", "padding_mask", "scaled"}},

@@ -291,6 +291,7 @@ const char* preset_enum(Preset p) {
     case Preset::HuggingfaceLlama: return "HuggingfaceLlama";
     case Preset::HuggingfaceT5: return "HuggingfaceT5";
     case Preset::HuggingfaceQwen2: return "HuggingfaceQwen2";
+    case Preset::HuggingfaceGptj: return "HuggingfaceGptj";
     default: return "Explicit";
   }
 }
@@ -325,6 +326,7 @@ std::unique_ptr<SpecModelConfig> model_config(const Spec& s) {
   static_assert(int(WeightPreset::Explicit) == int(Preset::Explicit) &&
                 int(WeightPreset::HuggingfaceT5) == int(Preset::HuggingfaceT5) &&
                 int(WeightPreset::HuggingfaceQwen2) == int(Preset::HuggingfaceQwen2) &&
+                int(WeightPreset::HuggingfaceGptj) == int(Preset::HuggingfaceGptj) &&
                 int(WeightPreset::HuggingfaceLlama) == int(Preset::HuggingfaceLlama) &&
                 int(WeightPreset::HuggingfaceBart) == int(Preset::HuggingfaceBart) &&
                 int(WeightPreset::HuggingfaceGpt2) == int(Preset::HuggingfaceGpt2) &&
@@ -377,6 +379,7 @@ std::unique_ptr<SpecModelConfig> model_config(const Spec& s) {
   c.relative_buckets = relative ? int(s.relative_buckets) : 0;
   c.relative_distance = relative ? int(s.relative_distance) : 0;
   c.generator_input_scale = s.input_scale;
+  c.parallel_residual = s.parallel_residual;
   return r;
 }
 
@@ -464,7 +467,8 @@ void write_plan(const Spec& spec, const Plan& plan, const std::string& dir) {
     << ", /*int16_activations*/ " << b(cfg.int16_activations) << ",\n"
     << "      /*cross_kv_bf16*/ " << b(cfg.cross_kv_bf16) << ", /*self_cache_bf16*/ " << b(cfg.self_cache_bf16)
     << ",\n      /*relative_buckets*/ " << cfg.relative_buckets << ", /*relative_distance*/ " << cfg.relative_distance
-    << ", /*generator_input_scale*/ " << Planner::format_float(cfg.generator_input_scale) << "};\n\n";
+    << ", /*generator_input_scale*/ " << Planner::format_float(cfg.generator_input_scale)
+    << ", /*parallel_residual*/ " << b(cfg.parallel_residual) << "};\n\n";
   static const char* kRoles[] = {"embed_src", "embed_tgt", "qkv", "encoder_self_attention",
                                  "decoder_self_attention", "cross_attention", "attention_out",
                                  "cross_q", "cross_kv", "ff1", "ff2", "layer_norm", "generator",

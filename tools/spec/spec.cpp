@@ -95,6 +95,7 @@ const Names<WeightPreset>& names(WeightPreset) {
                                      {WeightPreset::HuggingfaceLlama, "huggingface-llama"},
                                      {WeightPreset::HuggingfaceT5, "huggingface-t5"},
                                      {WeightPreset::HuggingfaceQwen2, "huggingface-qwen2"},
+                                     {WeightPreset::HuggingfaceGptj, "huggingface-gptj"},
                                      {WeightPreset::Explicit, "explicit"}};
   return n;
 }
@@ -124,7 +125,9 @@ const std::map<std::string, std::vector<std::string>>& schema() {
       {"sizes",
        {"d_model", "heads", "d_ff", "encoder_layers", "decoder_layers", "src_vocab", "tgt_vocab", "max_len",
         "type_vocab", "kv_heads"}},
-      {"layer", {"norm_placement", "norm_kind", "norm_eps", "norm_weight_offset", "final_norm", "activation", "dropout"}},
+      {"layer",
+       {"norm_placement", "norm_kind", "norm_eps", "norm_weight_offset", "final_norm", "parallel_residual", "activation",
+        "dropout"}},
       {"embedding",
        {"positions", "scale", "share_src_tgt", "share_tgt_output", "norm", "position_offset", "rotary_dim",
         "rotary_theta", "rotary_layout", "relative_buckets", "relative_distance"}},
@@ -434,6 +437,7 @@ void read_layer(Section s, Spec& spec) {
   s.read("norm_weight_offset", spec.norm_weight_offset,
          [](double v) { return std::isfinite(v) && std::abs(v) <= 16 ? "" : "a number between -16 and 16"; });
   s.read("final_norm", spec.final_norm);
+  s.read("parallel_residual", spec.parallel_residual);
   s.read("activation", spec.activation, "activation");
   s.read("dropout", spec.dropout, [](double v) { return v >= 0 && v < 1 ? "" : ">= 0 and < 1"; });
 }
@@ -672,6 +676,10 @@ void check_consistency(Context& cx, Spec& s, bool have_sizes) {
     contradiction(cx.given("embedding.relative_distance") ? "embedding.relative_distance" : "embedding.relative_buckets",
                   "relative_distance " + std::to_string(s.relative_distance) + " must exceed relative_buckets / 2 = " +
                       std::to_string(s.relative_buckets / 2) + " (the buckets are exact up to there, logarithmic beyond)");
+  if (cx.given("layer.parallel_residual") && s.parallel_residual && !cx.any_failed("layer.norm_placement") &&
+      s.norm_placement != NormPlacement::Pre)
+    contradiction("layer.parallel_residual",
+                  "parallel_residual adds both sublayers to the layer's input, which needs norm_placement 'pre'");
   if (cx.given("head.input_scale") && s.input_scale != 1.0 && !cx.any_failed("architecture") &&
       (s.architecture == Architecture::Encoder || !s.final_norm))
     contradiction("head.input_scale",
@@ -943,9 +951,9 @@ std::vector<Diagnostic> check_supported(const Spec& s) {
   for (WeightPreset p : {WeightPreset::HuggingfaceBert, WeightPreset::HuggingfaceRoberta,
                          WeightPreset::HuggingfaceDistilbert, WeightPreset::HuggingfaceGpt2,
                          WeightPreset::HuggingfaceBart, WeightPreset::HuggingfaceLlama, WeightPreset::HuggingfaceT5,
-                         WeightPreset::HuggingfaceQwen2}) {
+                         WeightPreset::HuggingfaceQwen2, WeightPreset::HuggingfaceGptj}) {
     const Architecture family = p == WeightPreset::HuggingfaceGpt2 || p == WeightPreset::HuggingfaceLlama ||
-                                        p == WeightPreset::HuggingfaceQwen2
+                                        p == WeightPreset::HuggingfaceQwen2 || p == WeightPreset::HuggingfaceGptj
                                     ? Architecture::Decoder
                                 : p == WeightPreset::HuggingfaceBart || p == WeightPreset::HuggingfaceT5
                                     ? Architecture::EncoderDecoder
@@ -959,6 +967,8 @@ std::vector<Diagnostic> check_supported(const Spec& s) {
     unsupported("layer.activation", "gated activation " + quoted(name_of(s.activation)) + " with preset " +
                                          quoted(name_of(s.preset)) + " (its files have no gate projection; use "
                                          "'huggingface-llama', 'huggingface-qwen2', 'huggingface-t5' or 'explicit')");
+  if (s.parallel_residual && s.architecture == Architecture::EncoderDecoder)
+    unsupported("layer.parallel_residual", "parallel_residual in an encoder-decoder (its cross-attention)");
   if (s.kv_heads != s.heads && s.architecture == Architecture::EncoderDecoder)
     unsupported("sizes.kv_heads", "grouped-query attention (kv_heads " + std::to_string(s.kv_heads) +
                                       " != heads) in an encoder-decoder (its cross-attention)");

@@ -37,6 +37,7 @@ enum class WeightPreset {
   HuggingfaceLlama,
   HuggingfaceT5,
   HuggingfaceQwen2,
+  HuggingfaceGptj,
   Explicit
 };
 enum class Precision { Fp32, Bf16, Int8 };
@@ -72,6 +73,9 @@ struct Spec {
   double norm_eps = 1e-5;
   double norm_weight_offset = 0.0;  // norms scale by offset + weight (Gemma's RMSNorm: 1)
   bool final_norm = false;  // a LayerNorm after each whole stack
+  // x + attn(LN1(x)) + ff(LN2(x)): the feed-forward reads the layer's input, not the
+  // attention's output (GPT-J, GPT-NeoX); pre-norm only
+  bool parallel_residual = false;
   Activation activation = Activation::Relu;
   double dropout = 0.0;  // identity at inference; recorded for documentation only
 

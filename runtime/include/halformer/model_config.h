@@ -47,6 +47,7 @@ enum class Preset {
   HuggingfaceLlama,
   HuggingfaceT5,
   HuggingfaceQwen2,
+  HuggingfaceGptj,
   Explicit
 };
 
@@ -111,6 +112,9 @@ struct ModelConfig {
   // The decoder's last hidden state is multiplied by this before the output projection
   // (T5 with tied embeddings: d_model^-0.5); folded into decoder_norm's gamma at load.
   double generator_input_scale;
+  // Pre-norm layers as x + attn(LN1(x)) + ff(LN2(x)) (GPT-J, GPT-NeoX): the feed-forward's
+  // norm reads the layer's input.
+  bool parallel_residual;
 };
 
 struct KernelTable {
