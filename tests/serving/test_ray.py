@@ -9,6 +9,7 @@ RAY_TMPDIR a fresh short temp dir (Ray's socket paths must stay under 108 bytes)
 holds everything Ray writes; usage stats off."""
 import collections
 import concurrent.futures as cf
+import http.client
 import json
 import os
 import shutil
@@ -20,6 +21,7 @@ import tempfile
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import numpy as np
@@ -382,17 +384,24 @@ def test_sigterm_drains_and_leaves_nothing(server, api):
     assert server.processes(), "no Ray process found in the server's session"
     text = " ".join(["serving"] * 300)  # 256 tokens: each request takes a while
     n = 24
-    results, started = {}, threading.Barrier(n + 1)
+    results, sent = {}, threading.Barrier(n + 1)
+    body = json.dumps({"text": text}).encode()
 
-    def client(k):
-        started.wait()
-        results[k] = call(server, "minilm", {"text": text})[0]
+    def client(k):  # SIGTERM only once every request is on the wire (in flight, not still to come)
+        conn = http.client.HTTPConnection(urllib.parse.urlparse(server.url).netloc, timeout=120)
+        try:
+            conn.request("POST", "/minilm", body=body, headers={"Content-Type": "application/json"})
+        finally:
+            sent.wait()
+        r = conn.getresponse()
+        r.read()
+        results[k] = r.status
 
     threads = [threading.Thread(target=client, args=(k,)) for k in range(n)]
     for t in threads:
         t.start()
-    started.wait()
-    time.sleep(0.3)
+    sent.wait()
+    time.sleep(0.5)  # the proxy has read them (a request it reads after the route is gone is a 404)
     t0 = time.monotonic()
     server.proc.send_signal(signal.SIGTERM)
     code = server.proc.wait(timeout=60)
