@@ -91,6 +91,8 @@ const char* positions_name(halformer::PositionKind p) {
     case halformer::PositionKind::Learned: return "learned";
     case halformer::PositionKind::None: return "none";
     case halformer::PositionKind::SinusoidalSplit: return "sinusoidal_split";
+    case halformer::PositionKind::Rotary: return "rotary";
+    case halformer::PositionKind::Relative: return "relative";
   }
   return "?";
 }

@@ -470,12 +470,12 @@ struct Session {
     KernelTimer timer(name, iface);
     run(fn(q.raw(), kv.raw(), mask.raw(), bias, out.raw()), name);
   }
-  // The (2 * relative_distance + 1, heads) table of a stack's self-attention (T5), or for
+  // The (2 * relative_table_distance + 1, heads) table of a stack's self-attention (T5), or for
   // every other attention call a 1 x 1 stand-in that its kernel does not read.
   halide_buffer_t* position_bias(const WeightVector<float>& table) {
     static const WeightVector<float> unread(1, 0.0f);
     if (table.empty()) return weight(unread, 1, 1);
-    return weight(table, 2 * cfg.relative_distance + 1, cfg.heads);
+    return weight(table, 2 * relative_table_distance(cfg.relative_distance, cfg.max_len) + 1, cfg.heads);
   }
 
   // Validates ids and lengths, then right-pads with pad_id into a (T, B) buffer.

@@ -285,7 +285,10 @@ const HfFamily& hf_family(Preset p) {
        {"cross_norm", t5("layer.1.layer_norm")},
        {"ff_gate", t5("layer.{F}.DenseReluDense.wi_0")}, {"ff1", t5("layer.{F}.DenseReluDense.wi", "layer.{F}.DenseReluDense.wi_1")},
        {"ff2", t5("layer.{F}.DenseReluDense.wo")}, {"ff_norm", t5("layer.{F}.layer_norm")}},
-      false, {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight"}};
+      // The original checkpoints also carry a cross-attention table that T5 never reads
+      // (transformers ignores it on load).
+      false, {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight",
+              "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight"}};
   // Qwen2ForCausalLM: Llama's names and blocks, with biases on q, k and v (not o).
   static const HfFamily qwen2 = [] {
     HfFamily f = llama;
@@ -780,10 +783,12 @@ Weights load_weights(const ModelConfig& c, const std::string& path, const Weight
   if (c.positions == PositionKind::Relative) {
     auto stack = [&](const char* name, bool bidirectional, WeightVector<float>& bias, WeightVector<float>& table) {
       bias = ld.take(std::string(name) + "_relative_bias.weight", {c.relative_buckets, c.heads});
-      table = relative_position_table(bias, c.heads, bidirectional, c.relative_buckets, c.relative_distance);
+      table = relative_position_table(bias, c.heads, bidirectional, c.relative_buckets, c.relative_distance,
+                                      relative_table_distance(c.relative_distance, c.max_len));
     };
     if (enc) stack("encoder", true, w.encoder_relative_bias, w.encoder_position_bias);
-    if (dec) stack("decoder", false, w.decoder_relative_bias, w.decoder_position_bias);
+    // T5: bidirectional buckets where every key is visible, causal ones under a causal mask.
+    if (dec) stack("decoder", !c.causal, w.decoder_relative_bias, w.decoder_position_bias);
   }
   if (dec) {
     if (shared) {
@@ -923,12 +928,12 @@ int relative_position_bucket(int r, bool bidirectional, int buckets, int distanc
 }
 
 WeightVector<float> relative_position_table(const WeightVector<float>& bias, int heads, bool bidirectional,
-                                            int buckets, int distance) {
-  const int width = 2 * distance + 1;
+                                            int buckets, int distance, int half) {
+  const int width = 2 * half + 1;
   WeightVector<float> table(size_t(width) * heads);
-  for (int r = -distance; r <= distance; ++r) {
+  for (int r = -half; r <= half; ++r) {
     const int k = relative_position_bucket(r, bidirectional, buckets, distance);
-    for (int h = 0; h < heads; ++h) table[size_t(h) * width + size_t(r + distance)] = bias[size_t(k) * heads + h];
+    for (int h = 0; h < heads; ++h) table[size_t(h) * width + size_t(r + half)] = bias[size_t(k) * heads + h];
   }
   return table;
 }

@@ -568,13 +568,18 @@ REFUSALS = {
 def window(halformer, work, base):
     """A Mistral config whose sliding window (64) is shorter than its positions (160): the
     spec's max_len is the window (full attention within it; longer input is refused by
-    the binary, by length), and Qwen2's window counts only with use_sliding_window."""
+    the binary, by length), and Qwen2's window counts only with use_sliding_window and a
+    layer from max_window_layers on."""
     import re
 
     for model_type, change, want in (("mistral", {"sliding_window": 64}, 64),
                                      ("mistral", {"sliding_window": None}, LLAMA_POSITIONS),
                                      ("qwen2", {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"],
-                                                "use_sliding_window": True, "sliding_window": 48}, 48),
+                                                "use_sliding_window": True, "sliding_window": 48,
+                                                "max_window_layers": 1}, 48),
+                                     ("qwen2", {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"],
+                                                "use_sliding_window": True, "sliding_window": 48,
+                                                "max_window_layers": LAYERS}, LLAMA_POSITIONS),
                                      ("qwen2", {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"],
                                                 "use_sliding_window": False, "sliding_window": 48}, LLAMA_POSITIONS)):
         shutil.rmtree(work, ignore_errors=True)

@@ -421,7 +421,12 @@ void read_llama_like(Config& c, Model& m, LlamaKind kind) {
     }
     if (!ok) c.refuse("layer_types", "expected a list of \"full_attention\" / \"sliding_attention\"");
   }
-  if (qwen2) c.integer("max_window_layers", 28, 0);
+  // Qwen2 slides only in the layers from max_window_layers on (transformers' layer_types).
+  if (qwen2 && windowed && !c.has("layer_types")) {
+    const auto from = c.integer("max_window_layers", 28, 0);
+    if (from && layers && *from >= *layers) windowed = false;
+  }
+  if (qwen2) c.used("max_window_layers");
   if (mistral || qwen2) {
     c.used("sliding_window");
     if (windowed && c.has("sliding_window")) window = c.integer("sliding_window", std::nullopt);
@@ -686,7 +691,9 @@ const std::vector<FamilyInfo>& families() {
       {"bart", "huggingface-bart", "encoder_decoder", {{"BartForConditionalGeneration", Task::Base}}, "shared.weight",
        read_bart},
       {"marian", "huggingface-bart", "encoder_decoder", {{"MarianMTModel", Task::Base}}, "shared.weight", read_marian},
-      {"t5", "huggingface-t5", "encoder_decoder", {{"T5ForConditionalGeneration", Task::Base}}, "shared.weight", read_t5},
+      // T5WithLMHeadModel: the class's old name, still in the original t5-small ... t5-11b configs.
+      {"t5", "huggingface-t5", "encoder_decoder",
+       {{"T5ForConditionalGeneration", Task::Base}, {"T5WithLMHeadModel", Task::Base}}, "shared.weight", read_t5},
       {"mt5", "huggingface-t5", "encoder_decoder", {{"MT5ForConditionalGeneration", Task::Base}}, "shared.weight",
        read_t5},
   };

@@ -115,7 +115,9 @@ class Planner {
       params.emplace_back("rotary_theta", format_float(spec_.rotary_theta));
       params.emplace_back("rotary_interleaved", spec_.rotary_layout == RotaryLayout::Interleaved ? "true" : "false");
     }
-    if (relative) params.emplace_back("relative_distance", std::to_string(spec_.relative_distance));
+    if (relative)  // the table's half-width (model_config.h)
+      params.emplace_back("relative_distance", std::to_string(relative_table_distance(int(spec_.relative_distance),
+                                                                                       int(spec_.max_len))));
     if (!spec_.scaled) params.emplace_back("scale", "1");
     bind(role, "attention", label, std::move(params));
   }

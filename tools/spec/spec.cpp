@@ -967,6 +967,10 @@ std::vector<Diagnostic> check_supported(const Spec& s) {
     unsupported("layer.activation", "gated activation " + quoted(name_of(s.activation)) + " with preset " +
                                          quoted(name_of(s.preset)) + " (its files have no gate projection; use "
                                          "'huggingface-llama', 'huggingface-qwen2', 'huggingface-t5' or 'explicit')");
+  if (s.positions == Positions::Relative && s.preset != WeightPreset::HuggingfaceT5 &&
+      s.preset != WeightPreset::Explicit)
+    unsupported("embedding.positions", "positions 'relative' with preset " + quoted(name_of(s.preset)) +
+                                           " (its files have no relative tables; use 'huggingface-t5' or 'explicit')");
   if (s.parallel_residual && s.architecture == Architecture::EncoderDecoder)
     unsupported("layer.parallel_residual", "parallel_residual in an encoder-decoder (its cross-attention)");
   if (s.kv_heads != s.heads && s.architecture == Architecture::EncoderDecoder)

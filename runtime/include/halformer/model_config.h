@@ -143,6 +143,15 @@ struct KernelTable {
 // A built model as a value: what the generated <name>_model.cpp exports, under a name
 // derived from the model's (extern "C" halformer_model_<name>(), see model.h), so that
 // any number of models link into one program.
+// The half-width M of the relative table the attention kernels read, (2M + 1, heads): the
+// buckets' distance, but no more than any two positions of a max_len sequence lie apart
+// (relative_distance up to 2^20 would otherwise make tables of gigabytes that no read
+// reaches; the kernels clamp at M, which is then never reached).
+inline int relative_table_distance(int relative_distance, int max_len) {
+  const int reach = max_len > 1 ? max_len - 1 : 1;
+  return relative_distance < reach ? relative_distance : reach;
+}
+
 constexpr int kDescriptorVersion = 9;  // bumped when ModelConfig / KernelTable change
 struct ModelDescriptor {
   int version;              // kDescriptorVersion of the halformer that generated it

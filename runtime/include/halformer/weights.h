@@ -85,7 +85,7 @@ struct Weights {
   std::vector<LayerWeights> encoder, decoder;
   NormWeights encoder_norm, decoder_norm;           // final_norm only
   // Relative positions (T5): each stack's table [relative_buckets][heads] as in the file,
-  // and expanded to what the attention kernels read, (2 * relative_distance + 1, heads)
+  // and expanded to what the attention kernels read, (2 * relative_table_distance + 1, heads)
   // (relative_position_table); all empty without relative positions.
   WeightVector<float> encoder_relative_bias, decoder_relative_bias;
   WeightVector<float> encoder_position_bias, decoder_position_bias;
@@ -112,10 +112,10 @@ void save_weights(const ModelConfig& config, const Weights& weights, const std::
 // bucket 0), exact below buckets / 4 (bidirectional) or / 2, then logarithmic up to
 // `distance`, beyond which it saturates. In float32 as transformers computes it.
 int relative_position_bucket(int r, bool bidirectional, int buckets, int distance);
-// bias [buckets][heads] -> the kernels' (2 * distance + 1, heads) table: entry
-// (r + distance, h) = bias[bucket(r)][h] for |r| <= distance.
+// bias [buckets][heads] -> the kernels' (2 * half + 1, heads) table: entry (r + half, h) =
+// bias[bucket(r)][h] for |r| <= half (half: relative_table_distance, model_config.h).
 WeightVector<float> relative_position_table(const WeightVector<float>& bias, int heads, bool bidirectional,
-                                            int buckets, int distance);
+                                            int buckets, int distance, int half);
 
 // "fp32", "int8", "bf16".
 const char* weight_format_name(WeightFormat format);
