@@ -79,6 +79,10 @@ struct Source {
   int64_t row_offset = 0;  // rows of the file's tensor before the first one read (learned positions)
   bool zeros = false;      // not in the file: zeros (a bias the family's module does not have)
   bool one_row = false;    // a 1-D tensor stored as [1, n] (BART's final_logits_bias)
+  // > 0: the parts interleave per head, head_rows rows each (GPT-NeoX's query_key_value:
+  // head h's q, k, v rows in turn): output r of `part` is file row
+  // (r / head_rows) * 3 * head_rows + part * head_rows + r % head_rows.
+  int head_rows = 0;
 };
 
 std::string str(int i) { return std::to_string(i); }
@@ -171,6 +175,7 @@ struct HfName {
   // final_logits_bias as the generator's bias).
   bool bias_tensor = false;
   const char* gated = nullptr;  // the module's name when the feed-forward is gated (T5: wi -> wi_1)
+  bool per_head = false;        // `part` of a Q|K|V tensor interleaved per head (Source::head_rows)
 };
 struct HfFamily {
   const char* preset;
@@ -308,7 +313,22 @@ const HfFamily& hf_family(Preset p) {
        {"self_attn.v", {"attn.v_proj", -1, false}}, {"self_attn.o", {"attn.out_proj", -1, false}},
        {"self_norm", {"ln_1"}}, {"ff_norm", {"ln_1"}}, {"ff1", {"mlp.fc_in"}}, {"ff2", {"mlp.fc_out"}}},
       false, {"h.{N}.attn.bias", "h.{N}.attn.masked_bias"}};
+  // GPTNeoXForCausalLM: query_key_value holds each head's q, k and v rows in turn
+  // (per_head parts), all linears and LayerNorms with biases, embed_out untied without one;
+  // 4.30 saves the attention's mask and rotary buffers.
+  static const HfFamily gpt_neox{
+      "huggingface-gpt-neox", {"gpt_neox.", ""}, "embed_in.weight",
+      {{"tgt_embedding", {"embed_in"}}, {"decoder_norm", {"final_layer_norm"}}},
+      {{"generator", {"embed_out", -1, false}}}, "layers.",
+      {{"self_attn.q", {"attention.query_key_value", 0, true, false, nullptr, true}},
+       {"self_attn.k", {"attention.query_key_value", 1, true, false, nullptr, true}},
+       {"self_attn.v", {"attention.query_key_value", 2, true, false, nullptr, true}},
+       {"self_attn.o", {"attention.dense"}}, {"self_norm", {"input_layernorm"}},
+       {"ff_norm", {"post_attention_layernorm"}}, {"ff1", {"mlp.dense_h_to_4h"}}, {"ff2", {"mlp.dense_4h_to_h"}}},
+      false,
+      {"layers.{N}.attention.bias", "layers.{N}.attention.masked_bias", "layers.{N}.attention.rotary_emb.inv_freq"}};
   switch (p) {
+    case Preset::HuggingfaceGptNeox: return gpt_neox;
     case Preset::HuggingfaceGptj: return gptj;
     case Preset::HuggingfaceT5: return t5_family;
     case Preset::HuggingfaceQwen2: return qwen2;
@@ -324,7 +344,8 @@ const HfFamily& hf_family(Preset p) {
 bool is_hf(Preset p) {
   return p == Preset::HuggingfaceBert || p == Preset::HuggingfaceRoberta || p == Preset::HuggingfaceDistilbert ||
          p == Preset::HuggingfaceGpt2 || p == Preset::HuggingfaceBart || p == Preset::HuggingfaceLlama ||
-         p == Preset::HuggingfaceT5 || p == Preset::HuggingfaceQwen2 || p == Preset::HuggingfaceGptj;
+         p == Preset::HuggingfaceT5 || p == Preset::HuggingfaceQwen2 || p == Preset::HuggingfaceGptj ||
+         p == Preset::HuggingfaceGptNeox;
 }
 
 Source hf_preset(const HfFamily& f, const std::string& prefix, const ModelConfig& c, const Canonical& n) {
@@ -344,6 +365,7 @@ Source hf_preset(const HfFamily& f, const std::string& prefix, const ModelConfig
       module.replace(at, 3, n.stack == "decoder" && c.arch == Arch::EncoderDecoder ? "2" : "1");
     s.name = scope + module + "." + n.param;
     s.part = m.part;
+    if (m.per_head) s.head_rows = c.d_model / c.heads;
     s.transposed = layer && f.conv1d && n.param == "weight";
     return s;
   };
@@ -497,6 +519,14 @@ class Loader {
         for (size_t i = 0; i < cols; ++i) buf[i] = all[i * width + first + size_t(r)];
         emit(r);
       }
+    } else if (src.head_rows > 0) {  // rows gathered from the per-head blocks, the tensor released at the end
+      const size_t hr = size_t(src.head_rows), row_bytes = cols * esize;
+      for (int64_t r = 0; r < rows; ++r) {
+        const size_t file_row = size_t(r) / hr * 3 * hr + size_t(src.part) * hr + size_t(r) % hr;
+        to_f32(kind, t->data + file_row * row_bytes, cols, buf.data());
+        emit(r);
+      }
+      if (src.part == 2) file_.release(t->data, t->bytes);
     } else {
       const size_t skip = (src.part >= 0 ? size_t(src.part) * n : 0) + size_t(src.row_offset) * cols;
       const uint8_t* data = t->data + skip * esize;
@@ -702,7 +732,8 @@ class Loader {
       case Preset::HuggingfaceLlama:
       case Preset::HuggingfaceT5:
       case Preset::HuggingfaceQwen2:
-      case Preset::HuggingfaceGptj: return hf_preset(hf_family(c_.preset), hf_prefix_, c_, parse(canonical));
+      case Preset::HuggingfaceGptj:
+      case Preset::HuggingfaceGptNeox: return hf_preset(hf_family(c_.preset), hf_prefix_, c_, parse(canonical));
       case Preset::Explicit: {
         auto it = map_.find(canonical);
         return {it == map_.end() ? canonical : it->second};

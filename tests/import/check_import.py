@@ -45,7 +45,7 @@ import numpy as np
 TOLERANCE = 1e-4
 VOCAB, HIDDEN, HEADS, FF, LAYERS, POSITIONS = 1003, 72, 3, 100, 2, 64
 SEED = {"bert": 1, "roberta": 2, "distilbert": 3, "gpt2": 4, "bart": 5, "marian": 6, "llama": 7, "llama_mqa": 8,
-        "t5": 9, "mt5": 10, "mistral": 11, "qwen2": 12, "gemma": 14, "gptj": 15}
+        "t5": 9, "mt5": 10, "mistral": 11, "qwen2": 12, "gemma": 14, "gptj": 15, "gpt_neox": 16}
 # Llama-style: "llama" has 6 query heads of 12 features sharing 2 key/value heads and
 # rope_theta 500 (not the default: angles turn fast, a wrong theta or layout shows);
 # "llama_mqa" 3 heads of 24 features over 1 key/value head (multi-query), the default
@@ -126,6 +126,14 @@ def make(family, out):
                                n_layer=LAYERS, n_positions=LLAMA_POSITIONS, bos_token_id=VOCAB - 1,
                                eos_token_id=VOCAB - 1, initializer_range=0.1)
         model = tf.GPTJForCausalLM(config)
+    elif family == "gpt_neox":
+        # parallel residual with two LayerNorms; rotary on int(24 x 0.5) = 12 features per head
+        # (half-split pairs within them); query_key_value interleaved per head
+        config = tf.GPTNeoXConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_attention_heads=HEADS,
+                                  intermediate_size=FF, num_hidden_layers=LAYERS, rotary_pct=0.5,
+                                  rotary_emb_base=500, max_position_embeddings=LLAMA_POSITIONS,
+                                  bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1, initializer_range=0.1)
+        model = tf.GPTNeoXForCausalLM(config)
     elif family == "bart":
         # BART's ids: bos 0, pad 1, eos 2; the decoder starts with eos (decoder_start_token_id 2)
         config = tf.BartConfig(**SEQ2SEQ, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
@@ -352,7 +360,8 @@ def compare_decoder(family, hf_dir, binary):
     if family in LLAMA:
         model = llama_reference(hf_dir)
     else:
-        model = (tf.GPTJForCausalLM if family == "gptj" else tf.GPT2LMHeadModel).from_pretrained(hf_dir)
+        model = {"gptj": tf.GPTJForCausalLM, "gpt_neox": tf.GPTNeoXForCausalLM,
+                 "gpt2": tf.GPT2LMHeadModel}[family].from_pretrained(hf_dir)
         model.eval()
     weights = os.path.join(hf_dir, "model.safetensors")
     eos = model.config.eos_token_id
@@ -360,7 +369,7 @@ def compare_decoder(family, hf_dir, binary):
     errors = Errors()
     new_tokens = 20
     sets = input_sets(rng, 0, VOCAB - 1)
-    if family in LLAMA or family == "gptj":  # past 128 positions
+    if family in LLAMA or family in ("gptj", "gpt_neox"):  # past 128 positions
         sets["length 129"] = [rng.integers(0, VOCAB - 1, 129).tolist()]
     for label, seqs in sets.items():
         out, dumped = run_binary(binary, weights, seqs, ["--max-new-tokens", str(new_tokens)])
@@ -538,6 +547,7 @@ REFUSALS = {
                     r"relative_attention_max_distance: found 4; must exceed relative_attention_num_buckets / 2 = 4"),
     "model_type_gemma2": ("bert", {"model_type": "gemma2"}, r'model_type: found "gemma2"; not supported yet'),
     "mistral_window_string": ("mistral", {"sliding_window": "4096"}, r'sliding_window: found "4096"; expected an integer'),
+    "gpt_neox_rotary_odd": ("gpt_neox", {"rotary_pct": 0.3}, r"rotary_pct: found 0.3; gives 7 rotated features"),
     "qwen2_layer_types": ("qwen2", {"layer_types": ["full_attention", "chunked"]}, r"layer_types: found .*expected a list"),
     "llama_rope_scaling": ("llama", {"rope_scaling": {"type": "linear", "factor": 2.0}}, r"rope_scaling: found"),
     "llama_attention_bias": ("llama", {"attention_bias": True}, r"attention_bias: found true"),
@@ -868,7 +878,7 @@ def main(argv):
     if cmd == "make" and len(argv) == 4:
         make(argv[2], argv[3])
     elif cmd == "compare" and len(argv) == 5:
-        if argv[2] in ("gpt2", "gptj") or argv[2] in LLAMA:
+        if argv[2] in ("gpt2", "gptj", "gpt_neox") or argv[2] in LLAMA:
             compare_decoder(argv[2], argv[3], argv[4])
         elif argv[2] in ("bart", "marian") or argv[2] in T5:
             compare_seq2seq(argv[2], argv[3], argv[4])

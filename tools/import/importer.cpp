@@ -368,6 +368,58 @@ void read_gptj(Config& c, Model& m, Task) {
   m.set("head", "kind", "logits", "lm_head outputs (with its bias)");
 }
 
+// ---- GPT-NeoX (Pythia): decoder-only, pre-norm LayerNorms, a parallel residual (or not:
+// use_parallel_residual), rotary positions on the first rotary_pct of each head (half-split
+// pairs within them), biases everywhere but embed_out, untied embed_out.
+void read_gpt_neox(Config& c, Model& m, Task) {
+  const auto d = c.integer("hidden_size", 6144), h = c.integer("num_attention_heads", 64);
+  const auto layers = c.integer("num_hidden_layers", 44), ff = c.integer("intermediate_size", 24576, 1, 1 << 20);
+  const auto vocab = c.integer("vocab_size", 50432), positions = c.integer("max_position_embeddings", 2048);
+  const auto eps = c.number("layer_norm_eps", 1e-5), pct = c.number("rotary_pct", 0.25);
+  const auto base = c.number("rotary_emb_base", 10000.0);
+  if (d && h && *d % *h != 0) c.refuse("hidden_size", "not divisible by num_attention_heads " + std::to_string(*h));
+  std::optional<int64_t> rotary;
+  if (pct && d && h) {
+    // transformers: int(head_size * rotary_pct) features, rounded down
+    rotary = int64_t(double(*d / *h) * *pct);
+    if (!(*pct > 0 && *pct <= 1) || *rotary < 2 || *rotary % 2 != 0)
+      c.refuse("rotary_pct", "gives " + std::to_string(*rotary) + " rotated features of the head size " +
+                                 std::to_string(*d / *h) + "; the spec needs an even number >= 2");
+  }
+  if (base && !(*base > 1)) c.refuse("rotary_emb_base", "must be > 1");
+  c.used("rope_scaling");
+  if (c.has("rope_scaling")) c.refuse("rope_scaling", "scaled rotary positions are not supported (null only)");
+  c.only("attention_bias", true, "q/k/v/o projections without biases are not what preset huggingface-gpt-neox reads");
+  read_activation(c, "hidden_act", "gelu", m);
+  const bool parallel = c.flag("use_parallel_residual", true);
+  const bool tied = c.flag("tie_word_embeddings", false);
+  if (tied) c.refuse("tie_word_embeddings", "an embed_out tied to embed_in is not supported by preset huggingface-gpt-neox");
+  for (const char* k : {"initializer_range", "use_cache", "classifier_dropout", "attention_dropout", "hidden_dropout"})
+    c.used(k);
+  if (!d || !h || !layers || !ff || !vocab || !positions || !eps || !pct || !base || tied) return;
+  if (*rotary < 2 || *rotary % 2 != 0 || !(*pct > 0 && *pct <= 1) || !(*base > 1)) return;
+  m.d_model = *d, m.vocab = *vocab;
+  m.set("sizes", "d_model", *d, "hidden_size");
+  m.set("sizes", "heads", *h, "num_attention_heads (head size " + std::to_string(*d / *h) + ")");
+  m.set("sizes", "d_ff", *ff, "intermediate_size");
+  m.set("sizes", "decoder_layers", *layers, "num_hidden_layers");
+  m.set("sizes", "tgt_vocab", *vocab, "vocab_size");
+  m.set("sizes", "max_len", *positions, "max_position_embeddings: prompt + generated tokens");
+  m.set("layer", "norm_placement", "pre", "input_layernorm / post_attention_layernorm before the sublayers");
+  m.set("layer", "norm_kind", "standard");
+  m.set("layer", "norm_eps", fmt_number(*eps), "layer_norm_eps");
+  m.set("layer", "final_norm", "true", "final_layer_norm");
+  m.set("layer", "parallel_residual", parallel ? "true" : "false",
+        parallel ? "use_parallel_residual: x + attn(ln1(x)) + mlp(ln2(x))" : "use_parallel_residual false");
+  m.set("embedding", "positions", "rotary", "rotary embedding of q and k in every layer");
+  m.set("embedding", "rotary_dim", *rotary, "int(head size x rotary_pct " + fmt_number(*pct) + ")");
+  m.set("embedding", "rotary_theta", fmt_number(*base), "rotary_emb_base");
+  m.set("embedding", "rotary_layout", "half", "rotate_half within the rotated features");
+  m.set("embedding", "scale", "false");
+  m.set("embedding", "share_tgt_output", "false", "embed_out.weight");
+  set_causal_lm(c, m, 0, 2);  // GPTNeoXConfig's
+}
+
 // ---- Llama: decoder-only, pre-norm RMSNorm, rotary positions (half-split), gated MLP,
 // grouped-query attention, no biases; logits from lm_head (embed_tokens when tied).
 // Mistral: the same model and names, with sliding-window attention; Qwen2: the same with
@@ -680,6 +732,8 @@ const std::vector<FamilyInfo>& families() {
        "embeddings.word_embeddings.weight", read_distilbert},
       {"gpt2", "huggingface-gpt2", "decoder", {{"GPT2LMHeadModel", Task::Base}}, "wte.weight", read_gpt2},
       {"gptj", "huggingface-gptj", "decoder", {{"GPTJForCausalLM", Task::Base}}, "wte.weight", read_gptj},
+      {"gpt_neox", "huggingface-gpt-neox", "decoder", {{"GPTNeoXForCausalLM", Task::Base}}, "embed_in.weight",
+       read_gpt_neox},
       {"llama", "huggingface-llama", "decoder", {{"LlamaForCausalLM", Task::Base}}, "embed_tokens.weight",
        read_llama},
       {"mistral", "huggingface-llama", "decoder", {{"MistralForCausalLM", Task::Base}}, "embed_tokens.weight",
@@ -704,7 +758,7 @@ const std::vector<FamilyInfo>& families() {
 const std::map<std::string, std::string>& planned() {
   static const std::map<std::string, std::string> p = {
       {"gemma2", "logit soft-capping, sliding-window layers, a query scale of its own"},
-      {"mbart", "an encoder-decoder"},             {"gpt_neox", "q/k/v fused per head (a preset of its own)"},
+      {"mbart", "an encoder-decoder"},             
       {"opt", "positions offset by 2"},
       {"xlm-roberta", "RoBERTa names under xlm-roberta"}, {"albert", "shared layers, factorised embeddings"},
       {"electra", "an embedding projection"},

@@ -294,6 +294,7 @@ const char* preset_enum(Preset p) {
     case Preset::HuggingfaceT5: return "HuggingfaceT5";
     case Preset::HuggingfaceQwen2: return "HuggingfaceQwen2";
     case Preset::HuggingfaceGptj: return "HuggingfaceGptj";
+    case Preset::HuggingfaceGptNeox: return "HuggingfaceGptNeox";
     default: return "Explicit";
   }
 }
@@ -329,6 +330,7 @@ std::unique_ptr<SpecModelConfig> model_config(const Spec& s) {
                 int(WeightPreset::HuggingfaceT5) == int(Preset::HuggingfaceT5) &&
                 int(WeightPreset::HuggingfaceQwen2) == int(Preset::HuggingfaceQwen2) &&
                 int(WeightPreset::HuggingfaceGptj) == int(Preset::HuggingfaceGptj) &&
+                int(WeightPreset::HuggingfaceGptNeox) == int(Preset::HuggingfaceGptNeox) &&
                 int(WeightPreset::HuggingfaceLlama) == int(Preset::HuggingfaceLlama) &&
                 int(WeightPreset::HuggingfaceBart) == int(Preset::HuggingfaceBart) &&
                 int(WeightPreset::HuggingfaceGpt2) == int(Preset::HuggingfaceGpt2) &&

@@ -96,6 +96,7 @@ const Names<WeightPreset>& names(WeightPreset) {
                                      {WeightPreset::HuggingfaceT5, "huggingface-t5"},
                                      {WeightPreset::HuggingfaceQwen2, "huggingface-qwen2"},
                                      {WeightPreset::HuggingfaceGptj, "huggingface-gptj"},
+                                     {WeightPreset::HuggingfaceGptNeox, "huggingface-gpt-neox"},
                                      {WeightPreset::Explicit, "explicit"}};
   return n;
 }
@@ -951,9 +952,10 @@ std::vector<Diagnostic> check_supported(const Spec& s) {
   for (WeightPreset p : {WeightPreset::HuggingfaceBert, WeightPreset::HuggingfaceRoberta,
                          WeightPreset::HuggingfaceDistilbert, WeightPreset::HuggingfaceGpt2,
                          WeightPreset::HuggingfaceBart, WeightPreset::HuggingfaceLlama, WeightPreset::HuggingfaceT5,
-                         WeightPreset::HuggingfaceQwen2, WeightPreset::HuggingfaceGptj}) {
+                         WeightPreset::HuggingfaceQwen2, WeightPreset::HuggingfaceGptj, WeightPreset::HuggingfaceGptNeox}) {
     const Architecture family = p == WeightPreset::HuggingfaceGpt2 || p == WeightPreset::HuggingfaceLlama ||
-                                        p == WeightPreset::HuggingfaceQwen2 || p == WeightPreset::HuggingfaceGptj
+                                        p == WeightPreset::HuggingfaceQwen2 || p == WeightPreset::HuggingfaceGptj ||
+                                        p == WeightPreset::HuggingfaceGptNeox
                                     ? Architecture::Decoder
                                 : p == WeightPreset::HuggingfaceBart || p == WeightPreset::HuggingfaceT5
                                     ? Architecture::EncoderDecoder

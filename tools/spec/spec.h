@@ -38,6 +38,7 @@ enum class WeightPreset {
   HuggingfaceT5,
   HuggingfaceQwen2,
   HuggingfaceGptj,
+  HuggingfaceGptNeox,
   Explicit
 };
 enum class Precision { Fp32, Bf16, Int8 };

@@ -48,6 +48,7 @@ enum class Preset {
   HuggingfaceT5,
   HuggingfaceQwen2,
   HuggingfaceGptj,
+  HuggingfaceGptNeox,
   Explicit
 };
 
