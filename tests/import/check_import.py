@@ -575,6 +575,24 @@ REFUSALS = {
 }
 
 
+def changed_copy(base, work, change):
+    """WORK/hf: BASE's files (linked) with its config.json updated by `change` (a dict; else
+    unchanged), WORK emptied first."""
+    shutil.rmtree(work, ignore_errors=True)
+    hf = os.path.join(work, "hf")
+    os.makedirs(hf)
+    for f in os.listdir(base):
+        if f != "config.json":
+            os.symlink(os.path.abspath(os.path.join(base, f)), os.path.join(hf, f))
+    with open(os.path.join(base, "config.json")) as f:
+        config = json.load(f)
+    if isinstance(change, dict):
+        config.update(change)
+    with open(os.path.join(hf, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    return hf
+
+
 def window(halformer, work, base):
     """A Mistral config whose sliding window (64) is shorter than its positions (160): the
     spec's max_len is the window (full attention within it; longer input is refused by
@@ -592,19 +610,7 @@ def window(halformer, work, base):
                                                 "max_window_layers": LAYERS}, LLAMA_POSITIONS),
                                      ("qwen2", {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"],
                                                 "use_sliding_window": False, "sliding_window": 48}, LLAMA_POSITIONS)):
-        shutil.rmtree(work, ignore_errors=True)
-        hf = os.path.join(work, "hf")
-        os.makedirs(hf)
-        for f in os.listdir(base):
-            if f != "config.json":
-                os.symlink(os.path.abspath(os.path.join(base, f)), os.path.join(hf, f))
-        with open(os.path.join(base, "config.json")) as f:
-            config = json.load(f)
-        config.update(change)
-        if model_type == "qwen2":
-            config.pop("pretraining_tp", None)
-        with open(os.path.join(hf, "config.json"), "w") as f:
-            json.dump(config, f)
+        hf = changed_copy(base, work, change)
         spec = os.path.join(work, "spec.yaml")
         subprocess.run([halformer, "import", hf, "-o", spec, "--name", "windowed"], check=True, capture_output=True)
         got = int(re.search(r"^  max_len: (\d+)", open(spec).read(), re.M).group(1))
@@ -618,20 +624,9 @@ def refuse(case, halformer, work, base_dirs):
 
     family, change, regex = REFUSALS[case]
     base = next(d for d in base_dirs if os.path.basename(os.path.normpath(d)) == family)
-    shutil.rmtree(work, ignore_errors=True)
-    hf = os.path.join(work, "hf")
-    os.makedirs(hf)
-    for f in os.listdir(base):
-        if f != "config.json":
-            os.symlink(os.path.abspath(os.path.join(base, f)), os.path.join(hf, f))
-    with open(os.path.join(base, "config.json")) as f:
-        config = json.load(f)
+    hf = changed_copy(base, work, change)
     out = os.path.join(work, "spec.yaml")
     before = None  # the output's bytes before, when it exists and must stay as it is
-    if isinstance(change, dict):
-        config.update(change)
-    with open(os.path.join(hf, "config.json"), "w") as f:
-        json.dump(config, f, indent=2)
     src = hf
     if change == "no-config":
         os.remove(os.path.join(hf, "config.json"))

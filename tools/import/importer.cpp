@@ -274,19 +274,47 @@ void set_causal_lm(Config& c, Model& m, std::optional<int64_t> bos_default, std:
   m.set("tokens", "eos", *eos, "eos_token_id: generation stops there");
 }
 
-// ---- GPT-2: decoder-only, pre-norm, final ln_f, logits from the (tied) lm_head.
-void read_gpt2(Config& c, Model& m, Task) {
-  const auto d = c.integer("n_embd", 768), h = c.integer("n_head", 12), layers = c.integer("n_layer", 12);
-  const auto vocab = c.integer("vocab_size", std::nullopt), positions = c.integer("n_positions", 1024);
-  const auto eps = c.number("layer_norm_epsilon", 1e-5);
-  const auto dropout = c.number("resid_pdrop", 0.1);
-  std::optional<int64_t> ff;
+// The GPT-2 style size fields (GPT-2, GPT-J): n_embd, n_head, n_layer, vocab_size,
+// n_positions, n_inner (null: 4 * n_embd), layer_norm_epsilon, resid_pdrop.
+struct GptSizes {
+  std::optional<int64_t> d, h, layers, vocab, positions, ff;
+  std::optional<double> eps, dropout;
+  bool ok() const { return d && h && layers && vocab && positions && ff && eps; }
+};
+GptSizes read_gpt_sizes(Config& c, int64_t d, int64_t h, int64_t layers, std::optional<int64_t> vocab,
+                        int64_t positions, double dropout) {
+  GptSizes g;
+  g.d = c.integer("n_embd", d), g.h = c.integer("n_head", h), g.layers = c.integer("n_layer", layers);
+  g.vocab = c.integer("vocab_size", vocab), g.positions = c.integer("n_positions", positions);
+  g.eps = c.number("layer_norm_epsilon", 1e-5), g.dropout = c.number("resid_pdrop", dropout);
   c.used("n_inner");
   if (!c.has("n_inner"))
-    ff = d ? std::optional<int64_t>(4 * *d) : std::nullopt;  // null: 4 * n_embd
+    g.ff = g.d ? std::optional<int64_t>(4 * *g.d) : std::nullopt;  // null: 4 * n_embd
   else
-    ff = c.integer("n_inner", std::nullopt, 1, 1 << 20);
-  if (d && h && *d % *h != 0) c.refuse("n_embd", "not divisible by n_head " + std::to_string(*h));
+    g.ff = c.integer("n_inner", std::nullopt, 1, 1 << 20);
+  if (g.d && g.h && *g.d % *g.h != 0) c.refuse("n_embd", "not divisible by n_head " + std::to_string(*g.h));
+  return g;
+}
+// Their spec fields (g.ok()): sizes, a pre-norm LayerNorm stack with ln_f.
+void set_gpt_sizes(Config& c, Model& m, const GptSizes& g, const std::string& norm_note) {
+  m.d_model = *g.d, m.vocab = *g.vocab;
+  m.set("sizes", "d_model", *g.d, "n_embd");
+  m.set("sizes", "heads", *g.h, "n_head (head size " + std::to_string(*g.d / *g.h) + ")");
+  m.set("sizes", "d_ff", *g.ff, c.has("n_inner") ? "n_inner" : "n_inner null: 4 * n_embd");
+  m.set("sizes", "decoder_layers", *g.layers, "n_layer");
+  m.set("sizes", "tgt_vocab", *g.vocab, "vocab_size");
+  m.set("sizes", "max_len", *g.positions, "n_positions: prompt + generated tokens");
+  m.set("layer", "norm_placement", "pre", norm_note);
+  m.set("layer", "norm_kind", "standard");
+  m.set("layer", "norm_eps", fmt_number(*g.eps), "layer_norm_epsilon");
+  m.set("layer", "final_norm", "true", "ln_f");
+  if (g.dropout && *g.dropout > 0)
+    m.set("layer", "dropout", fmt_number(*g.dropout), "resid_pdrop; identity at inference");
+}
+
+// ---- GPT-2: decoder-only, pre-norm, final ln_f, logits from the (tied) lm_head.
+void read_gpt2(Config& c, Model& m, Task) {
+  const GptSizes g = read_gpt_sizes(c, 768, 12, 12, std::nullopt, 1024, 0.1);
   read_activation(c, "activation_function", "gelu_new", m);
   c.only("scale_attn_weights", true, "attention without the 1/sqrt(head size) scale is not supported");
   c.only("scale_attn_by_inverse_layer_idx", false, "scores scaled by 1/(layer index + 1) are not supported");
@@ -297,19 +325,8 @@ void read_gpt2(Config& c, Model& m, Task) {
   for (const char* k : {"embd_pdrop", "attn_pdrop", "initializer_range", "use_cache", "n_ctx", "summary_activation",
                         "summary_first_dropout", "summary_proj_to_labels", "summary_type", "summary_use_proj"})
     c.used(k);
-  if (!d || !h || !layers || !vocab || !positions || !eps || !ff) return;
-  m.d_model = *d, m.vocab = *vocab;
-  m.set("sizes", "d_model", *d, "n_embd");
-  m.set("sizes", "heads", *h, "n_head (head size " + std::to_string(*d / *h) + ")");
-  m.set("sizes", "d_ff", *ff, c.has("n_inner") ? "n_inner" : "n_inner null: 4 * n_embd");
-  m.set("sizes", "decoder_layers", *layers, "n_layer");
-  m.set("sizes", "tgt_vocab", *vocab, "vocab_size");
-  m.set("sizes", "max_len", *positions, "n_positions: prompt + generated tokens");
-  m.set("layer", "norm_placement", "pre", "x + sublayer(ln(x))");
-  m.set("layer", "norm_kind", "standard");
-  m.set("layer", "norm_eps", fmt_number(*eps), "layer_norm_epsilon");
-  m.set("layer", "final_norm", "true", "ln_f");
-  if (dropout) m.set("layer", "dropout", fmt_number(*dropout), "resid_pdrop; identity at inference");
+  if (!g.ok()) return;
+  set_gpt_sizes(c, m, g, "x + sublayer(ln(x))");
   m.set("embedding", "positions", "learned", "wpe");
   m.set("embedding", "scale", "false");
   m.set("embedding", "share_tgt_output", tied ? "true" : "false",
@@ -321,16 +338,8 @@ void read_gpt2(Config& c, Model& m, Task) {
 // both read ln_1(x) and add to x), rotary positions on the first rotary_dim features of
 // each head in pairs (2c, 2c + 1), no attention biases, an untied lm_head with a bias.
 void read_gptj(Config& c, Model& m, Task) {
-  const auto d = c.integer("n_embd", 4096), h = c.integer("n_head", 16), layers = c.integer("n_layer", 28);
-  const auto vocab = c.integer("vocab_size", 50400), positions = c.integer("n_positions", 2048);
-  const auto eps = c.number("layer_norm_epsilon", 1e-5), dropout = c.number("resid_pdrop", 0.0);
-  std::optional<int64_t> ff;
-  c.used("n_inner");
-  if (!c.has("n_inner"))
-    ff = d ? std::optional<int64_t>(4 * *d) : std::nullopt;  // null: 4 * n_embd
-  else
-    ff = c.integer("n_inner", std::nullopt, 1, 1 << 20);
-  if (d && h && *d % *h != 0) c.refuse("n_embd", "not divisible by n_head " + std::to_string(*h));
+  const GptSizes g = read_gpt_sizes(c, 4096, 16, 28, 50400, 2048, 0.0);
+  const auto d = g.d, h = g.h;
   // rotary_dim null rotates with n_embd's frequencies, which transformers only runs with one head.
   c.used("rotary_dim");
   std::optional<int64_t> rotary;
@@ -345,20 +354,9 @@ void read_gptj(Config& c, Model& m, Task) {
   const bool tied = c.flag("tie_word_embeddings", false);
   if (tied) c.refuse("tie_word_embeddings", "GPT-J's lm_head has a bias of its own; a tied one is not supported");
   for (const char* k : {"embd_pdrop", "attn_pdrop", "initializer_range", "use_cache"}) c.used(k);
-  if (!d || !h || !layers || !vocab || !positions || !eps || !ff || !rotary || tied) return;
-  m.d_model = *d, m.vocab = *vocab;
-  m.set("sizes", "d_model", *d, "n_embd");
-  m.set("sizes", "heads", *h, "n_head (head size " + std::to_string(*d / *h) + ")");
-  m.set("sizes", "d_ff", *ff, c.has("n_inner") ? "n_inner" : "n_inner null: 4 * n_embd");
-  m.set("sizes", "decoder_layers", *layers, "n_layer");
-  m.set("sizes", "tgt_vocab", *vocab, "vocab_size");
-  m.set("sizes", "max_len", *positions, "n_positions: prompt + generated tokens");
-  m.set("layer", "norm_placement", "pre", "ln_1 before the sublayers");
-  m.set("layer", "norm_kind", "standard");
-  m.set("layer", "norm_eps", fmt_number(*eps), "layer_norm_epsilon");
-  m.set("layer", "final_norm", "true", "ln_f");
+  if (!g.ok() || !rotary || tied) return;
+  set_gpt_sizes(c, m, g, "ln_1 before the sublayers");
   m.set("layer", "parallel_residual", "true", "x + attn(ln_1(x)) + mlp(ln_1(x))");
-  if (dropout && *dropout > 0) m.set("layer", "dropout", fmt_number(*dropout), "resid_pdrop; identity at inference");
   m.set("embedding", "positions", "rotary", "rotary embedding of q and k in every layer");
   m.set("embedding", "rotary_dim", *rotary, "rotary_dim: the first features of each head");
   m.set("embedding", "rotary_layout", "interleaved", "rotate_every_two: pairs (2c, 2c + 1)");
