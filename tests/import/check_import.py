@@ -730,13 +730,38 @@ def spm(hf_dir, binary, work):
     print(f"spm: {len(texts)} texts through a {VOCAB}-piece SentencePiece model, plain output = JSON text")
 
 
+def seq2seq_text(binary, hf_dir, spm_args, texts, tok, model, **generate_options):
+    """An encoder-decoder's text through the binary (each --spm in spm_args) against the
+    Hugging Face tokenizer `tok` + model.generate (greedy, 12 tokens) + tok.decode: ids,
+    tokens and text equal. Returns the set of generated ids."""
+    import torch
+
+    seen, name = set(), type(tok).__name__
+    for spm_arg in spm_args:
+        _, out = spm_run(binary, hf_dir, spm_arg, texts)
+        for t, row in zip(texts, out):
+            ids = tok(t).input_ids
+            if row["source"] != ids:
+                raise SystemExit(f"{t!r}: the binary's ids {row['source']}, {name}'s {ids}")
+            with torch.no_grad():
+                gen = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                     max_new_tokens=12, do_sample=False, num_beams=1, **generate_options)
+            new = strip(gen[0, 1:].tolist(), model.config)
+            want = tok.decode(new, skip_special_tokens=True)
+            if row["tokens"] != new or row["text"] != want:
+                raise SystemExit(f"{t!r}: the binary gives {row['tokens']} {row['text']!r}, transformers "
+                                 f"{new} {want!r}")
+            seen.update(new)
+            print(f"--spm {os.path.basename(spm_arg)}: {t!r} -> {len(ids)} ids -> {row['text']!r}: equal to "
+                  f"{name} + generate + decode")
+    return seen
+
+
 def spm_marian(hf_dir, binary, work):
     """Marian's tokenizer files made now: source.spm and target.spm trained on different words,
     vocab.json giving the model's 1003 ids to the union of their pieces (eos 0, pad 1002,
     as the test model's config), then text in and out of the binary (--spm DIR and --spm
     DIR/source.spm) against MarianTokenizer + MarianMTModel.generate + MarianTokenizer.decode."""
-    import torch
-
     tf = transformers_modules()
     os.makedirs(work, exist_ok=True)
     tok_dir = os.path.join(work, "marian-tokenizer")
@@ -769,23 +794,8 @@ def spm_marian(hf_dir, binary, work):
     model.eval()
     texts = [" ".join(src_words[i:i + n]) for i, n in ((0, 3), (10, 9), (40, 1))]
     texts += [">>xyz<< " + texts[0], "zzz qqq " + " ".join(tgt_words[:2]) + ", and " + src_words[5] + " ."]
-    for spm_arg in (tok_dir, os.path.join(tok_dir, "source.spm")):
-        _, out = spm_run(binary, hf_dir, spm_arg, texts)
-        for t, row in zip(texts, out):
-            ids = tok(t).input_ids
-            if row["source"] != ids:
-                raise SystemExit(f"{t!r}: the binary's ids {row['source']}, MarianTokenizer's {ids}")
-            with torch.no_grad():
-                gen = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                                     max_new_tokens=12, do_sample=False, num_beams=1, min_length=0,
-                                     forced_bos_token_id=None, forced_eos_token_id=None)
-            new = strip(gen[0, 1:].tolist(), model.config)
-            want = tok.decode(new, skip_special_tokens=True)
-            if row["tokens"] != new or row["text"] != want:
-                raise SystemExit(f"{t!r}: the binary gives {row['tokens']} {row['text']!r}, transformers "
-                                 f"{new} {want!r}")
-            print(f"--spm {os.path.basename(spm_arg)}: {t!r} -> {len(ids)} ids -> {row['text']!r}: equal to "
-                  f"MarianTokenizer + generate + decode")
+    seq2seq_text(binary, hf_dir, (tok_dir, os.path.join(tok_dir, "source.spm")), texts, tok, model,
+                 min_length=0, forced_bos_token_id=None, forced_eos_token_id=None)
     print(f"spm-marian: {len(texts)} texts, ids and text equal to transformers' MarianTokenizer and MarianMTModel")
 
 
@@ -793,8 +803,6 @@ def spm_t5(hf_dir, binary, work):
     """T5's spiece.model made now (a 400-piece unigram model with T5's pad 0, eos 1, unk 2;
     T5Tokenizer's sentinels fill the model's other ids), then text in and out of the binary
     (--spm DIR and --spm DIR/spiece.model) against T5Tokenizer + generate + decode."""
-    import torch
-
     tf = transformers_modules()
     os.makedirs(work, exist_ok=True)
     tok_dir = os.path.join(work, "t5-tokenizer")
@@ -810,24 +818,7 @@ def spm_t5(hf_dir, binary, work):
     model.eval()
     texts = [" ".join(words[i:i + n]) for i, n in ((0, 3), (10, 9), (40, 1))]
     texts += [words[3] + " , " + words[4] + " . " + words[5] + " ?", "QQQ " + words[7]]  # unknown letters
-    seen = set()
-    for spm_arg in (tok_dir, os.path.join(tok_dir, "spiece.model")):
-        _, out = spm_run(binary, hf_dir, spm_arg, texts)
-        for t, row in zip(texts, out):
-            ids = tok(t).input_ids
-            if row["source"] != ids:
-                raise SystemExit(f"{t!r}: the binary's ids {row['source']}, T5Tokenizer's {ids}")
-            with torch.no_grad():
-                gen = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                                     max_new_tokens=12, do_sample=False, num_beams=1)
-            new = strip(gen[0, 1:].tolist(), model.config)
-            want = tok.decode(new, skip_special_tokens=True)
-            if row["tokens"] != new or row["text"] != want:
-                raise SystemExit(f"{t!r}: the binary gives {row['tokens']} {row['text']!r}, transformers "
-                                 f"{new} {want!r}")
-            seen.update(new)
-            print(f"--spm {os.path.basename(spm_arg)}: {t!r} -> {len(ids)} ids -> {row['text']!r}: equal to "
-                  f"T5Tokenizer + generate + decode")
+    seen = seq2seq_text(binary, hf_dir, (tok_dir, os.path.join(tok_dir, "spiece.model")), texts, tok, model)
     kinds = {"pieces": sum(3 <= i < T5_PIECES for i in seen), "sentinels": sum(i >= T5_PIECES for i in seen),
              "specials": sum(i < 3 for i in seen)}
     if not kinds["pieces"]:
