@@ -327,7 +327,19 @@ const HfFamily& hf_family(Preset p) {
        {"ff_norm", {"post_attention_layernorm"}}, {"ff1", {"mlp.dense_h_to_4h"}}, {"ff2", {"mlp.dense_4h_to_h"}}},
       false,
       {"layers.{N}.attention.bias", "layers.{N}.attention.masked_bias", "layers.{N}.attention.rotary_emb.inv_freq"}};
+  // OPTForCausalLM (and OPTModel): BART-like layer names under model.decoder, learned
+  // positions from row 2 on (the spec's position_offset), the lm_head tied to embed_tokens.
+  static const HfFamily opt{
+      "huggingface-opt", {"model.decoder.", "decoder."}, "embed_tokens.weight",
+      {{"tgt_embedding", {"embed_tokens"}}, {"pos_embedding", {"embed_positions"}},
+       {"decoder_norm", {"final_layer_norm"}}},
+      {{"generator", {"lm_head", -1, false}}}, "layers.",
+      {{"self_attn.q", {"self_attn.q_proj"}}, {"self_attn.k", {"self_attn.k_proj"}},
+       {"self_attn.v", {"self_attn.v_proj"}}, {"self_attn.o", {"self_attn.out_proj"}},
+       {"self_norm", {"self_attn_layer_norm"}}, {"ff1", {"fc1"}}, {"ff2", {"fc2"}}, {"ff_norm", {"final_layer_norm"}}},
+      false, {}};
   switch (p) {
+    case Preset::HuggingfaceOpt: return opt;
     case Preset::HuggingfaceGptNeox: return gpt_neox;
     case Preset::HuggingfaceGptj: return gptj;
     case Preset::HuggingfaceT5: return t5_family;
@@ -345,7 +357,7 @@ bool is_hf(Preset p) {
   return p == Preset::HuggingfaceBert || p == Preset::HuggingfaceRoberta || p == Preset::HuggingfaceDistilbert ||
          p == Preset::HuggingfaceGpt2 || p == Preset::HuggingfaceBart || p == Preset::HuggingfaceLlama ||
          p == Preset::HuggingfaceT5 || p == Preset::HuggingfaceQwen2 || p == Preset::HuggingfaceGptj ||
-         p == Preset::HuggingfaceGptNeox;
+         p == Preset::HuggingfaceGptNeox || p == Preset::HuggingfaceOpt;
 }
 
 Source hf_preset(const HfFamily& f, const std::string& prefix, const ModelConfig& c, const Canonical& n) {
@@ -733,7 +745,8 @@ class Loader {
       case Preset::HuggingfaceT5:
       case Preset::HuggingfaceQwen2:
       case Preset::HuggingfaceGptj:
-      case Preset::HuggingfaceGptNeox: return hf_preset(hf_family(c_.preset), hf_prefix_, c_, parse(canonical));
+      case Preset::HuggingfaceGptNeox:
+      case Preset::HuggingfaceOpt: return hf_preset(hf_family(c_.preset), hf_prefix_, c_, parse(canonical));
       case Preset::Explicit: {
         auto it = map_.find(canonical);
         return {it == map_.end() ? canonical : it->second};

@@ -45,7 +45,8 @@ import numpy as np
 TOLERANCE = 1e-4
 VOCAB, HIDDEN, HEADS, FF, LAYERS, POSITIONS = 1003, 72, 3, 100, 2, 64
 SEED = {"bert": 1, "roberta": 2, "distilbert": 3, "gpt2": 4, "bart": 5, "marian": 6, "llama": 7, "llama_mqa": 8,
-        "t5": 9, "mt5": 10, "mistral": 11, "qwen2": 12, "gemma": 14, "gptj": 15, "gpt_neox": 16}
+        "t5": 9, "mt5": 10, "mistral": 11, "qwen2": 12, "gemma": 14, "gptj": 15, "gpt_neox": 16, "xlm_roberta": 17, "opt": 18,
+        "opt_postnorm": 19}
 # Llama-style: "llama" has 6 query heads of 12 features sharing 2 key/value heads and
 # rope_theta 500 (not the default: angles turn fast, a wrong theta or layout shows);
 # "llama_mqa" 3 heads of 24 features over 1 key/value head (multi-query), the default
@@ -110,6 +111,20 @@ def make(family, out):
                                   max_position_embeddings=POSITIONS + 2, type_vocab_size=1, num_labels=5,
                                   initializer_range=0.1, pad_token_id=1, bos_token_id=0, eos_token_id=2)
         model = tf.RobertaForSequenceClassification(config)
+    elif family == "xlm_roberta":  # RoBERTa's model under XLM-RoBERTa's config and classes
+        config = tf.XLMRobertaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_attention_heads=HEADS,
+                                     intermediate_size=FF, num_hidden_layers=LAYERS,
+                                     max_position_embeddings=POSITIONS + 2, type_vocab_size=1, num_labels=4,
+                                     initializer_range=0.1, pad_token_id=1, bos_token_id=0, eos_token_id=2)
+        model = tf.XLMRobertaForSequenceClassification(config)
+    elif family in ("opt", "opt_postnorm"):
+        # learned positions from row 2 on; "opt_postnorm" is OPT-350m's layout (post-norm, no
+        # final norm; its 512-wide projected embeddings aside)
+        config = tf.OPTConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_attention_heads=HEADS, ffn_dim=FF,
+                              num_hidden_layers=LAYERS, max_position_embeddings=LLAMA_POSITIONS, init_std=0.1,
+                              word_embed_proj_dim=HIDDEN, pad_token_id=1, bos_token_id=2, eos_token_id=2,
+                              do_layer_norm_before=family == "opt")
+        model = tf.OPTForCausalLM(config)
     elif family == "distilbert":
         config = tf.DistilBertConfig(vocab_size=VOCAB, dim=HIDDEN, n_heads=HEADS, hidden_dim=FF, n_layers=LAYERS,
                                      max_position_embeddings=POSITIONS, initializer_range=0.1)
@@ -360,8 +375,8 @@ def compare_decoder(family, hf_dir, binary):
     if family in LLAMA:
         model = llama_reference(hf_dir)
     else:
-        model = {"gptj": tf.GPTJForCausalLM, "gpt_neox": tf.GPTNeoXForCausalLM,
-                 "gpt2": tf.GPT2LMHeadModel}[family].from_pretrained(hf_dir)
+        model = {"gptj": tf.GPTJForCausalLM, "gpt_neox": tf.GPTNeoXForCausalLM, "opt": tf.OPTForCausalLM,
+                 "opt_postnorm": tf.OPTForCausalLM, "gpt2": tf.GPT2LMHeadModel}[family].from_pretrained(hf_dir)
         model.eval()
     weights = os.path.join(hf_dir, "model.safetensors")
     eos = model.config.eos_token_id
@@ -369,7 +384,7 @@ def compare_decoder(family, hf_dir, binary):
     errors = Errors()
     new_tokens = 20
     sets = input_sets(rng, 0, VOCAB - 1)
-    if family in LLAMA or family in ("gptj", "gpt_neox"):  # past 128 positions
+    if family in LLAMA or family in ("gptj", "gpt_neox", "opt", "opt_postnorm"):  # past 128 positions
         sets["length 129"] = [rng.integers(0, VOCAB - 1, 129).tolist()]
     for label, seqs in sets.items():
         out, dumped = run_binary(binary, weights, seqs, ["--max-new-tokens", str(new_tokens)])
@@ -545,6 +560,7 @@ REFUSALS = {
     "t5_encoder_only": ("t5", {"is_encoder_decoder": False}, r"is_encoder_decoder: found false"),
     "t5_distance": ("t5", {"relative_attention_max_distance": 4},
                     r"relative_attention_max_distance: found 4; must exceed relative_attention_num_buckets / 2 = 4"),
+    "opt_projected_embeddings": ("opt", {"word_embed_proj_dim": 48}, r"word_embed_proj_dim: found 48; differs"),
     "model_type_gemma2": ("bert", {"model_type": "gemma2"}, r'model_type: found "gemma2"; not supported yet'),
     "mistral_window_string": ("mistral", {"sliding_window": "4096"}, r'sliding_window: found "4096"; expected an integer'),
     "gpt_neox_rotary_odd": ("gpt_neox", {"rotary_pct": 0.3}, r"rotary_pct: found 0.3; gives 7 rotated features"),
@@ -864,7 +880,7 @@ def main(argv):
     if cmd == "make" and len(argv) == 4:
         make(argv[2], argv[3])
     elif cmd == "compare" and len(argv) == 5:
-        if argv[2] in ("gpt2", "gptj", "gpt_neox") or argv[2] in LLAMA:
+        if argv[2] in ("gpt2", "gptj", "gpt_neox", "opt", "opt_postnorm") or argv[2] in LLAMA:
             compare_decoder(argv[2], argv[3], argv[4])
         elif argv[2] in ("bart", "marian") or argv[2] in T5:
             compare_seq2seq(argv[2], argv[3], argv[4])

@@ -418,6 +418,51 @@ void read_gpt_neox(Config& c, Model& m, Task) {
   set_causal_lm(c, m, 0, 2);  // GPTNeoXConfig's
 }
 
+// ---- OPT: decoder-only, pre-norm (do_layer_norm_before; false: post-norm without a final
+// norm, OPT-350m), learned positions from row 2 on, ReLU, biases everywhere, lm_head tied
+// to embed_tokens. A word_embed_proj_dim other than hidden_size (project_in / project_out)
+// is refused.
+void read_opt(Config& c, Model& m, Task) {
+  const auto d = c.integer("hidden_size", 768), h = c.integer("num_attention_heads", 12);
+  const auto layers = c.integer("num_hidden_layers", 12), ff = c.integer("ffn_dim", 3072, 1, 1 << 20);
+  const auto vocab = c.integer("vocab_size", 50272), positions = c.integer("max_position_embeddings", 2048);
+  const auto dropout = c.number("dropout", 0.1);
+  if (d && h && *d % *h != 0) c.refuse("hidden_size", "not divisible by num_attention_heads " + std::to_string(*h));
+  if (c.has("word_embed_proj_dim") && d) {
+    const auto proj = c.integer("word_embed_proj_dim", std::nullopt);
+    if (proj && *proj != *d)
+      c.refuse("word_embed_proj_dim", "differs from hidden_size " + std::to_string(*d) +
+                                          ": embeddings projected in and out (project_in / project_out) are not supported");
+  }
+  c.used("word_embed_proj_dim");
+  const bool pre = c.flag("do_layer_norm_before", true), removed = c.flag("_remove_final_layer_norm", false);
+  c.only("enable_bias", true, "linears without biases are not what preset huggingface-opt reads");
+  c.only("layer_norm_elementwise_affine", true, "LayerNorms without weight and bias are not supported");
+  read_activation(c, "activation_function", "relu", m);
+  const bool tied = c.flag("tie_word_embeddings", true);
+  for (const char* k : {"attention_dropout", "layerdrop", "init_std", "use_cache"}) c.used(k);
+  if (!d || !h || !layers || !ff || !vocab || !positions) return;
+  m.d_model = *d, m.vocab = *vocab;
+  m.set("sizes", "d_model", *d, "hidden_size");
+  m.set("sizes", "heads", *h, "num_attention_heads (head size " + std::to_string(*d / *h) + ")");
+  m.set("sizes", "d_ff", *ff, "ffn_dim");
+  m.set("sizes", "decoder_layers", *layers, "num_hidden_layers");
+  m.set("sizes", "tgt_vocab", *vocab, "vocab_size");
+  m.set("sizes", "max_len", *positions, "max_position_embeddings (the table has 2 more rows)");
+  m.set("layer", "norm_placement", pre ? "pre" : "post", pre ? "do_layer_norm_before" : "do_layer_norm_before false");
+  m.set("layer", "norm_kind", "standard");
+  m.set("layer", "norm_eps", fmt_number(1e-5), "OPT's LayerNorms (torch's default; not in config.json)");
+  m.set("layer", "final_norm", pre && !removed ? "true" : "false",
+        pre && !removed ? "decoder.final_layer_norm" : "no final_layer_norm after a post-norm stack");
+  if (dropout && *dropout > 0) m.set("layer", "dropout", fmt_number(*dropout), "dropout; identity at inference");
+  m.set("embedding", "positions", "learned", "embed_positions");
+  m.set("embedding", "position_offset", 2, "OPTLearnedPositionalEmbedding's offset");
+  m.set("embedding", "scale", "false");
+  m.set("embedding", "share_tgt_output", tied ? "true" : "false",
+        tied ? "tie_word_embeddings: lm_head is embed_tokens" : "lm_head.weight");
+  set_causal_lm(c, m, 2, 2);  // OPTConfig's
+}
+
 // ---- Llama: decoder-only, pre-norm RMSNorm, rotary positions (half-split), gated MLP,
 // grouped-query attention, no biases; logits from lm_head (embed_tokens when tied).
 // Mistral: the same model and names, with sliding-window attention; Qwen2: the same with
@@ -726,10 +771,15 @@ const std::vector<FamilyInfo>& families() {
       {"roberta", "huggingface-roberta", "encoder",
        {{"RobertaModel", Task::Base}, {"RobertaForSequenceClassification", Task::SequenceClassification}},
        "embeddings.word_embeddings.weight", read_roberta},
+      // XLM-RoBERTa: RoBERTa's model and names (its own model_type and classes).
+      {"xlm-roberta", "huggingface-roberta", "encoder",
+       {{"XLMRobertaModel", Task::Base}, {"XLMRobertaForSequenceClassification", Task::SequenceClassification}},
+       "embeddings.word_embeddings.weight", read_roberta},
       {"distilbert", "huggingface-distilbert", "encoder", {{"DistilBertModel", Task::Base}},
        "embeddings.word_embeddings.weight", read_distilbert},
       {"gpt2", "huggingface-gpt2", "decoder", {{"GPT2LMHeadModel", Task::Base}}, "wte.weight", read_gpt2},
       {"gptj", "huggingface-gptj", "decoder", {{"GPTJForCausalLM", Task::Base}}, "wte.weight", read_gptj},
+      {"opt", "huggingface-opt", "decoder", {{"OPTForCausalLM", Task::Base}}, "embed_tokens.weight", read_opt},
       {"gpt_neox", "huggingface-gpt-neox", "decoder", {{"GPTNeoXForCausalLM", Task::Base}}, "embed_in.weight",
        read_gpt_neox},
       {"llama", "huggingface-llama", "decoder", {{"LlamaForCausalLM", Task::Base}}, "embed_tokens.weight",
@@ -756,9 +806,8 @@ const std::vector<FamilyInfo>& families() {
 const std::map<std::string, std::string>& planned() {
   static const std::map<std::string, std::string> p = {
       {"gemma2", "logit soft-capping, sliding-window layers, a query scale of its own"},
-      {"mbart", "an encoder-decoder"},             
-      {"opt", "positions offset by 2"},
-      {"xlm-roberta", "RoBERTa names under xlm-roberta"}, {"albert", "shared layers, factorised embeddings"},
+      {"mbart", "pre-norm BART with a final norm per stack"},
+      {"albert", "shared layers, factorised embeddings"},
       {"electra", "an embedding projection"},
   };
   return p;

@@ -295,6 +295,7 @@ const char* preset_enum(Preset p) {
     case Preset::HuggingfaceQwen2: return "HuggingfaceQwen2";
     case Preset::HuggingfaceGptj: return "HuggingfaceGptj";
     case Preset::HuggingfaceGptNeox: return "HuggingfaceGptNeox";
+    case Preset::HuggingfaceOpt: return "HuggingfaceOpt";
     default: return "Explicit";
   }
 }
@@ -331,6 +332,7 @@ std::unique_ptr<SpecModelConfig> model_config(const Spec& s) {
                 int(WeightPreset::HuggingfaceQwen2) == int(Preset::HuggingfaceQwen2) &&
                 int(WeightPreset::HuggingfaceGptj) == int(Preset::HuggingfaceGptj) &&
                 int(WeightPreset::HuggingfaceGptNeox) == int(Preset::HuggingfaceGptNeox) &&
+                int(WeightPreset::HuggingfaceOpt) == int(Preset::HuggingfaceOpt) &&
                 int(WeightPreset::HuggingfaceLlama) == int(Preset::HuggingfaceLlama) &&
                 int(WeightPreset::HuggingfaceBart) == int(Preset::HuggingfaceBart) &&
                 int(WeightPreset::HuggingfaceGpt2) == int(Preset::HuggingfaceGpt2) &&

@@ -97,6 +97,7 @@ const Names<WeightPreset>& names(WeightPreset) {
                                      {WeightPreset::HuggingfaceQwen2, "huggingface-qwen2"},
                                      {WeightPreset::HuggingfaceGptj, "huggingface-gptj"},
                                      {WeightPreset::HuggingfaceGptNeox, "huggingface-gpt-neox"},
+                                     {WeightPreset::HuggingfaceOpt, "huggingface-opt"},
                                      {WeightPreset::Explicit, "explicit"}};
   return n;
 }
@@ -952,10 +953,11 @@ std::vector<Diagnostic> check_supported(const Spec& s) {
   for (WeightPreset p : {WeightPreset::HuggingfaceBert, WeightPreset::HuggingfaceRoberta,
                          WeightPreset::HuggingfaceDistilbert, WeightPreset::HuggingfaceGpt2,
                          WeightPreset::HuggingfaceBart, WeightPreset::HuggingfaceLlama, WeightPreset::HuggingfaceT5,
-                         WeightPreset::HuggingfaceQwen2, WeightPreset::HuggingfaceGptj, WeightPreset::HuggingfaceGptNeox}) {
+                         WeightPreset::HuggingfaceQwen2, WeightPreset::HuggingfaceGptj, WeightPreset::HuggingfaceGptNeox,
+                         WeightPreset::HuggingfaceOpt}) {
     const Architecture family = p == WeightPreset::HuggingfaceGpt2 || p == WeightPreset::HuggingfaceLlama ||
                                         p == WeightPreset::HuggingfaceQwen2 || p == WeightPreset::HuggingfaceGptj ||
-                                        p == WeightPreset::HuggingfaceGptNeox
+                                        p == WeightPreset::HuggingfaceGptNeox || p == WeightPreset::HuggingfaceOpt
                                     ? Architecture::Decoder
                                 : p == WeightPreset::HuggingfaceBart || p == WeightPreset::HuggingfaceT5
                                     ? Architecture::EncoderDecoder

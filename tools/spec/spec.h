@@ -39,6 +39,7 @@ enum class WeightPreset {
   HuggingfaceQwen2,
   HuggingfaceGptj,
   HuggingfaceGptNeox,
+  HuggingfaceOpt,
   Explicit
 };
 enum class Precision { Fp32, Bf16, Int8 };

@@ -49,6 +49,7 @@ enum class Preset {
   HuggingfaceQwen2,
   HuggingfaceGptj,
   HuggingfaceGptNeox,
+  HuggingfaceOpt,
   Explicit
 };
 
