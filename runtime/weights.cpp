@@ -240,7 +240,7 @@ const HfFamily& hf_family(Preset p) {
        {"self_attn.o", {"attn.c_proj"}}, {"self_norm", {"ln_1"}}, {"ff1", {"mlp.c_fc"}}, {"ff2", {"mlp.c_proj"}},
        {"ff_norm", {"ln_2"}}},
       true, {"h.{N}.attn.bias", "h.{N}.attn.masked_bias"}};
-  // BartForConditionalGeneration (and MarianMTModel, the same names): one shared
+  // BartForConditionalGeneration (and MarianMTModel, MBartForConditionalGeneration: the same names): one shared
   // embedding, each stack its own positions (offset 2) and layernorm_embedding; lm_head is
   // `shared` (tied), final_logits_bias [1, vocab] its bias. Marian's sinusoidal positions
   // and lack of layernorm_embedding are the spec's (nothing read).
@@ -248,7 +248,8 @@ const HfFamily& hf_family(Preset p) {
       "huggingface-bart", {"model.", ""}, "shared.weight",
       {{"src_embedding", {"shared"}}, {"tgt_embedding", {"shared"}},
        {"pos_embedding", {"encoder.embed_positions"}}, {"tgt_pos_embedding", {"decoder.embed_positions"}},
-       {"embedding_norm", {"encoder.layernorm_embedding"}}, {"tgt_embedding_norm", {"decoder.layernorm_embedding"}}},
+       {"embedding_norm", {"encoder.layernorm_embedding"}}, {"tgt_embedding_norm", {"decoder.layernorm_embedding"}},
+       {"encoder_norm", {"encoder.layer_norm"}}, {"decoder_norm", {"decoder.layer_norm"}}},  // mBART's final norms
       {{"generator", {"final_logits_bias", -1, true, true}}}, "{S}.layers.",
       {{"self_attn.q", {"self_attn.q_proj"}}, {"self_attn.k", {"self_attn.k_proj"}},
        {"self_attn.v", {"self_attn.v_proj"}}, {"self_attn.o", {"self_attn.out_proj"}},

@@ -46,7 +46,7 @@ TOLERANCE = 1e-4
 VOCAB, HIDDEN, HEADS, FF, LAYERS, POSITIONS = 1003, 72, 3, 100, 2, 64
 SEED = {"bert": 1, "roberta": 2, "distilbert": 3, "gpt2": 4, "bart": 5, "marian": 6, "llama": 7, "llama_mqa": 8,
         "t5": 9, "mt5": 10, "mistral": 11, "qwen2": 12, "gemma": 14, "gptj": 15, "gpt_neox": 16, "xlm_roberta": 17, "opt": 18,
-        "opt_postnorm": 19}
+        "opt_postnorm": 19, "mbart": 20}
 # Llama-style: "llama" has 6 query heads of 12 features sharing 2 key/value heads and
 # rope_theta 500 (not the default: angles turn fast, a wrong theta or layout shows);
 # "llama_mqa" 3 heads of 24 features over 1 key/value head (multi-query), the default
@@ -153,6 +153,12 @@ def make(family, out):
         # BART's ids: bos 0, pad 1, eos 2; the decoder starts with eos (decoder_start_token_id 2)
         config = tf.BartConfig(**SEQ2SEQ, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
         model = tf.BartForConditionalGeneration(config)
+    elif family == "mbart":
+        # pre-norm, a LayerNorm after each stack, scaled embeddings; no decoder_start_token_id:
+        # the decoder starts with bos (0), as generate() does
+        config = tf.MBartConfig(**SEQ2SEQ, pad_token_id=1, bos_token_id=0, eos_token_id=2, scale_embedding=True)
+        config.decoder_start_token_id = None
+        model = tf.MBartForConditionalGeneration(config)
     elif family == "marian":
         # Marian's: the decoder starts with pad; eos 0; swish, scaled embeddings, sinusoidal positions
         config = tf.MarianConfig(**SEQ2SEQ, pad_token_id=VOCAB - 1, eos_token_id=0, decoder_start_token_id=VOCAB - 1,
@@ -427,7 +433,7 @@ def compare_decoder(family, hf_dir, binary):
 
 
 BEAM = 3
-EOS_BIAS = {"bart": 1.0, "marian": 2.5}
+EOS_BIAS = {"bart": 1.0, "marian": 2.5, "mbart": 3.0}
 
 
 def strip(tokens, config):
@@ -444,12 +450,15 @@ def compare_seq2seq(family, hf_dir, binary):
     import torch
 
     tf = transformers_modules()
-    model = {"bart": tf.BartForConditionalGeneration, "marian": tf.MarianMTModel, "t5": tf.T5ForConditionalGeneration,
+    model = {"bart": tf.BartForConditionalGeneration, "marian": tf.MarianMTModel,
+             "mbart": tf.MBartForConditionalGeneration, "t5": tf.T5ForConditionalGeneration,
              "mt5": tf.MT5ForConditionalGeneration}[family].from_pretrained(hf_dir)
     model.eval()
     config = model.config
     weights = os.path.join(hf_dir, "model.safetensors")
-    start, specials = config.decoder_start_token_id, {config.pad_token_id, config.eos_token_id, 0, 1, 2}
+    # generate() starts with decoder_start_token_id, else bos (the mBART test model has none)
+    start = config.decoder_start_token_id if config.decoder_start_token_id is not None else config.bos_token_id
+    specials = {config.pad_token_id, config.eos_token_id, 0, 1, 2}
     rng = np.random.default_rng(SEED[family])
     errors = Errors()
     new_tokens = 12
@@ -570,7 +579,7 @@ REFUSALS = {
     "llama_kv_heads": ("llama", {"num_key_value_heads": 4}, r"num_key_value_heads: found 4; does not divide"),
     "llama_head_dim": ("llama", {"head_dim": 16}, r"head_dim: found 16; differs"),
     "llama_activation": ("llama", {"hidden_act": "relu"}, r'hidden_act: found "relu"; supported for the gated'),
-    "model_type_mbart": ("bert", {"model_type": "mbart"}, r'model_type: found "mbart"; not supported yet'),
+    "model_type_albert": ("bert", {"model_type": "albert"}, r'model_type: found "albert"; not supported yet'),
     "bart_heads_differ": ("bart", {"decoder_attention_heads": 6},
                           r"decoder_attention_heads: found 6; differs from encoder_attention_heads 3"),
     "bart_ffn_differs": ("bart", {"decoder_ffn_dim": 64}, r"decoder_ffn_dim: found 64; differs from encoder_ffn_dim"),
@@ -882,7 +891,7 @@ def main(argv):
     elif cmd == "compare" and len(argv) == 5:
         if argv[2] in ("gpt2", "gptj", "gpt_neox", "opt", "opt_postnorm") or argv[2] in LLAMA:
             compare_decoder(argv[2], argv[3], argv[4])
-        elif argv[2] in ("bart", "marian") or argv[2] in T5:
+        elif argv[2] in ("bart", "marian", "mbart") or argv[2] in T5:
             compare_seq2seq(argv[2], argv[3], argv[4])
         else:
             compare_encoder(argv[2], argv[3], argv[4])

@@ -588,7 +588,9 @@ void read_gemma(Config& c, Model& m, Task) { read_llama_like(c, m, LlamaKind::Ge
 // positions offset by 2 per stack, layernorm_embedding per stack, final_logits_bias.
 // Marian: the same modules and names, but sinusoidal positions in its half-split layout
 // (not in the file), no layernorm_embedding, swish, the decoder starting with pad.
-void read_bart_like(Config& c, Model& m, bool marian) {
+// mBART: BART's modules and names, pre-norm layers and a LayerNorm after each stack
+// (encoder/decoder.layer_norm); the decoder starts with decoder_start_token_id, else bos.
+void read_bart_like(Config& c, Model& m, bool marian, bool mbart = false) {
   const auto d = c.integer("d_model", 1024), vocab = c.integer("vocab_size", std::nullopt);
   const auto eh = c.integer("encoder_attention_heads", 16), dh = c.integer("decoder_attention_heads", 16);
   const auto ef = c.integer("encoder_ffn_dim", 4096), df = c.integer("decoder_ffn_dim", 4096);
@@ -603,15 +605,17 @@ void read_bart_like(Config& c, Model& m, bool marian) {
     c.refuse("decoder_ffn_dim", "differs from encoder_ffn_dim " + std::to_string(*ef) +
                                     "; the spec has one d_ff for both stacks");
   if (d && eh && *d % *eh != 0) c.refuse("d_model", "not divisible by encoder_attention_heads " + std::to_string(*eh));
-  const std::string family = marian ? "Marian" : "BART";
+  const std::string family = marian ? "Marian" : mbart ? "mBART" : "BART";
   read_activation(c, "activation_function", "gelu", m);
   c.only("is_encoder_decoder", true, family + " is an encoder-decoder");
   c.only("tie_word_embeddings", true, "an lm_head separate from the shared embedding is not supported");
   // Fields of older configs that transformers 4.30's BART / Marian no longer read: accepted
   // at the values that describe the model transformers builds, refused otherwise.
   c.only("add_bias_logits", false, "transformers ignores it; a checkpoint that needs it is not " + family);
-  c.only("add_final_layer_norm", false, "a LayerNorm after each stack (mBART) is not what " + family + " computes");
-  c.only("normalize_before", false, "pre-norm layers (mBART) are not what " + family + " computes");
+  c.only("add_final_layer_norm", mbart,
+         mbart ? "mBART has a LayerNorm after each stack" : "a LayerNorm after each stack (mBART) is not what " + family + " computes");
+  c.only("normalize_before", mbart,
+         mbart ? "mBART's layers are pre-norm" : "pre-norm layers (mBART) are not what " + family + " computes");
   c.only("normalize_embedding", !marian,
          marian ? "Marian has no layernorm_embedding" : "BART always applies layernorm_embedding");
   c.only("static_position_embeddings", marian,
@@ -632,7 +636,9 @@ void read_bart_like(Config& c, Model& m, bool marian) {
     c.used(k);
   const auto pad = c.integer("pad_token_id", marian ? std::optional<int64_t>() : 1, 0);
   const auto eos = c.integer("eos_token_id", marian ? 0 : 2, 0);
-  const auto start = c.integer("decoder_start_token_id", marian ? pad : std::optional<int64_t>(2), 0);
+  // generate() starts with decoder_start_token_id, else (mBART) bos_token_id.
+  const auto bos = mbart ? c.integer("bos_token_id", 0, 0) : std::optional<int64_t>(0);
+  const auto start = c.integer("decoder_start_token_id", marian ? pad : mbart ? bos : std::optional<int64_t>(2), 0);
   if (!d || !eh || !ef || !el || !dl || !vocab || !positions || !pad || !eos || !start) return;
   m.d_model = *d, m.vocab = *vocab;
   m.set("sizes", "d_model", *d, "d_model");
@@ -643,16 +649,16 @@ void read_bart_like(Config& c, Model& m, bool marian) {
   m.set("sizes", "src_vocab", *vocab, "vocab_size");
   m.set("sizes", "tgt_vocab", *vocab, "vocab_size (one shared table)");
   m.set("sizes", "max_len", *positions, "max_position_embeddings (each stack's table has 2 more rows)");
-  m.set("layer", "norm_placement", "post", "LayerNorm(x + sublayer(x))");
+  m.set("layer", "norm_placement", mbart ? "pre" : "post", mbart ? "x + sublayer(LayerNorm(x))" : "LayerNorm(x + sublayer(x))");
   m.set("layer", "norm_kind", "standard");
   m.set("layer", "norm_eps", fmt_number(1e-5), family + "'s LayerNorms (torch's default; not in config.json)");
-  m.set("layer", "final_norm", "false");
+  m.set("layer", "final_norm", mbart ? "true" : "false", mbart ? "encoder/decoder.layer_norm" : "");
   if (dropout) m.set("layer", "dropout", fmt_number(*dropout), "dropout; identity at inference");
   if (marian) {
     m.set("embedding", "positions", "sinusoidal_split", "MarianSinusoidalPositionalEmbedding: sin half, cos half");
   } else {
     m.set("embedding", "positions", "learned", "encoder/decoder.embed_positions, one table per stack");
-    m.set("embedding", "position_offset", 2, "BartLearnedPositionalEmbedding's offset");
+    m.set("embedding", "position_offset", 2, "the learned positional embedding's offset");
   }
   m.set("embedding", "scale", scale ? "true" : "false", "scale_embedding: times sqrt(d_model)");
   m.set("embedding", "share_src_tgt", "true", "model.shared");
@@ -666,10 +672,13 @@ void read_bart_like(Config& c, Model& m, bool marian) {
   m.set("head", "kind", "logits", "lm_head(x) + final_logits_bias");
   m.set("decoding", "strategy", "greedy");
   m.set("tokens", "pad", *pad, "pad_token_id");
-  m.set("tokens", "bos", *start, "decoder_start_token_id: the decoder's first token");
+  m.set("tokens", "bos", *start,
+        c.has("decoder_start_token_id") || !mbart ? "decoder_start_token_id: the decoder's first token"
+                                                   : "no decoder_start_token_id: bos_token_id starts the decoder");
   m.set("tokens", "eos", *eos, "eos_token_id: generation stops there");
 }
 void read_bart(Config& c, Model& m, Task) { read_bart_like(c, m, false); }
+void read_mbart(Config& c, Model& m, Task) { read_bart_like(c, m, false, true); }
 void read_marian(Config& c, Model& m, Task) { read_bart_like(c, m, true); }
 
 // ---- T5 (and mT5): an encoder-decoder, pre-norm RMSNorm (T5LayerNorm) with a final norm
@@ -793,6 +802,8 @@ const std::vector<FamilyInfo>& families() {
       {"bart", "huggingface-bart", "encoder_decoder", {{"BartForConditionalGeneration", Task::Base}}, "shared.weight",
        read_bart},
       {"marian", "huggingface-bart", "encoder_decoder", {{"MarianMTModel", Task::Base}}, "shared.weight", read_marian},
+      {"mbart", "huggingface-bart", "encoder_decoder", {{"MBartForConditionalGeneration", Task::Base}}, "shared.weight",
+       read_mbart},
       // T5WithLMHeadModel: the class's old name, still in the original t5-small ... t5-11b configs.
       {"t5", "huggingface-t5", "encoder_decoder",
        {{"T5ForConditionalGeneration", Task::Base}, {"T5WithLMHeadModel", Task::Base}}, "shared.weight", read_t5},
@@ -806,7 +817,6 @@ const std::vector<FamilyInfo>& families() {
 const std::map<std::string, std::string>& planned() {
   static const std::map<std::string, std::string> p = {
       {"gemma2", "logit soft-capping, sliding-window layers, a query scale of its own"},
-      {"mbart", "pre-norm BART with a final norm per stack"},
       {"albert", "shared layers, factorised embeddings"},
       {"electra", "an embedding projection"},
   };
