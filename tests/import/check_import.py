@@ -46,7 +46,7 @@ TOLERANCE = 1e-4
 VOCAB, HIDDEN, HEADS, FF, LAYERS, POSITIONS = 1003, 72, 3, 100, 2, 64
 SEED = {"bert": 1, "roberta": 2, "distilbert": 3, "gpt2": 4, "bart": 5, "marian": 6, "llama": 7, "llama_mqa": 8,
         "t5": 9, "mt5": 10, "mistral": 11, "qwen2": 12, "gemma": 14, "gptj": 15, "gpt_neox": 16, "xlm_roberta": 17, "opt": 18,
-        "opt_postnorm": 19, "mbart": 20}
+        "opt_postnorm": 19, "mbart": 20, "gpt2_unscaled": 21}
 # Llama-style: "llama" has 6 query heads of 12 features sharing 2 key/value heads and
 # rope_theta 500 (not the default: angles turn fast, a wrong theta or layout shows);
 # "llama_mqa" 3 heads of 24 features over 1 key/value head (multi-query), the default
@@ -129,10 +129,10 @@ def make(family, out):
         config = tf.DistilBertConfig(vocab_size=VOCAB, dim=HIDDEN, n_heads=HEADS, hidden_dim=FF, n_layers=LAYERS,
                                      max_position_embeddings=POSITIONS, initializer_range=0.1)
         model = tf.DistilBertModel(config)
-    elif family == "gpt2":
+    elif family in ("gpt2", "gpt2_unscaled"):  # gpt2_unscaled: scores q.k (scale_attn_weights false)
         config = tf.GPT2Config(vocab_size=VOCAB, n_embd=HIDDEN, n_head=HEADS, n_inner=FF, n_layer=LAYERS,
                                n_positions=POSITIONS, bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1,
-                               initializer_range=0.1)
+                               initializer_range=0.1, scale_attn_weights=family == "gpt2")
         model = tf.GPT2LMHeadModel(config)
     elif family == "gptj":
         # parallel residual under one ln_1; rotary on the first 12 of 24 features per head
@@ -382,7 +382,8 @@ def compare_decoder(family, hf_dir, binary):
         model = llama_reference(hf_dir)
     else:
         model = {"gptj": tf.GPTJForCausalLM, "gpt_neox": tf.GPTNeoXForCausalLM, "opt": tf.OPTForCausalLM,
-                 "opt_postnorm": tf.OPTForCausalLM, "gpt2": tf.GPT2LMHeadModel}[family].from_pretrained(hf_dir)
+                 "opt_postnorm": tf.OPTForCausalLM, "gpt2": tf.GPT2LMHeadModel,
+                 "gpt2_unscaled": tf.GPT2LMHeadModel}[family].from_pretrained(hf_dir)
         model.eval()
     weights = os.path.join(hf_dir, "model.safetensors")
     eos = model.config.eos_token_id
@@ -559,7 +560,6 @@ REFUSALS = {
     "gpt2_inverse_layer_idx": ("gpt2", {"scale_attn_by_inverse_layer_idx": True},
                                r"scale_attn_by_inverse_layer_idx: found true"),
     "gpt2_reorder_and_upcast": ("gpt2", {"reorder_and_upcast_attn": True}, r"reorder_and_upcast_attn: found true"),
-    "gpt2_unscaled_attention": ("gpt2", {"scale_attn_weights": False}, r"scale_attn_weights: found false"),
     "gpt2_n_inner_zero": ("gpt2", {"n_inner": 0}, r"n_inner: found 0; must be between 1"),
     "gpt2_n_inner_string": ("gpt2", {"n_inner": "100"}, r'n_inner: found "100"; expected an integer'),
     "gpt2_eos_outside_vocab": ("gpt2", {"eos_token_id": 50256},
@@ -889,7 +889,7 @@ def main(argv):
     if cmd == "make" and len(argv) == 4:
         make(argv[2], argv[3])
     elif cmd == "compare" and len(argv) == 5:
-        if argv[2] in ("gpt2", "gptj", "gpt_neox", "opt", "opt_postnorm") or argv[2] in LLAMA:
+        if argv[2] in ("gpt2", "gpt2_unscaled", "gptj", "gpt_neox", "opt", "opt_postnorm") or argv[2] in LLAMA:
             compare_decoder(argv[2], argv[3], argv[4])
         elif argv[2] in ("bart", "marian", "mbart") or argv[2] in T5:
             compare_seq2seq(argv[2], argv[3], argv[4])

@@ -316,7 +316,7 @@ void set_gpt_sizes(Config& c, Model& m, const GptSizes& g, const std::string& no
 void read_gpt2(Config& c, Model& m, Task) {
   const GptSizes g = read_gpt_sizes(c, 768, 12, 12, std::nullopt, 1024, 0.1);
   read_activation(c, "activation_function", "gelu_new", m);
-  c.only("scale_attn_weights", true, "attention without the 1/sqrt(head size) scale is not supported");
+  const bool scaled = c.flag("scale_attn_weights", true);
   c.only("scale_attn_by_inverse_layer_idx", false, "scores scaled by 1/(layer index + 1) are not supported");
   c.only("reorder_and_upcast_attn", false, "the reordered, upcast attention computation is not supported");
   c.only("add_cross_attention", false, "GPT-2 with cross-attention layers is not supported");
@@ -327,6 +327,7 @@ void read_gpt2(Config& c, Model& m, Task) {
     c.used(k);
   if (!g.ok()) return;
   set_gpt_sizes(c, m, g, "x + sublayer(ln(x))");
+  if (!scaled) m.set("attention", "scaled", "false", "scale_attn_weights false: scores q.k");
   m.set("embedding", "positions", "learned", "wpe");
   m.set("embedding", "scale", "false");
   m.set("embedding", "share_tgt_output", tied ? "true" : "false",
