@@ -622,13 +622,19 @@ struct Session {
     }, normed);
   }
 
+  // Rotary or relative positions: applied inside self-attention, where each key's position
+  // (its cache row) matters, not added to the embeddings.
+  bool positions_in_attention() const {
+    return cfg.positions == PositionKind::Rotary || cfg.positions == PositionKind::Relative;
+  }
+
   // Features of a fused self-attention QKV row: H query heads and kv_heads key and value heads.
   int qkv_width() const { return cfg.d_model + 2 * cfg.kv_heads * (cfg.d_model / cfg.heads); }
 
-  // Self-attention over the whole sequence (no cache): encoder layers, teacher forcing.
   // The decoder's self-attention cache is bf16 (its kernels read and write bf16 rows).
   bool self_cache_bf16() const { return cfg.self_cache_bf16 && !iface; }
 
+  // Self-attention over the whole sequence (no cache): encoder layers, teacher forcing.
   // decoder: the decoder's kernels, whose QKV rows are the cache's (bf16 with self_cache_bf16).
   void self_attention_block(Act& x, const LayerWeights& L, AttentionFn fn, const char* name, const Act& mask,
                             halide_buffer_t* bias, bool decoder = false) {
@@ -730,8 +736,7 @@ struct Session {
     st.self_mask = make_input(Tmax, B, 1, [&](float* m) {
       for (int b = 0; b < B; ++b) std::fill_n(m + int64_t(b) * Tmax, st.shift[b], kMasked);
     });
-    if (st.shifted() && (cfg.positions == PositionKind::Rotary || cfg.positions == PositionKind::Relative))
-      st.zero_mask = make_input(Tmax, 1, 1, [](float*) {});
+    if (st.shifted() && positions_in_attention()) st.zero_mask = make_input(Tmax, 1, 1, [](float*) {});
     const int w3 = qkv_width();
     st.row = iface ? int((w3 + kDeviceAlignFloats - 1) / kDeviceAlignFloats * kDeviceAlignFloats) : w3;
     for (size_t l = 0; l < w.decoder.size(); ++l) st.cache.emplace_back(st.row, Tmax, B, iface, self_cache_bf16());
@@ -759,7 +764,7 @@ struct Session {
     // Rotary attention turns keys by their cache position, relative positions bias them by
     // their distance from the query's: rows at their own positions
     // each get their own call over their own positions.
-    const bool per_row = shifted && (cfg.positions == PositionKind::Rotary || cfg.positions == PositionKind::Relative);
+    const bool per_row = shifted && positions_in_attention();
     halide_buffer_t* bias = position_bias(w.decoder_position_bias);
     const int64_t bstride = int64_t(row) * st.Tmax, at = int64_t(len) * row;
     for (size_t l = 0; l < w.decoder.size(); ++l) {

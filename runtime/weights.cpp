@@ -354,11 +354,9 @@ const HfFamily& hf_family(Preset p) {
     default: throw Error("internal: not a Hugging Face preset");
   }
 }
+// Every preset but these three is a Hugging Face family (hf_family).
 bool is_hf(Preset p) {
-  return p == Preset::HuggingfaceBert || p == Preset::HuggingfaceRoberta || p == Preset::HuggingfaceDistilbert ||
-         p == Preset::HuggingfaceGpt2 || p == Preset::HuggingfaceBart || p == Preset::HuggingfaceLlama ||
-         p == Preset::HuggingfaceT5 || p == Preset::HuggingfaceQwen2 || p == Preset::HuggingfaceGptj ||
-         p == Preset::HuggingfaceGptNeox || p == Preset::HuggingfaceOpt;
+  return p != Preset::TorchTransformer && p != Preset::AnnotatedTransformer && p != Preset::Explicit;
 }
 
 Source hf_preset(const HfFamily& f, const std::string& prefix, const ModelConfig& c, const Canonical& n) {
@@ -734,26 +732,11 @@ class Loader {
     return r + "]";
   }
   Source resolve_name(const std::string& canonical) {
-    switch (c_.preset) {
-      case Preset::TorchTransformer: return torch_preset(c_, parse(canonical));
-      case Preset::AnnotatedTransformer: return annotated_preset(c_, parse(canonical));
-      case Preset::HuggingfaceBert:
-      case Preset::HuggingfaceRoberta:
-      case Preset::HuggingfaceDistilbert:
-      case Preset::HuggingfaceGpt2:
-      case Preset::HuggingfaceBart:
-      case Preset::HuggingfaceLlama:
-      case Preset::HuggingfaceT5:
-      case Preset::HuggingfaceQwen2:
-      case Preset::HuggingfaceGptj:
-      case Preset::HuggingfaceGptNeox:
-      case Preset::HuggingfaceOpt: return hf_preset(hf_family(c_.preset), hf_prefix_, c_, parse(canonical));
-      case Preset::Explicit: {
-        auto it = map_.find(canonical);
-        return {it == map_.end() ? canonical : it->second};
-      }
-    }
-    return {canonical};
+    if (is_hf(c_.preset)) return hf_preset(hf_family(c_.preset), hf_prefix_, c_, parse(canonical));
+    if (c_.preset == Preset::TorchTransformer) return torch_preset(c_, parse(canonical));
+    if (c_.preset == Preset::AnnotatedTransformer) return annotated_preset(c_, parse(canonical));
+    auto it = map_.find(canonical);  // explicit
+    return {it == map_.end() ? canonical : it->second};
   }
 
   const ModelConfig& c_;

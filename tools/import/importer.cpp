@@ -153,6 +153,16 @@ std::optional<std::string> activation(const std::string& hf) {
   if (it == m.end()) return std::nullopt;
   return it->second;
 }
+// The gated kind whose gate takes the Hugging Face activation `hf` (Llama's hidden_act,
+// T5's gated-ACT).
+std::optional<std::string> gated_activation(const std::string& hf) {
+  static const std::map<std::string, std::string> m = {
+      {"silu", "swiglu"}, {"swish", "swiglu"}, {"gelu", "geglu"}, {"gelu_new", "geglu_tanh"},
+      {"gelu_pytorch_tanh", "geglu_tanh"}};
+  auto it = m.find(hf);
+  if (it == m.end()) return std::nullopt;
+  return it->second;
+}
 void read_activation(Config& c, const std::string& key, const std::string& fallback, Model& m) {
   const std::string act = c.text(key).value_or(fallback);
   if (auto a = activation(act))
@@ -377,15 +387,18 @@ void read_gpt_neox(Config& c, Model& m, Task) {
   const auto eps = c.number("layer_norm_eps", 1e-5), pct = c.number("rotary_pct", 0.25);
   const auto base = c.number("rotary_emb_base", 10000.0);
   if (d && h && *d % *h != 0) c.refuse("hidden_size", "not divisible by num_attention_heads " + std::to_string(*h));
-  std::optional<int64_t> rotary;
+  std::optional<int64_t> rotary;  // set when rotary_pct gives a usable feature count
   if (pct && d && h) {
     // transformers: int(head_size * rotary_pct) features, rounded down
-    rotary = int64_t(double(*d / *h) * *pct);
-    if (!(*pct > 0 && *pct <= 1) || *rotary < 2 || *rotary % 2 != 0)
-      c.refuse("rotary_pct", "gives " + std::to_string(*rotary) + " rotated features of the head size " +
+    const int64_t n = int64_t(double(*d / *h) * *pct);
+    if (!(*pct > 0 && *pct <= 1) || n < 2 || n % 2 != 0)
+      c.refuse("rotary_pct", "gives " + std::to_string(n) + " rotated features of the head size " +
                                  std::to_string(*d / *h) + "; the spec needs an even number >= 2");
+    else
+      rotary = n;
   }
-  if (base && !(*base > 1)) c.refuse("rotary_emb_base", "must be > 1");
+  const bool base_ok = base && *base > 1;
+  if (base && !base_ok) c.refuse("rotary_emb_base", "must be > 1");
   c.used("rope_scaling");
   if (c.has("rope_scaling")) c.refuse("rope_scaling", "scaled rotary positions are not supported (null only)");
   c.only("attention_bias", true, "q/k/v/o projections without biases are not what preset huggingface-gpt-neox reads");
@@ -395,8 +408,7 @@ void read_gpt_neox(Config& c, Model& m, Task) {
   if (tied) c.refuse("tie_word_embeddings", "an embed_out tied to embed_in is not supported by preset huggingface-gpt-neox");
   for (const char* k : {"initializer_range", "use_cache", "classifier_dropout", "attention_dropout", "hidden_dropout"})
     c.used(k);
-  if (!d || !h || !layers || !ff || !vocab || !positions || !eps || !pct || !base || tied) return;
-  if (*rotary < 2 || *rotary % 2 != 0 || !(*pct > 0 && *pct <= 1) || !(*base > 1)) return;
+  if (!d || !h || !layers || !ff || !vocab || !positions || !eps || !rotary || !base_ok || tied) return;
   m.d_model = *d, m.vocab = *vocab;
   m.set("sizes", "d_model", *d, "hidden_size");
   m.set("sizes", "heads", *h, "num_attention_heads (head size " + std::to_string(*d / *h) + ")");
@@ -536,11 +548,8 @@ void read_llama_like(Config& c, Model& m, LlamaKind kind) {
     act = hidden_activation.value_or("gelu_pytorch_tanh");
     act_key = hidden_activation ? "hidden_activation" : "hidden_activation null (hidden_act ignored)";
   }
-  static const std::map<std::string, std::string> gated = {
-      {"silu", "swiglu"}, {"swish", "swiglu"}, {"gelu", "geglu"}, {"gelu_new", "geglu_tanh"},
-      {"gelu_pytorch_tanh", "geglu_tanh"}};
-  if (auto it = gated.find(act); it != gated.end())
-    m.set("layer", "activation", it->second, act_key + " '" + act + "': act(gate_proj x) * up_proj x");
+  if (auto g = gated_activation(act))
+    m.set("layer", "activation", *g, act_key + " '" + act + "': act(gate_proj x) * up_proj x");
   else
     c.refuse("hidden_act", "supported for the gated MLP: silu / swish (SwiGLU), gelu, gelu_new / gelu_pytorch_tanh (GeGLU)");
   const bool tied = c.flag("tie_word_embeddings", gemma);
@@ -710,12 +719,9 @@ void read_t5(Config& c, Model& m, Task) {
   const std::string act = gated ? proj.substr(6) : proj;
   // transformers maps "gated-gelu" to gelu_new (tanh).
   const std::string dense_act = proj == "gated-gelu" ? "gelu_new" : act;
-  static const std::map<std::string, std::string> gated_kinds = {
-      {"silu", "swiglu"}, {"swish", "swiglu"}, {"gelu", "geglu"}, {"gelu_new", "geglu_tanh"},
-      {"gelu_pytorch_tanh", "geglu_tanh"}};
   if (gated) {
-    if (auto it = gated_kinds.find(dense_act); it != gated_kinds.end())
-      m.set("layer", "activation", it->second, "feed_forward_proj '" + proj + "': act(wi_0 x) * wi_1 x, then wo");
+    if (auto g = gated_activation(dense_act))
+      m.set("layer", "activation", *g, "feed_forward_proj '" + proj + "': act(wi_0 x) * wi_1 x, then wo");
     else
       c.refuse("feed_forward_proj", "supported: relu, gelu, gelu_new, silu, gated-gelu, gated-gelu_new, gated-silu");
   } else if (auto a = activation(act)) {

@@ -937,6 +937,29 @@ ParseResult parse_spec_file(const std::string& path) {
 }
 
 // ---------------------------------------------------------------- 7. check_supported
+namespace {
+// The architecture a preset's files hold (nullopt: the preset is not tied to one).
+std::optional<Architecture> preset_architecture(WeightPreset p) {
+  switch (p) {
+    case WeightPreset::HuggingfaceBert:
+    case WeightPreset::HuggingfaceRoberta:
+    case WeightPreset::HuggingfaceDistilbert: return Architecture::Encoder;
+    case WeightPreset::AnnotatedTransformer:
+    case WeightPreset::HuggingfaceBart:
+    case WeightPreset::HuggingfaceT5: return Architecture::EncoderDecoder;
+    case WeightPreset::HuggingfaceGpt2:
+    case WeightPreset::HuggingfaceLlama:
+    case WeightPreset::HuggingfaceQwen2:
+    case WeightPreset::HuggingfaceGptj:
+    case WeightPreset::HuggingfaceGptNeox:
+    case WeightPreset::HuggingfaceOpt: return Architecture::Decoder;
+    case WeightPreset::TorchTransformer:
+    case WeightPreset::Explicit: return std::nullopt;
+  }
+  return std::nullopt;
+}
+}  // namespace
+
 std::vector<Diagnostic> check_supported(const Spec& s) {
   std::vector<Diagnostic> out;
   auto unsupported = [&](const std::string& field, const std::string& what) {
@@ -948,24 +971,9 @@ std::vector<Diagnostic> check_supported(const Spec& s) {
     unsupported("head.kind", "head kind 'hidden' for architecture " + quoted(name_of(s.architecture)));
   if (s.decoding == DecodeStrategy::Beam && s.architecture != Architecture::EncoderDecoder)
     unsupported("decoding.strategy", "beam search for architecture " + quoted(name_of(s.architecture)));
-  if (s.preset == WeightPreset::AnnotatedTransformer && s.architecture != Architecture::EncoderDecoder)
-    unsupported("weights.preset", "preset 'annotated-transformer' for architecture " + quoted(name_of(s.architecture)));
-  for (WeightPreset p : {WeightPreset::HuggingfaceBert, WeightPreset::HuggingfaceRoberta,
-                         WeightPreset::HuggingfaceDistilbert, WeightPreset::HuggingfaceGpt2,
-                         WeightPreset::HuggingfaceBart, WeightPreset::HuggingfaceLlama, WeightPreset::HuggingfaceT5,
-                         WeightPreset::HuggingfaceQwen2, WeightPreset::HuggingfaceGptj, WeightPreset::HuggingfaceGptNeox,
-                         WeightPreset::HuggingfaceOpt}) {
-    const Architecture family = p == WeightPreset::HuggingfaceGpt2 || p == WeightPreset::HuggingfaceLlama ||
-                                        p == WeightPreset::HuggingfaceQwen2 || p == WeightPreset::HuggingfaceGptj ||
-                                        p == WeightPreset::HuggingfaceGptNeox || p == WeightPreset::HuggingfaceOpt
-                                    ? Architecture::Decoder
-                                : p == WeightPreset::HuggingfaceBart || p == WeightPreset::HuggingfaceT5
-                                    ? Architecture::EncoderDecoder
-                                                                     : Architecture::Encoder;
-    if (s.preset == p && s.architecture != family)
-      unsupported("weights.preset",
-                  "preset " + quoted(name_of(p)) + " for architecture " + quoted(name_of(s.architecture)));
-  }
+  if (const auto family = preset_architecture(s.preset); family && s.architecture != *family)
+    unsupported("weights.preset",
+                "preset " + quoted(name_of(s.preset)) + " for architecture " + quoted(name_of(s.architecture)));
   if (is_gated(s.activation) && s.preset != WeightPreset::HuggingfaceLlama && s.preset != WeightPreset::HuggingfaceT5 &&
       s.preset != WeightPreset::HuggingfaceQwen2 && s.preset != WeightPreset::Explicit)
     unsupported("layer.activation", "gated activation " + quoted(name_of(s.activation)) + " with preset " +
