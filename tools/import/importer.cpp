@@ -551,7 +551,8 @@ void read_llama_like(Config& c, Model& m, LlamaKind kind) {
   if (auto g = gated_activation(act))
     m.set("layer", "activation", *g, act_key + " '" + act + "': act(gate_proj x) * up_proj x");
   else
-    c.refuse("hidden_act", "supported for the gated MLP: silu / swish (SwiGLU), gelu, gelu_new / gelu_pytorch_tanh (GeGLU)");
+    c.refuse(gemma ? "hidden_activation" : "hidden_act",  // the field the activation came from
+             "supported for the gated MLP: silu / swish (SwiGLU), gelu, gelu_new / gelu_pytorch_tanh (GeGLU)");
   const bool tied = c.flag("tie_word_embeddings", gemma);
   // Tensor parallel slices of pretraining (pretraining_tp) compute the same products.
   for (const char* k : {"initializer_range", "use_cache", "pretraining_tp", "attention_dropout"}) c.used(k);
