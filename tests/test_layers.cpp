@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <HalideBuffer.h>
 
+#include <cstring>
 #include <random>
 
 #include "halformer/packed_layout.h"
@@ -166,6 +167,35 @@ TEST(Attention, CausalDecodeRowMatchesFullSequence) {
           << "t=" << t;
   }
 }
+
+#ifndef KERNEL_GPU
+// A causal prompt in query chunks, each over only the keys it can see ([0, q1)), as the
+// runtime runs it on the CPU (Session::decoder_self_attention, chunks of 32): bit for bit
+// the one call over every key, since a hidden key's weight is exactly 0 and it comes after
+// the keys a chunk reads. Here chunks of 16 and 13 (the last 13 rows of 45; not multiples
+// of the score block), two sequences, one with padding.
+TEST(Attention, CausalQueryChunksEqualOneCallBitwise) {
+  const int H = 3, D = 20, C = 3 * H * D, T = 45, B = 2;
+  Vec kv = random_vec(size_t(B) * T * C, 5), mask(size_t(B) * T, 0.0f), full(size_t(B) * T * H * D),
+      chunked(full.size(), -7.0f);
+  for (int t = 40; t < T; ++t) mask[T + t] = -1e30f;  // the second sequence: 40 tokens, right-padded
+  Buf kvb = view(kv, {D, 3 * H, T, B}), mb = view(mask, {T, B}), fb = view(full, {D, H, T, B});
+  ASSERT_EQ(KERNEL(test_attention_causal)(kvb, kvb, mb, layer_checks::no_position_bias(), fb), 0);
+  for (int q0 = 0; q0 < T; q0 += 16) {
+    const int q1 = std::min(T, q0 + 16);
+    halide_dimension_t qd[4] = {{0, D, 1}, {0, 3 * H, D}, {0, q1 - q0, C}, {0, B, T * C}};
+    halide_dimension_t kd[4] = {{0, D, 1}, {0, 3 * H, D}, {0, q1, C}, {0, B, T * C}};
+    halide_dimension_t md[2] = {{0, q1, 1}, {0, B, T}};
+    halide_dimension_t od[4] = {{0, D, 1}, {0, H, D}, {0, q1 - q0, H * D}, {0, B, T * H * D}};
+    Buf qb(kv.data() + size_t(q0) * C, 4, qd), kb(kv.data(), 4, kd), m1(mask.data(), 2, md),
+        ob(chunked.data() + size_t(q0) * H * D, 4, od);
+    ASSERT_EQ(KERNEL(test_attention_causal)(qb, kb, m1, layer_checks::no_position_bias(), ob), 0);
+  }
+  for (size_t i = 0; i < full.size(); ++i)
+    ASSERT_EQ(std::memcmp(&full[i], &chunked[i], sizeof(float)), 0) << "element " << i << ": " << full[i]
+                                                                     << " vs " << chunked[i];
+}
+#endif
 
 // Every position t of one sequence's fused rows kv [T][NH heads of D] again as a one-row
 // decode step over the rows up to it (the Tq == 1 path), against row t of `want`.
