@@ -194,11 +194,11 @@ class NativeModel {
     halformer::GenerationOptions o = options;
     std::exception_ptr callback_error;  // guarded by the GIL
     if (!on_token.is_none()) {
-      o.on_token = [&](int row, int32_t token) -> bool {
+      o.on_token = [&](int row, int32_t token, float logprob) -> bool {
         nb::gil_scoped_acquire acquire;
         if (callback_error) return false;
         try {
-          return nb::cast<bool>(on_token(row, token));
+          return nb::cast<bool>(o.return_scores ? on_token(row, token, logprob) : on_token(row, token));
         } catch (...) {
           callback_error = std::current_exception();
           return false;

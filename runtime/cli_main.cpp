@@ -400,7 +400,7 @@ int halformer::run_cli(const ModelDescriptor& model_descriptor, int argc, char**
       std::vector<double> enc_ms, step_ms;
       if (stream) {
         const bool one = src.size() == 1;
-        gen.on_token = [one](int row, int32_t token) {
+        gen.on_token = [one](int row, int32_t token, float) {
           if (one) std::printf("%d ", token);
           else std::printf("%d %d\n", row, token);
           std::fflush(stdout);

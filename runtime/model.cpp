@@ -976,8 +976,8 @@ struct Session {
     }
   }
   // Delivers a chosen token; false when the row stops here (eos, or the callback said so).
-  static bool deliver(const GenerationOptions& o, int row, int32_t token, int eos) {
-    const bool go_on = !o.on_token || o.on_token(row, token);
+  static bool deliver(const GenerationOptions& o, int row, int32_t token, float logprob, int eos) {
+    const bool go_on = !o.on_token || o.on_token(row, token, logprob);
     return go_on && token != eos;
   }
 
@@ -1102,7 +1102,8 @@ struct Session {
         if (!done[b]) {
           r.tokens[b].push_back(next(b));
           if (!iface) std::copy_n(out.host() + size_t(b) * V, V, r.last_logits.data.begin() + size_t(b) * V);
-          done[b] = !deliver(o, b, next(b), eos);
+          const float lp = o.return_scores ? r.token_logprobs[b].back() : std::nanf("");
+          done[b] = !deliver(o, b, next(b), lp, eos);
           history[b].push_back(next(b));
         }
         all_done = all_done && done[b];

@@ -40,7 +40,9 @@ API
                              {"tokens", "score"} (sum of log-probs / length^penalty).
                              Option semantics: halformer/generation.h (Hugging Face's).
     .generate_iter(src, ...)  the same options (not beam search): yields (row, token) as
-                             each token is chosen; generation runs in a background thread.
+                             each token is chosen, with return_scores (row, token,
+                             log_prob), the log_probs generate() returns; generation runs
+                             in a background thread.
   SentenceEmbedder(model_dir, weights, vocab, max_seq_length=None, device="cpu", threads=0)
     .encode(sentences, batch_size=32, show_progress_bar=None,
             convert_to_numpy=True, normalize_embeddings=False)
@@ -420,19 +422,20 @@ class Model:
 
     def generate_iter(self, src, max_new_tokens=None, sampling_topk=1, sampling_topp=1.0,
                       sampling_temperature=1.0, seed=0, repetition_penalty=1.0, no_repeat_ngram_size=0,
-                      min_length=0):
+                      min_length=0, return_scores=False):
         """Yields (row, token) for every token as soon as it is chosen (tokens of a row in
-        order; eos included); the same tokens as generate() with the same options.
+        order; eos included); the same tokens as generate() with the same options. With
+        return_scores, (row, token, log_prob): generate(return_scores=True)'s log_probs.
         Generation runs in a background thread, started by this call, which returns once
         the first token is there, so that bad inputs raise here rather than at the first
         next(). Closing the iterator early stops generation after each row's next token."""
         o = self._options(max_new_tokens, sampling_topk, sampling_topp, sampling_temperature, seed,
-                          repetition_penalty, no_repeat_ngram_size, min_length, False)
+                          repetition_penalty, no_repeat_ngram_size, min_length, return_scores)
         packed = _pack(self._ids(src, "src")[0], None, "src")
         q, stop, failure = queue.SimpleQueue(), threading.Event(), []
 
-        def on_token(row, token):
-            q.put((row, token))
+        def on_token(*item):  # (row, token), or (row, token, log_prob) with return_scores
+            q.put(item)
             return not stop.is_set()
 
         def work():

@@ -102,6 +102,15 @@ def test_generate_iter_equals_generate(reverse_tiny, gpt_tiny):
     g = gpt_tiny.model()
     opts = dict(max_new_tokens=12, sampling_topk=0, sampling_temperature=1.3, seed=11, repetition_penalty=1.2)
     assert tokens_by_row(g.generate_iter(GPT_SRC, **opts), len(GPT_SRC)) == g.generate(GPT_SRC, **opts)
+    # with return_scores each token comes with its log-probability: generate()'s, bit for bit
+    scored = [{"tokens": [], "log_probs": []} for _ in GPT_SRC]
+    for row, token, lp in g.generate_iter(GPT_SRC, return_scores=True, **opts):
+        scored[row]["tokens"].append(token)
+        scored[row]["log_probs"].append(lp)
+    expected = g.generate(GPT_SRC, return_scores=True, **opts)
+    assert [s["tokens"] for s in scored] == [e["tokens"] for e in expected]
+    assert [s["log_probs"] for s in scored] == [list(e["log_probs"]) for e in expected]
+    assert all(lp <= 0 for s in scored for lp in s["log_probs"])
     # closing early stops the background generation (and does not hang)
     it = g.generate_iter(GPT_SRC, max_new_tokens=40)
     first = [next(it), next(it)]

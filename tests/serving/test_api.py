@@ -90,16 +90,19 @@ def test_generate_equals_python_api(server, api):
     assert generate(th, clients(server)[0][2], [3, 7, 1, 9]).tolist() == [[9, 1, 7, 3, 15]]
 
 
-def stream(server, src, request_id="s", **params):
+def stream(server, src, request_id="s", scores=None, **params):
     """One generate_stream request over gRPC streaming: (tokens, error messages), each
-    response's OUTPUT_IDS in order, until Triton's final (empty) response."""
+    response's OUTPUT_IDS in order, until Triton's final (empty) response. `scores`: a list
+    that gets each response's SCORES (asked for by name; otherwise only OUTPUT_IDS is)."""
     import queue
     q = queue.Queue()
     c = tg.InferenceServerClient(server.grpc)
     try:
         c.start_stream(callback=lambda result, error: q.put((result, error)))
+        names = ["OUTPUT_IDS"] + (["SCORES"] if scores is not None else [])
         c.async_stream_infer("reverse_stream", [ids_input(tg, src)], request_id=request_id,
-                             parameters=params or None, enable_empty_final_response=True)
+                             parameters=params or None, enable_empty_final_response=True,
+                             outputs=[tg.InferRequestedOutput(n) for n in names])
         tokens, errors = [], []
         while True:
             result, error = q.get(timeout=120)
@@ -111,6 +114,11 @@ def stream(server, src, request_id="s", **params):
                 ids = result.as_numpy("OUTPUT_IDS")
                 assert ids.dtype == np.int32 and ids.shape == (1, 1), ids
                 tokens.append(int(ids[0, 0]))
+                s = result.as_numpy("SCORES")
+                assert (s is None) == (scores is None), s  # SCORES only when asked for
+                if scores is not None:
+                    assert s.dtype == np.float32 and s.shape == (1, 1), s
+                    scores.append(float(s[0, 0]))
             if resp.parameters["triton_final_response"].bool_param:
                 break
         return tokens, errors
@@ -128,6 +136,12 @@ def test_generate_stream_equals_python_api(server, api):
             tokens, errors = stream(server, src, **opts)
             assert not errors, (src, opts, errors)
             assert tokens == api["reverse"].generate([src], **opts)[0], (src, opts)
+            # with SCORES: each token's log-probability, generate(return_scores=True)'s
+            scores = []
+            tokens, errors = stream(server, src, scores=scores, **opts)
+            want = api["reverse"].generate([src], return_scores=True, **opts)[0]
+            assert not errors and tokens == want["tokens"], (src, opts, errors)
+            assert scores == np.asarray(want["log_probs"], np.float32).tolist(), (src, opts)
     bad = [([3, 7, 16], {}, ["INPUT_IDS[0][2] = 16", "vocabulary [0, 16)"]),
            ([3, 7], {"beam_size": 2}, ["beam_size", "kind generate"]),
            ([3, 7], {"max_new_tokens": 1000}, ["max_new_tokens 1000"]),
@@ -163,6 +177,7 @@ def sse_stream(server, body):
                 errors.append(event["error"])
             else:
                 tokens.append(event["OUTPUT_IDS"])
+                assert isinstance(event["SCORES"], float) and event["SCORES"] <= 0, event  # the token's log-prob
         return tokens, errors, resp.status
 
 

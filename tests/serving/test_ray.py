@@ -212,15 +212,18 @@ def test_results_equal_python_api(server, api):
     print(f"{len(cases)} requests one at a time: equal to the Python API")
 
 
-def sse(server, model, body):
+def sse(server, model, body, scores=None):
     """POST a generate_stream request: (status, tokens, error messages) from its events, or
-    from the JSON error of a request refused before its first token."""
+    from the JSON error of a request refused before its first token. `scores`: a list that
+    gets the events' "score" values."""
     req = urllib.request.Request(f"{server.url}/{model}", data=json.dumps(body).encode(), method="POST",
                                  headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=120) as r:
             assert r.headers["content-type"].startswith("text/event-stream"), r.headers
             events = [json.loads(line[len(b"data: "):]) for line in r if line.startswith(b"data: ")]
+            if scores is not None:
+                scores += [e["score"] for e in events if "score" in e]
             return r.status, [e["output_id"] for e in events if "output_id" in e], [e["error"] for e in events
                                                                                    if "error" in e]
     except urllib.error.HTTPError as e:
@@ -233,12 +236,19 @@ def test_generate_stream_equals_python_api(server, api):
     n = 0
     for src in SOURCES:
         for opts in GEN_OPTIONS[:3]:
-            status, tokens, errors = sse(server, "reverse_stream", {"input_ids": src, **opts})
-            assert status == 200 and not errors and tokens == api["reverse"].generate([src], **opts)[0], \
-                (src, opts, status, tokens, errors)
+            scores = []
+            status, tokens, errors = sse(server, "reverse_stream", {"input_ids": src, **opts}, scores)
+            want = api["reverse"].generate([src], return_scores=True, **opts)[0]
+            assert status == 200 and not errors and tokens == want["tokens"], (src, opts, status, tokens, errors)
+            assert scores == np.asarray(want["log_probs"], np.float32).tolist(), (src, opts, scores)
+            # "scores": false: the same tokens, events without scores
+            scores = []
+            status, tokens, _ = sse(server, "reverse_stream", {"input_ids": src, "scores": False, **opts}, scores)
+            assert status == 200 and tokens == want["tokens"] and scores == [], (src, opts, scores)
             n += 1
     bad = [({"input_ids": [3, 7, 16]}, "input_ids[0][2] = 16"), ({"input_ids": [3, 7], "beam_size": 2}, "beam_size"),
-           ({"input_ids": [3, 7], "scores": False}, "unknown key(s) ['scores']"),
+           ({"input_ids": [3, 7], "scores": "no"}, '"scores" must be true or false'),
+           ({"input_ids": [3, 7], "score": True}, "unknown key(s) ['score']"),
            ({"input_ids": [3, 7], "max_new_tokens": 1000}, "max_new_tokens 1000")]
     for body, fragment in bad:
         status, tokens, errors = sse(server, "reverse_stream", body)

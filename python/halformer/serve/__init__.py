@@ -32,7 +32,8 @@ Kinds (inputs and outputs carry Triton's batch dimension in front):
               sampling_topp, sampling_temperature, seed, repetition_penalty,
               no_repeat_ngram_size, min_length)
   generate_stream: INPUT_IDS int32 [1, -1] -> a stream of responses, each OUTPUT_IDS int32
-              [1, 1]: one new token as soon as it is chosen (Model.generate_iter; Triton's
+              [1, 1] and SCORES float32 [1, 1]: one new token and its log-probability as
+              soon as it is chosen (Model.generate_iter with return_scores; Triton's
               decoupled mode, gRPC streaming; the same tokens as generate; greedy or
               sampling options, not beam search); no batching keys: each request is its own
               stream (the rows of a dynamic batch would have to answer in lockstep)
@@ -233,7 +234,8 @@ class _Served:
         from pytriton.model_config import Tensor
         if self.kind == "generate_stream":  # no batching: the shapes are the whole tensors'
             return ([Tensor(name="INPUT_IDS", dtype=np.int32, shape=(1, -1))],
-                    [Tensor(name="OUTPUT_IDS", dtype=np.int32, shape=(1, -1))])
+                    [Tensor(name="OUTPUT_IDS", dtype=np.int32, shape=(1, -1)),
+                     Tensor(name="SCORES", dtype=np.float32, shape=(1, -1))])
         if self.kind == "generate":
             return ([Tensor(name="INPUT_IDS", dtype=np.int32, shape=(-1,))],
                     [Tensor(name="OUTPUT_IDS", dtype=np.int32, shape=(-1,)),
@@ -307,7 +309,6 @@ class _Served:
                     raise ValueError(f"parameter {k}: a stream sends greedy or sampled tokens one by one; beam "
                                      f"search needs kind generate")
             opts.pop("beam_size", None)
-            return opts
         # Scores move greedy's choice from the argmax kernel to the host (the step's logits
         # come down): made only for a request that asks for SCORES (Triton lists the
         # outputs wanted; Ray's requests all of them unless they say "scores": false).
@@ -380,8 +381,11 @@ class _Served:
                 yield [_error(f"model {self.name!r}: {err}")]
                 continue
             try:
-                for _, token in tokens:
-                    yield [{"OUTPUT_IDS": np.asarray([[token]], dtype=np.int32)}]
+                for _, token, *score in tokens:
+                    r = {"OUTPUT_IDS": np.asarray([[token]], dtype=np.int32)}
+                    if score:
+                        r["SCORES"] = np.asarray([score], dtype=np.float32)
+                    yield [r]
             except (ValueError, TypeError) as e:
                 yield [_error(f"model {self.name!r}: {e}")]
 

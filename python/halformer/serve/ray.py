@@ -13,7 +13,8 @@ batch_wait_timeout_s. Each model is one Ray Serve application at route /<name>:
                                                                   "scores": [5 log-probabilities]}
                               (options: the Triton server's request parameters, as JSON keys)
                   generate_stream: the same request (greedy or sampling options) -> server-sent
-                              events, one per new token as it is chosen: data: {"output_id": 9} ...
+                              events, one per new token as it is chosen: data: {"output_id": 9,
+                              "score": -0.01} ... (its log-probability; "scores": false: ids only)
                   embed_text: {"text": "A man is eating food."}                  -> {"embedding": [384 floats]}
                   pooled:     {"input_ids": [101, 7592, 102]}                     -> {"output": [floats]}
     GET  /<name>  the model's description (kind, vocabulary, max_len, batching)
@@ -139,8 +140,8 @@ class ModelDeployment:
         return JSONResponse(body, status_code=status, headers={**self.headers, "x-halformer-batch-size": str(n)})
 
     async def _stream(self, req):
-        """generate_stream: server-sent events, one `data: {"output_id": t}` per new token as
-        soon as it is chosen (_Served.stream, each step pulled in a thread). A request the
+        """generate_stream: server-sent events, one `data: {"output_id": t, "score": log-prob}`
+        per new token as soon as it is chosen (_Served.stream, each step pulled in a thread). A request the
         model refuses before its first token gets HTTP 400 with {"error": ...}; a failure
         after it, one `data: {"error": ...}` event."""
         tokens = self.served.stream([req])
@@ -159,7 +160,10 @@ class ModelDeployment:
                     if ERROR_KEY in r:
                         yield f"data: {json.dumps({'error': _error_text(r)})}\n\n"
                         return
-                    yield f"data: {json.dumps({'output_id': int(r['OUTPUT_IDS'][0, 0])})}\n\n"
+                    event = {"output_id": int(r["OUTPUT_IDS"][0, 0])}
+                    if "SCORES" in r:  # the token's log-probability
+                        event["score"] = float(r["SCORES"][0, 0])
+                    yield f"data: {json.dumps(event)}\n\n"
                     r = await asyncio.to_thread(pull)
             finally:  # also when the client goes away: the decode stops (generate_iter's close)
                 tokens.close()
@@ -189,8 +193,7 @@ class ModelDeployment:
             raise _BadRequest(400, f"request body must be a JSON object such as {EXAMPLE[self.kind]}, "
                                    f"got {type(obj).__name__}")
         key = "text" if self.kind == "embed_text" else "input_ids"
-        known = {key} | (set(GENERATE_PARAMETERS) | {"scores"} if self.kind == "generate" else
-                         set(GENERATE_PARAMETERS) if self.kind == "generate_stream" else set())
+        known = {key} | (set(GENERATE_PARAMETERS) | {"scores"} if self.kind in GENERATE_KINDS else set())
         unknown = set(obj) - known
         if unknown:
             raise _BadRequest(400, f"unknown key(s) {sorted(unknown)} (known: {sorted(known)})")

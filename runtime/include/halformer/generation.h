@@ -51,9 +51,10 @@ struct GenerationOptions {
   int min_length = 0;                // eos is not chosen before this many new tokens
   bool return_scores = false;        // per-token log-probabilities in the result
   bool use_cache = true;             // false: recompute the prefix every step (comparison)
-  // Called for every token as soon as it is chosen (batch row, token id); return false
-  // to stop that row. Tokens arrive in order per row; eos is delivered too.
-  std::function<bool(int row, int32_t token)> on_token;
+  // Called for every token as soon as it is chosen (batch row, token id, its
+  // log-probability with return_scores, else NaN); return false to stop that row.
+  // Tokens arrive in order per row; eos is delivered too.
+  std::function<bool(int row, int32_t token, float logprob)> on_token;
 };
 
 // Throws halformer::Error naming the option, its value and the allowed range when a
