@@ -2,7 +2,8 @@
 Triton's own load generator (perf_analyzer: C++, asynchronous gRPC) against the Python API
 called directly in one process at its best batch size, in the same run.
 
-    bench/serving.py [--quick] [--threads 2] [--concurrency 32] [--out DIR]
+    bench/serving.py [--quick] [--threads 2] [--concurrency 32] [--out DIR] [--only minilm|decode]
+                     [--settings 1:0,64:2000] [--batches 16,32]
 
 Two workloads:
   minilm    all-minilm-l6-v2, kind embed_text: one sentence per request (3-15 words),
@@ -126,7 +127,10 @@ def serve_rows(exe, env, name, entry, data, settings, concurrency, params, work,
         log(f"{name}: max_batch_size {mb}, delay {delay} us: {r['rps']:.1f} req/s, "
             f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms")
         rows.append(r)
-    best = max((r for r in rows if r["max_batch_size"] > 1), key=lambda r: r["rps"])
+    batched = [r for r in rows if r["max_batch_size"] > 1]
+    if not batched:
+        return rows
+    best = max(batched, key=lambda r: r["rps"])
     half = best["rps"] / 2
     r = measure(exe, env, work, name, entry, data, (best["max_batch_size"], best["delay_us"]), ("rate", half),
                 params, interval_ms)
@@ -174,10 +178,21 @@ def main():
     ap.add_argument("--concurrency", type=int, default=32,
                     help="outstanding requests at saturation (at least twice the max batch size)")
     ap.add_argument("--only", choices=["minilm", "decode"], help="one workload")
+    ap.add_argument("--settings", help="the server's batching settings to measure, as max_batch_size:delay_us "
+                                       "pairs (e.g. 1:0,64:2000; default: the workload's list)")
+    ap.add_argument("--batches", help="the API's batch sizes to measure (e.g. 16,32; default: the workload's list)")
     ap.add_argument("--check-tools", action="store_true",
                     help="only check that perf_analyzer starts (the ctest serving_bench_tools)")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", time.strftime("serving_%Y-%m-%d_%H%M%S")))
     a = ap.parse_args()
+    try:
+        chosen = [tuple(int(x) for x in s.split(":")) for s in a.settings.split(",")] if a.settings else None
+        api_batches = tuple(int(b) for b in a.batches.split(",")) if a.batches else None
+        assert chosen is None or all(len(s) == 2 and s[0] >= 1 and s[1] >= 0 for s in chosen)
+        assert api_batches is None or all(b >= 1 for b in api_batches)
+    except (ValueError, AssertionError):
+        ap.error(f"--settings wants max_batch_size:delay_us pairs (e.g. 1:0,64:2000), --batches sizes >= 1 "
+                 f"(e.g. 16,32); got {a.settings!r} / {a.batches!r}")
     exe, env = perf_analyzer_env()
     if a.check_tools:
         print(f"bench/serving: {exe} starts")
@@ -194,7 +209,7 @@ def main():
         emb = halformer.SentenceEmbedder(MINILM_DIR, w, v, threads=a.threads)
         # What an API user calls: the whole list at once (sorted by length into batches)
         run = lambda b: len(emb.encode(texts, batch_size=b))
-        batches = (16,) if a.quick else (8, 16, 32, 64)
+        batches = api_batches or ((16,) if a.quick else (8, 16, 32, 64))
         api = api_rates(run, batches, min_s)
         log("minilm API: " + ", ".join(f"b{b} {r:.1f}/s" for b, r in api.items()))
         data = os.path.join(work, "minilm.json")
@@ -202,7 +217,7 @@ def main():
             json.dump({"data": [{"TEXT": {"content": [t], "shape": [1]}} for t in texts[:64]]}, f)
         entry = {"name": "minilm", "kind": "embed_text", "model_dir": MINILM_DIR, "weights": w, "vocab": v,
                  "threads": a.threads}
-        settings = [(1, 0), (16, 1000)] if a.quick else [(1, 0), (16, 1000), (32, 1000), (64, 2000)]
+        settings = chosen or ([(1, 0), (16, 1000)] if a.quick else [(1, 0), (16, 1000), (32, 1000), (64, 2000)])
         rows = serve_rows(exe, env, "minilm", entry, data, settings, a.concurrency, (), work, 10000)
         api_after = api_rates(run, batches, min_s)
         del emb
@@ -224,7 +239,7 @@ def main():
         srcs = [[rng.randrange(4, 1000) for _ in range(32)] for _ in range(64)]
         new = 8 if a.quick else 32
         run = lambda b: sum(len(model.generate(srcs[i:i + b], max_new_tokens=new)) for i in range(0, len(srcs), b))
-        batches = (1, 8) if a.quick else (1, 4, 8, 16)
+        batches = api_batches or ((1, 8) if a.quick else (1, 4, 8, 16))
         api = api_rates(run, batches, min_s)
         log("decode API: " + ", ".join(f"b{b} {r:.1f}/s" for b, r in api.items()))
         data = os.path.join(work, "decode.json")
@@ -232,7 +247,7 @@ def main():
             json.dump({"data": [{"INPUT_IDS": {"content": s, "shape": [len(s)]}} for s in srcs[:16]]}, f)
         entry = {"name": "decode", "kind": "generate", "model_dir": model_dir, "weights": weights,
                  "threads": a.threads}
-        settings = [(1, 0), (8, 1000)] if a.quick else [(1, 0), (8, 1000), (16, 2000)]
+        settings = chosen or ([(1, 0), (8, 1000)] if a.quick else [(1, 0), (8, 1000), (16, 2000)])
         # Batches of a second or more: windows long enough to hold several
         rows = serve_rows(exe, env, "decode", entry, data, settings, 16, (f"max_new_tokens:{new}:int",), work, 15000)
         api_after = api_rates(run, batches, min_s)
