@@ -219,6 +219,13 @@ const HfFamily& hf_family(Preset p) {
                                 kBertModel, {{"pooler", {"classifier.dense"}}, {"classifier", {"classifier.out_proj"}}},
                                 "encoder.layer.", kBertLayer, false,
                                 {"embeddings.position_ids", "embeddings.token_type_ids"}};
+  // ElectraModel / ElectraForSequenceClassification (embedding_size = hidden_size: no
+  // embeddings_project): BERT's names under `electra.`, no pooler; the classification
+  // head's dense (+ gelu) is the pooler, its out_proj the classifier.
+  static const HfFamily electra{"huggingface-electra", {"electra.", ""}, "embeddings.word_embeddings.weight",
+                                kBertModel, {{"pooler", {"classifier.dense"}}, {"classifier", {"classifier.out_proj"}}},
+                                "encoder.layer.", kBertLayer, false,
+                                {"embeddings.position_ids", "embeddings.token_type_ids"}};
   // DistilBertModel: separate q/k/v linears, no token types, no pooler.
   static const HfFamily distilbert{
       "huggingface-distilbert", {"distilbert.", ""}, "embeddings.word_embeddings.weight",
@@ -348,6 +355,7 @@ const HfFamily& hf_family(Preset p) {
     case Preset::HuggingfaceLlama: return llama;
     case Preset::HuggingfaceBert: return bert;
     case Preset::HuggingfaceRoberta: return roberta;
+    case Preset::HuggingfaceElectra: return electra;
     case Preset::HuggingfaceDistilbert: return distilbert;
     case Preset::HuggingfaceGpt2: return gpt2;
     case Preset::HuggingfaceBart: return bart;

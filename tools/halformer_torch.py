@@ -54,7 +54,7 @@ equal copies (prepare_tensors clones them).
     embedding_norm.weight / .bias                         [d]   (embedding.norm: true)
     transformer.encoder.layers.N.*                        as for encoder_decoder
     transformer.encoder.norm.weight / .bias               [d]   (layer.final_norm: true)
-    pooler.weight / .bias                                 [d, d] / [d]  (head.pooler: dense_tanh)
+    pooler.weight / .bias                                 [d, d] / [d]  (head.pooler: dense_tanh / dense_gelu)
     classifier.weight / .bias                             [C, d] / [C]  (head.kind: classifier)
 
 "torch.nn.Transformer", architecture decoder (`DecoderOnly`, GPT-style): each layer is an
@@ -139,7 +139,7 @@ Semantics decided here
   least one key, which every compared row does).
 * Encoder heads: pooled = h[:, 0] (pooling cls) or the mean of h over positions whose
   token != pad (pooling mean; padding_mask does not change this); head.pooler
-  dense_tanh: pooled = tanh(pooler(pooled)); classifier: logits = classifier(pooled);
+  dense_tanh: pooled = tanh(pooler(pooled)) (dense_gelu: erf gelu); classifier: logits = classifier(pooled);
   embedding: pooled, divided by max(||pooled||_2, 1e-12) if head.normalize; hidden: h.
 * Decoder-only: the prompt is used as given (no bos is prepended).
 * Decoding recomputes the whole prefix each step and passes NO target padding mask:
@@ -534,7 +534,8 @@ def _pool_head(model, h: torch.Tensor, src: torch.Tensor, pooler: Optional[nn.Li
     else:
         raise ValueError(f"head.pooling: unknown value {head['pooling']!r}")
     if pooler is not None:
-        pooled = torch.tanh(pooler(pooled))
+        pooled = pooler(pooled)
+        pooled = torch.tanh(pooled) if head["pooler"] == "dense_tanh" else F.gelu(pooled)
     if model.head_kind == "classifier":
         return classifier(pooled)
     if head["normalize"]:
@@ -550,8 +551,8 @@ def _check_encoder_head(spec: Dict[str, Any]) -> None:
                          "classifier, embedding or hidden (set head.kind explicitly)")
     if kind == "classifier" and int(head["num_classes"]) < 1:
         raise ValueError("head.num_classes: a classifier needs num_classes >= 1")
-    if head["pooler"] not in ("none", "dense_tanh"):
-        raise ValueError(f"head.pooler: unknown value {head['pooler']!r} (none, dense_tanh)")
+    if head["pooler"] not in ("none", "dense_tanh", "dense_gelu"):
+        raise ValueError(f"head.pooler: unknown value {head['pooler']!r} (none, dense_tanh, dense_gelu)")
     if spec["attention"]["causal"]:
         raise ValueError("attention.causal: an encoder has no causal self-attention")
 
@@ -578,7 +579,7 @@ class EncoderOnly(_Common):
             self.embedding_norm = _layer_norm(self.norm_kind, d, self.eps)
         self.transformer = _Stacks()
         self.transformer.encoder = _torch_stack(spec, int(s["encoder_layers"]))
-        if head["pooler"] == "dense_tanh" and self.head_kind != "hidden":
+        if head["pooler"] in ("dense_tanh", "dense_gelu") and self.head_kind != "hidden":
             self.pooler = nn.Linear(d, d)
         if self.head_kind == "classifier":
             self.classifier = nn.Linear(d, int(head["num_classes"]))

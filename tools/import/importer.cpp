@@ -233,6 +233,17 @@ void read_bert_like(Config& c, Model& m, bool roberta) {
   m.set("tokens", "pad", *pad, "pad_token_id");
 }
 void read_bert(Config& c, Model& m, Task) { read_bert_like(c, m, false); }
+// ---- ELECTRA (the discriminator or generator's encoder): BERT's model when its embeddings
+// are as wide as the layers; ELECTRA-small's narrower ones go through embeddings_project.
+void read_electra(Config& c, Model& m, Task) {
+  const auto d = c.integer("hidden_size", 768), e = c.integer("embedding_size", 128);
+  if (d && e && *e != *d)
+    c.refuse("embedding_size", "differs from hidden_size " + std::to_string(*d) +
+                                   ": an embedding projection (embeddings_project, ELECTRA-small) is not supported yet");
+  // The pre-training heads' summary settings (ElectraForMultipleChoice); no class read here uses them.
+  for (const char* k : {"summary_type", "summary_use_proj", "summary_activation", "summary_last_dropout"}) c.used(k);
+  read_bert_like(c, m, false);
+}
 void read_roberta(Config& c, Model& m, Task) { read_bert_like(c, m, true); }
 
 // ---- DistilBERT: BERT without token types or pooler; its LayerNorms' eps is fixed.
@@ -792,6 +803,9 @@ const std::vector<FamilyInfo>& families() {
       {"xlm-roberta", "huggingface-roberta", "encoder",
        {{"XLMRobertaModel", Task::Base}, {"XLMRobertaForSequenceClassification", Task::SequenceClassification}},
        "embeddings.word_embeddings.weight", read_roberta},
+      {"electra", "huggingface-electra", "encoder",
+       {{"ElectraModel", Task::Base}, {"ElectraForSequenceClassification", Task::SequenceClassification}},
+       "embeddings.word_embeddings.weight", read_electra},
       {"distilbert", "huggingface-distilbert", "encoder", {{"DistilBertModel", Task::Base}},
        "embeddings.word_embeddings.weight", read_distilbert},
       {"gpt2", "huggingface-gpt2", "decoder", {{"GPT2LMHeadModel", Task::Base}}, "wte.weight", read_gpt2},
@@ -826,7 +840,6 @@ const std::map<std::string, std::string>& planned() {
   static const std::map<std::string, std::string> p = {
       {"gemma2", "logit soft-capping, sliding-window layers, a query scale of its own"},
       {"albert", "shared layers, factorised embeddings"},
-      {"electra", "an embedding projection"},
   };
   return p;
 }
@@ -1144,8 +1157,11 @@ Imported import_directory(const std::string& dir_arg, const std::string& name) {
       if (classes > 0) {
         m.set("head", "kind", "classifier", m.hf_class);
         m.set("head", "pooling", "cls", "the first token");
-        m.set("head", "pooler", "dense_tanh",
-              m.family == "roberta" ? "classifier.dense + tanh" : "pooler.dense + tanh");
+        if (m.family == "electra")
+          m.set("head", "pooler", "dense_gelu", "classifier.dense + gelu");
+        else
+          m.set("head", "pooler", "dense_tanh",
+                m.preset == std::string("huggingface-roberta") ? "classifier.dense + tanh" : "pooler.dense + tanh");
         m.set("head", "num_classes", classes, from);
       }
     } else {

@@ -182,7 +182,8 @@ class Planner {
             {"normalize", normalize ? "true" : "false"}});
     }
     if (s.head == HeadKind::Classifier) {
-      if (s.pooler == Pooler::DenseTanh) linear("pooler", "linear", s.d_model, s.d_model, "tanh");
+      if (s.pooler != Pooler::None)
+        linear("pooler", "linear", s.d_model, s.d_model, s.pooler == Pooler::DenseTanh ? "tanh" : "gelu");
       linear("classifier", "linear", s.d_model, s.num_classes, "none");
     }
     return plan_;
@@ -296,6 +297,7 @@ const char* preset_enum(Preset p) {
     case Preset::HuggingfaceGptj: return "HuggingfaceGptj";
     case Preset::HuggingfaceGptNeox: return "HuggingfaceGptNeox";
     case Preset::HuggingfaceOpt: return "HuggingfaceOpt";
+    case Preset::HuggingfaceElectra: return "HuggingfaceElectra";
     default: return "Explicit";
   }
 }
@@ -333,6 +335,7 @@ std::unique_ptr<SpecModelConfig> model_config(const Spec& s) {
                 int(WeightPreset::HuggingfaceGptj) == int(Preset::HuggingfaceGptj) &&
                 int(WeightPreset::HuggingfaceGptNeox) == int(Preset::HuggingfaceGptNeox) &&
                 int(WeightPreset::HuggingfaceOpt) == int(Preset::HuggingfaceOpt) &&
+                int(WeightPreset::HuggingfaceElectra) == int(Preset::HuggingfaceElectra) &&
                 int(WeightPreset::HuggingfaceLlama) == int(Preset::HuggingfaceLlama) &&
                 int(WeightPreset::HuggingfaceBart) == int(Preset::HuggingfaceBart) &&
                 int(WeightPreset::HuggingfaceGpt2) == int(Preset::HuggingfaceGpt2) &&
@@ -360,7 +363,7 @@ std::unique_ptr<SpecModelConfig> model_config(const Spec& s) {
   c.causal = s.causal, c.padding_mask = s.padding_mask;
   c.head = HeadOutput(int(s.head));
   c.mean_pooling = s.pooling == Pooling::Mean;
-  c.pooler = s.pooler == Pooler::DenseTanh;
+  c.pooler = s.pooler != Pooler::None;
   c.num_classes = int(s.num_classes);
   c.pad_id = int(s.pad_id), c.bos_id = int(s.bos_id), c.eos_id = int(s.eos_id);
   c.max_new_tokens = int(s.max_new_tokens);

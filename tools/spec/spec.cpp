@@ -77,7 +77,7 @@ const Names<Pooling>& names(Pooling) {
   return n;
 }
 const Names<Pooler>& names(Pooler) {
-  static const Names<Pooler> n{{Pooler::None, "none"}, {Pooler::DenseTanh, "dense_tanh"}};
+  static const Names<Pooler> n{{Pooler::None, "none"}, {Pooler::DenseTanh, "dense_tanh"}, {Pooler::DenseGelu, "dense_gelu"}};
   return n;
 }
 const Names<DecodeStrategy>& names(DecodeStrategy) {
@@ -90,6 +90,7 @@ const Names<WeightPreset>& names(WeightPreset) {
                                      {WeightPreset::HuggingfaceBert, "huggingface-bert"},
                                      {WeightPreset::HuggingfaceRoberta, "huggingface-roberta"},
                                      {WeightPreset::HuggingfaceDistilbert, "huggingface-distilbert"},
+                                     {WeightPreset::HuggingfaceElectra, "huggingface-electra"},
                                      {WeightPreset::HuggingfaceGpt2, "huggingface-gpt2"},
                                      {WeightPreset::HuggingfaceBart, "huggingface-bart"},
                                      {WeightPreset::HuggingfaceLlama, "huggingface-llama"},
@@ -943,7 +944,8 @@ std::optional<Architecture> preset_architecture(WeightPreset p) {
   switch (p) {
     case WeightPreset::HuggingfaceBert:
     case WeightPreset::HuggingfaceRoberta:
-    case WeightPreset::HuggingfaceDistilbert: return Architecture::Encoder;
+    case WeightPreset::HuggingfaceDistilbert:
+    case WeightPreset::HuggingfaceElectra: return Architecture::Encoder;
     case WeightPreset::AnnotatedTransformer:
     case WeightPreset::HuggingfaceBart:
     case WeightPreset::HuggingfaceT5: return Architecture::EncoderDecoder;

@@ -24,7 +24,7 @@ enum class RotaryLayout { Half, Interleaved };  // pairs (c, c + R/2) | (2c, 2c 
 enum class Positions { Sinusoidal, Learned, None, SinusoidalSplit, Rotary, Relative };
 enum class HeadKind { LogSoftmax, Softmax, Logits, Classifier, Embedding, Hidden };
 enum class Pooling { Cls, Mean };
-enum class Pooler { None, DenseTanh };           // BERT's pooler before a classifier
+enum class Pooler { None, DenseTanh, DenseGelu };  // BERT's (tanh) or ELECTRA's (gelu) pooler before a classifier
 enum class DecodeStrategy { Greedy, Beam };
 enum class WeightPreset {
   TorchTransformer,
@@ -40,6 +40,7 @@ enum class WeightPreset {
   HuggingfaceGptj,
   HuggingfaceGptNeox,
   HuggingfaceOpt,
+  HuggingfaceElectra,
   Explicit
 };
 enum class Precision { Fp32, Bf16, Int8 };
@@ -105,7 +106,7 @@ struct Spec {
   HeadKind head = HeadKind::LogSoftmax;
   Pooling pooling = Pooling::Cls;  // classifier / embedding heads
   int64_t num_classes = 0;         // classifier head
-  Pooler pooler = Pooler::None;    // classifier head: dense + tanh on the pooled vector first
+  Pooler pooler = Pooler::None;    // classifier head: dense + tanh (or gelu) on the pooled vector first
   bool normalize = false;          // embedding head: L2-normalise the pooled vector
   double input_scale = 1.0;        // the decoder's last hidden state times this before the output projection (T5 tied: d^-0.5)
 

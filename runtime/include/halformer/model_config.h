@@ -50,6 +50,7 @@ enum class Preset {
   HuggingfaceGptj,
   HuggingfaceGptNeox,
   HuggingfaceOpt,
+  HuggingfaceElectra,
   Explicit
 };
 
@@ -69,7 +70,7 @@ struct ModelConfig {
   bool padding_mask;    // mask keys equal to pad_id
   HeadOutput head;
   bool mean_pooling;    // classifier / embedding heads: mean over tokens, else the first token
-  bool pooler;          // classifier: dense + tanh before the classifier (BERT)
+  bool pooler;          // classifier: dense + tanh (BERT) or gelu (ELECTRA) before the classifier
   int num_classes;
   int pad_id, bos_id, eos_id;
   int max_new_tokens;
@@ -133,7 +134,7 @@ struct KernelTable {
   SoftmaxFn head;               // softmax / log_softmax over tgt_vocab (null for logits)
   ArgmaxFn argmax;              // over tgt_vocab
   PoolFn pool;                  // classifier / embedding heads
-  LinearFn pooler;              // d -> d, tanh
+  LinearFn pooler;              // d -> d, tanh or gelu
   LinearFn classifier;          // d -> num_classes
   LinearResidualFn ff_up;       // gated feed-forward: (x W_up + b) * gate, d -> d_ff
   LinearFn qkv_cache;           // the decoder's QKV rows as bf16 (self_cache_bf16; else null)
@@ -154,7 +155,7 @@ inline int relative_table_distance(int relative_distance, int max_len) {
   return relative_distance < reach ? relative_distance : reach;
 }
 
-constexpr int kDescriptorVersion = 9;  // bumped when ModelConfig / KernelTable change
+constexpr int kDescriptorVersion = 10;  // bumped when ModelConfig / KernelTable change
 struct ModelDescriptor {
   int version;              // kDescriptorVersion of the halformer that generated it
   const ModelConfig* config;
