@@ -16,9 +16,10 @@ SwiGLU d_ff 2048, 4 key/value heads for 12 query heads, vocab 32000). Each is im
   prompt   a 128-token prompt through the model (the KV cache filled), median ms
   decode   per generated token over 64 greedy tokens with the KV cache, median ms
 
-at batch 1 and 8; every system runs the 8 prompts as one batch (halformer fills the
-cache one prompt at a time, then decodes every row in each step). The decode bound is
-fp32 weight bytes read per step / the machine's measured streaming-read bandwidth
+at batch 1 and 8; every system runs the 8 prompts as one batch (halformer's prefill takes
+prompts of one length together, 8 x 128 rows per matmul here, then decodes every row in
+each step). The decode bound is fp32 weight bytes read per step / the machine's measured
+streaming-read bandwidth
 (build/bin/halformer_peak, same run); the KV cache (< 5% of the weights at these
 lengths) is left out of the bound; a batch's step reads the weights once. CTranslate2
 runs the model its own Transformers converter made from the same weights
