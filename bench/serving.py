@@ -188,9 +188,11 @@ def main():
     try:
         chosen = [tuple(int(x) for x in s.split(":")) for s in a.settings.split(",")] if a.settings else None
         api_batches = tuple(int(b) for b in a.batches.split(",")) if a.batches else None
-        assert chosen is None or all(len(s) == 2 and s[0] >= 1 and s[1] >= 0 for s in chosen)
-        assert api_batches is None or all(b >= 1 for b in api_batches)
-    except (ValueError, AssertionError):
+        if chosen and not all(len(s) == 2 and s[0] >= 1 and s[1] >= 0 for s in chosen):
+            raise ValueError
+        if api_batches and not all(b >= 1 for b in api_batches):
+            raise ValueError
+    except ValueError:
         ap.error(f"--settings wants max_batch_size:delay_us pairs (e.g. 1:0,64:2000), --batches sizes >= 1 "
                  f"(e.g. 16,32); got {a.settings!r} / {a.batches!r}")
     exe, env = perf_analyzer_env()

@@ -471,7 +471,7 @@ struct Session {
     run(fn(q.raw(), kv.raw(), mask.raw(), bias, out.raw()), name);
   }
   // The decoder's self-attention of T new positions after `len` earlier ones. `kv` holds the fused
-  // rows (`heads` heads of hd features) of positions [0, len + T) of B sequences,
+  // QKV rows (qkv_width() features) of positions [0, len + T) of B sequences,
   // `t_stride` floats apart, `b_stride` per sequence; the queries are positions
   // [len, len + T). mask: (len + T, B), `m_stride` per sequence; out: (d, T, B).
   // Causal, on the CPU, the queries go in chunks of kCausalChunk, each reading only the keys
@@ -483,9 +483,9 @@ struct Session {
   // self-attention per layer: batch 8 5.5-6.9 -> 4.4-4.8 ms, batch 1 0.74-0.81 -> 0.53-0.55
   // ms (chunks of 8, 16, 24, 48, 64: all slower than 32).
   static constexpr int kCausalChunk = 32;
-  void decoder_self_attention(const Act& kv, int heads, int len, int T, int B, int64_t t_stride, int64_t b_stride,
+  void decoder_self_attention(const Act& kv, int len, int T, int B, int64_t t_stride, int64_t b_stride,
                               const Act& mask, int64_t m_stride, halide_buffer_t* bias, Act& out) {
-    const int d = cfg.d_model, hd = d / cfg.heads;
+    const int d = cfg.d_model, hd = d / cfg.heads, heads = qkv_width() / hd;
     const int chunk = iface || !cfg.causal ? T : kCausalChunk;  // device views must start aligned: one call
     for (int q0 = 0, q1; q0 < T; q0 = q1) {
       q1 = std::min(T, q0 + chunk);
@@ -670,7 +670,7 @@ struct Session {
       Act qkv(W, h.T, h.B, iface, bf16), a(d, h.T, h.B, iface);
       linear(bf16 ? kt.qkv_cache : kt.qkv, "qkv", h.flat(), L.qkv, qkv.flat());
       if (decoder)
-        decoder_self_attention(qkv, W / hd, 0, h.T, h.B, W, int64_t(W) * h.T, mask, h.T, bias, a);
+        decoder_self_attention(qkv, 0, h.T, h.B, W, int64_t(W) * h.T, mask, h.T, bias, a);
       else
         attention(kt.encoder_self_attention, "encoder_self_attention", qkv.heads(hd), qkv.heads(hd), mask.flat(), bias,
                   a.heads(hd));
@@ -808,7 +808,7 @@ struct Session {
         View out = T > 1 ? view2(c, at, W, T * B, row) : view2(c, at, W, B, bstride);
         linear(self_cache_bf16() ? kt.qkv_cache : kt.qkv, "qkv", h.flat(), L.qkv, out);
         if (!per_row) {
-          decoder_self_attention(c, heads, len, T, B, row, bstride, st.self_mask, st.Tmax, bias, a);
+          decoder_self_attention(c, len, T, B, row, bstride, st.self_mask, st.Tmax, bias, a);
         } else {
           Act one = iface ? Act(d, 1, 1, iface) : Act();  // device: an aligned output, then copied
           for (int b = 0; b < B; ++b) {

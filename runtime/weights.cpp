@@ -220,12 +220,14 @@ const HfFamily& hf_family(Preset p) {
                                 "encoder.layer.", kBertLayer, false,
                                 {"embeddings.position_ids", "embeddings.token_type_ids"}};
   // ElectraModel / ElectraForSequenceClassification (embedding_size = hidden_size: no
-  // embeddings_project): BERT's names under `electra.`, no pooler; the classification
-  // head's dense (+ gelu) is the pooler, its out_proj the classifier.
-  static const HfFamily electra{"huggingface-electra", {"electra.", ""}, "embeddings.word_embeddings.weight",
-                                kBertModel, {{"pooler", {"classifier.dense"}}, {"classifier", {"classifier.out_proj"}}},
-                                "encoder.layer.", kBertLayer, false,
-                                {"embeddings.position_ids", "embeddings.token_type_ids"}};
+  // embeddings_project): RoBERTa's names and head (its dense, + gelu here, is the pooler)
+  // under `electra.`.
+  static const HfFamily electra = [] {
+    HfFamily f = roberta;
+    f.preset = "huggingface-electra";
+    f.prefixes = {"electra.", ""};
+    return f;
+  }();
   // DistilBertModel: separate q/k/v linears, no token types, no pooler.
   static const HfFamily distilbert{
       "huggingface-distilbert", {"distilbert.", ""}, "embeddings.word_embeddings.weight",

@@ -579,7 +579,7 @@ class EncoderOnly(_Common):
             self.embedding_norm = _layer_norm(self.norm_kind, d, self.eps)
         self.transformer = _Stacks()
         self.transformer.encoder = _torch_stack(spec, int(s["encoder_layers"]))
-        if head["pooler"] in ("dense_tanh", "dense_gelu") and self.head_kind != "hidden":
+        if head["pooler"] != "none" and self.head_kind != "hidden":
             self.pooler = nn.Linear(d, d)
         if self.head_kind == "classifier":
             self.classifier = nn.Linear(d, int(head["num_classes"]))
