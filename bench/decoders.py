@@ -2,7 +2,7 @@
 (transformers' GPT2LMHeadModel / LlamaForCausalLM, KV cache) on the same random weights
 (issue 15's speed section; docs/bench.md).
 
-    bench/.venv/bin/python bench/decoders.py [--quick] [--threads 2] [--out results.json]
+    bench/.venv/bin/python bench/decoders.py [--quick] [--rounds 3] [--threads 2] [--out results.json]
 
 (the bench venv, `bench/run --setup`: PyPI torch with MKL; Debian's torch in .venv has a
 generic BLAS, 5-10x slower, and would flatter halformer)
@@ -26,7 +26,10 @@ runs the model its own Transformers converter made from the same weights
 (`generate_batch`; per token: (time for 64 tokens - time for 1) / 63; prompt: the time
 for 1 token). ONNX Runtime runs PyTorch's model exported as one step graph with the KV
 cache in and out (ort_model; the prompt is that graph with an empty cache). All use the
-same thread count. Tokens are checked: halformer's, CTranslate2's and ONNX Runtime's
+same thread count. Every system is timed in rounds (--rounds, default 3), the systems
+in a rotating order within each, so that the shared machine's drifts in speed (15-20%
+within minutes) fall on all of them; in a round each runs once to warm up, then once
+timed; a figure is the median over the rounds. Tokens are checked: halformer's, CTranslate2's and ONNX Runtime's
 greedy tokens equal PyTorch's for every row. transformers 4.30's Llama has no grouped
 key/value heads: PyTorch and ONNX Runtime run the checkpoint's 4 key/value heads repeated
 to 12 (the same function, 3x the key/value projection and cache).
@@ -140,15 +143,17 @@ def torch_times(model, prompts, new_tokens, repeat):
 
 def halformer_times(binary, weights, prompts, new_tokens, repeat, threads):
     cmd = [str(binary), "--weights", str(weights), "--json", "--threads", str(threads), "--max-new-tokens",
-           str(new_tokens), "--repeat", str(repeat)]
+           str(new_tokens), "--repeat", str(repeat + 1)]
     for p in prompts:
         cmd += ["--src", " ".join(map(str, p))]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
         raise SystemExit(f"{binary}: {r.stderr}")
-    j = json.loads(r.stdout)
-    # encoder_ms: the prompts and the first token; step_ms: median step of the whole batch.
-    return j["timing"]["encoder_ms"], j["timing"]["step_ms"], [s["tokens"] for s in j["sequences"]]
+    t = json.loads(r.stdout)
+    # encoder: the prompts and the first token; step: median step of the whole batch; the
+    # first run warms up, as the peers' do.
+    return (statistics.median(t["timing"]["runs_encoder_ms"][1:]), statistics.median(t["timing"]["runs_step_ms"][1:]),
+            [s["tokens"] for s in t["sequences"]])
 
 
 class _Vocab:
@@ -328,7 +333,8 @@ def weight_bytes(name):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--quick", action="store_true", help="2 repeats, 16 new tokens, batch 1 only")
+    ap.add_argument("--quick", action="store_true", help="1 round, 16 new tokens, batch 1 only")
+    ap.add_argument("--rounds", type=int, default=3, help="timing rounds, systems in a rotating order in each")
     ap.add_argument("--out", default=None, help="write the results as JSON here too")
     ap.add_argument("--no-ct2", action="store_true", help="leave CTranslate2 out")
     ap.add_argument("--no-ort", action="store_true", help="leave ONNX Runtime out")
@@ -337,7 +343,9 @@ def main():
     import torch
 
     torch.set_num_threads(a.threads)
-    repeat, new_tokens, batches = (2, 16, [1]) if a.quick else (3, 64, [1, 8])
+    rounds, new_tokens, batches = (1, 16, [1]) if a.quick else (a.rounds, 64, [1, 8])
+    if rounds < 1:
+        raise SystemExit(f"--rounds {rounds}: need at least 1")
     peak = json.loads(subprocess.run([str(PEAK), "--threads", str(a.threads)], capture_output=True, text=True,
                                      check=True).stdout)
     gbs = peak["read_gbs"][str(a.threads)]["best"]
@@ -352,25 +360,40 @@ def main():
         for b in batches:
             rng = np.random.default_rng(b)
             prompts = rng.integers(3, spec["vocab_size"] - 1, (b, 128)).tolist()
-            log(f"{name} b{b}: PyTorch")
-            tp, ts, ttok = torch_times(ref, prompts, new_tokens, repeat)
-            log(f"{name} b{b}: halformer")
-            hp, hs, htok = halformer_times(binary, hf / "model.safetensors", prompts, new_tokens, repeat, a.threads)
+            systems = {"PyTorch": lambda: torch_times(ref, prompts, new_tokens, 1),
+                       "halformer": lambda: halformer_times(binary, hf / "model.safetensors", prompts, new_tokens, 1,
+                                                            a.threads)}
+            if ct2:
+                systems["CTranslate2"] = lambda: ct2_times(ct2, prompts, new_tokens, 1, a.threads)
+            if onnx:
+                systems["ONNX Runtime"] = lambda: ort_times(onnx, prompts, new_tokens, 1, a.threads)
+            runs = {s: [] for s in systems}
+            order = list(systems)
+            for k in range(rounds):
+                for s in order[k % len(order):] + order[:k % len(order)]:
+                    log(f"{name} b{b} round {k + 1}/{rounds}: {s}")
+                    runs[s].append(systems[s]())
+
+            def result(s):  # (prompt ms, step ms, tokens of the first round)
+                return (statistics.median(r[0] for r in runs[s]), statistics.median(r[1] for r in runs[s]),
+                        runs[s][0][2])
+
+            tp, ts, ttok = result("PyTorch")
+            hp, hs, htok = result("halformer")
             same = sum(h[:len(t)] == t for h, t in zip(htok, ttok))
             row = dict(model=name, batch=b, torch_prompt_ms=tp, torch_step_ms=ts, halformer_prompt_ms=hp,
                        halformer_step_ms=hs, bound_ms=bound_ms, tokens_identical=f"{same}/{b}")
             if ct2:
-                log(f"{name} b{b}: CTranslate2")
-                cp, cs, ctok = ct2_times(ct2, prompts, new_tokens, repeat, a.threads)
+                cp, cs, ctok = result("CTranslate2")
                 row.update(ct2_prompt_ms=cp, ct2_step_ms=cs,
                            ct2_tokens_identical=f"{sum(c[:len(t)] == t[:len(c)] for c, t in zip(ctok, ttok))}/{b}")
             if onnx:
-                log(f"{name} b{b}: ONNX Runtime")
-                op, os_, otok = ort_times(onnx, prompts, new_tokens, repeat, a.threads)
+                op, os_, otok = result("ONNX Runtime")
                 row.update(ort_prompt_ms=op, ort_step_ms=os_,
                            ort_tokens_identical=f"{sum(o[:len(t)] == t for o, t in zip(otok, ttok))}/{b}")
             rows.append(row)
-    print(f"decoder-only models, {a.threads} threads, prompt 128 + {new_tokens} greedy tokens, fp32; "
+    print(f"decoder-only models, {a.threads} threads, prompt 128 + {new_tokens} greedy tokens, fp32, "
+          f"medians of {rounds} interleaved rounds; "
           f"read bandwidth {gbs:.1f} GB/s (halformer_peak); torch {torch.__version__}")
     print(f"{'model':12} {'batch':>5} {'prompt ms (hf / torch / ct2 / ort)':>38} "
           f"{'decode ms/token (hf / torch / ct2 / ort)':>44} {'bound ms':>9} {'hf / bound':>10} "
@@ -383,7 +406,7 @@ def main():
               f"{r.get('ort_step_ms', na):<7.2f} {r['bound_ms']:>9.2f} {r['halformer_step_ms'] / r['bound_ms']:>10.2f} "
               f"{r['tokens_identical']:>9}, {r.get('ct2_tokens_identical', '-')}, {r.get('ort_tokens_identical', '-')}")
     if a.out:
-        json.dump(dict(threads=a.threads, read_gbs=gbs, rows=rows), open(a.out, "w"), indent=2)
+        json.dump(dict(threads=a.threads, rounds=rounds, read_gbs=gbs, rows=rows), open(a.out, "w"), indent=2)
 
 
 if __name__ == "__main__":
