@@ -475,12 +475,13 @@ struct Session {
     KernelTimer timer(name, iface);
     run(fn(x.raw(), wb, bb, residual.raw(), out.raw()), name);
   }
-  void layer_norm(const Act& x, const NormWeights& n, Act& out) {
+  // fn: the norm kernel of n's width (kt.layer_norm: d_model).
+  void layer_norm(const Act& x, const NormWeights& n, Act& out, LayerNormFn fn = nullptr) {
     const int d = int(n.gamma.size());
     halide_buffer_t *gb = weight(n.gamma, d, 0), *bb = weight(n.beta, d, 0);
     KernelTimer timer("layer_norm", iface);
     View xb = x.flat(), ob = out.flat();
-    run(kt.layer_norm(xb.raw(), gb, bb, ob.raw()), "layer_norm");
+    run((fn ? fn : kt.layer_norm)(xb.raw(), gb, bb, ob.raw()), "layer_norm");
   }
   // bias: a stack's relative position table (position_bias below).
   void attention(AttentionFn fn, const char* name, View q, View kv, View mask, halide_buffer_t* bias, View out) {
@@ -558,12 +559,18 @@ struct Session {
   }
 
   // Embedding (+ positions, + token types), then the embedding LayerNorm if any: the
-  // encoder's (source table, token types) or, with `tgt`, the decoder's.
+  // encoder's (source table, token types) or, with `tgt`, the decoder's. Source tables of
+  // embedding_size != d_model (ELECTRA-small) are normed at their width, then projected.
   Act embed(EmbeddingFn fn, const IBuf& tokens, bool tgt, const Weights& w, int pos_offset) {
-    Act x(cfg.d_model, tokens.dim(0).extent(), tokens.dim(1).extent(), iface);
+    Act x(embedding_width(tgt), tokens.dim(0).extent(), tokens.dim(1).extent(), iface);
     embed_into(fn, tokens, tgt, w, pos_offset, x, 0);
-    return embedding_norm(std::move(x), w, tgt);
+    x = embedding_norm(std::move(x), w, tgt);
+    if (x.C == cfg.d_model) return x;
+    Act y(cfg.d_model, x.T, x.B, iface);
+    linear(kt.embed_project, "embed_project", x.flat(), w.embed_project, y.flat());
+    return y;
   }
+  int embedding_width(bool tgt) const { return tgt ? cfg.d_model : cfg.embedding_size; }
 
   // Decoder rows at their own positions (a batch of left-aligned prompts of different
   // lengths): one new token per row, row b at position pos[b].
@@ -587,7 +594,7 @@ struct Session {
   // The embedding kernel on tokens (T, B) into x's elements from `offset` (d, T, B).
   void embed_into(EmbeddingFn fn, const IBuf& tokens, bool tgt, const Weights& w, int pos_offset, Act& x,
                   int64_t offset) {
-    const int d = cfg.d_model, T = tokens.dim(0).extent(), B = tokens.dim(1).extent();
+    const int d = embedding_width(tgt), T = tokens.dim(0).extent(), B = tokens.dim(1).extent();
     const EmbeddingTable& table = tgt ? w.tgt_table() : w.src_embedding;
     const int vocab = tgt ? cfg.tgt_vocab : cfg.src_vocab;
     const bool token_types = !tgt && cfg.type_vocab > 0;
@@ -617,7 +624,8 @@ struct Session {
   Act embedding_norm(Act x, const Weights& w, bool tgt) {
     if (!cfg.embedding_norm) return x;
     Act y(x.C, x.T, x.B, iface);
-    layer_norm(x, tgt && !w.tgt_embedding_norm.gamma.empty() ? w.tgt_embedding_norm : w.embedding_norm, y);
+    layer_norm(x, tgt && !w.tgt_embedding_norm.gamma.empty() ? w.tgt_embedding_norm : w.embedding_norm, y,
+               x.C != cfg.d_model ? kt.embedding_norm : nullptr);
     return y;
   }
 

@@ -2,6 +2,7 @@
 //
 // Every tensor the runtime needs has a canonical name (docs/weights.md), e.g.
 //   src_embedding, tgt_embedding, pos_embedding, type_embedding, embedding_norm.{weight,bias}
+//   embed_project.{weight,bias}   (embedding_size != d_model: tables -> d_model, ELECTRA-small)
 //   encoder.N.self_attn.{q,k,v,o}.{weight,bias}   decoder.N.cross_attn.{q,k,v,o}.*
 //   {encoder,decoder}.N.{ff1,ff2}.*   (gated feed-forward: ff_gate, ff1 = up, ff2 = down)
 //   {encoder,decoder}.N.{self_norm,cross_norm,ff_norm}.*   (RMSNorm: .weight only)
@@ -122,7 +123,8 @@ Source torch_preset(const ModelConfig& c, const Canonical& n) {
         {"pos_embedding", "pos_embedding"}, {"type_embedding", "type_embedding"},
         {"embedding_norm", "embedding_norm"}, {"encoder_norm", "transformer.encoder.norm"},
         {"decoder_norm", "transformer.decoder.norm"}, {"generator", "generator"},
-        {"pooler", "pooler"},               {"classifier", "classifier"}};
+        {"pooler", "pooler"},               {"classifier", "classifier"},
+        {"embed_project", "embed_project"}};
     return {top.at(n.module) + "." + n.param};
   }
   std::string p = "transformer." + n.stack + ".layers." + str(n.layer) + ".";
@@ -219,13 +221,14 @@ const HfFamily& hf_family(Preset p) {
                                 kBertModel, {{"pooler", {"classifier.dense"}}, {"classifier", {"classifier.out_proj"}}},
                                 "encoder.layer.", kBertLayer, false,
                                 {"embeddings.position_ids", "embeddings.token_type_ids"}};
-  // ElectraModel / ElectraForSequenceClassification (embedding_size = hidden_size: no
-  // embeddings_project): RoBERTa's names and head (its dense, + gelu here, is the pooler)
-  // under `electra.`.
+  // ElectraModel / ElectraForSequenceClassification: RoBERTa's names and head (its dense,
+  // + gelu here, is the pooler) under `electra.`; ELECTRA-small's narrower tables go
+  // through embeddings_project.
   static const HfFamily electra = [] {
     HfFamily f = roberta;
     f.preset = "huggingface-electra";
     f.prefixes = {"electra.", ""};
+    f.model["embed_project"] = {"embeddings_project"};
     return f;
   }();
   // DistilBertModel: separate q/k/v linears, no token types, no pooler.
@@ -794,8 +797,10 @@ Weights load_weights(const ModelConfig& c, const std::string& path, const Weight
   std::unique_ptr<LinearBuilder> shared;
   if (dec && c.share_tgt_output) shared = std::make_unique<LinearBuilder>(d, c.tgt_vocab, c.generator_weights, layout);
   const WeightFormat tf = c.embedding_weights;
+  // The encoder's tables (and their norm) are e wide: != d, a projection follows (ELECTRA-small).
+  const int e = c.embedding_size;
   if (enc)
-    w.src_embedding = ld.table("src_embedding.weight", c.src_vocab, d, tf, c.share_src_tgt ? shared.get() : nullptr);
+    w.src_embedding = ld.table("src_embedding.weight", c.src_vocab, e, tf, c.share_src_tgt ? shared.get() : nullptr);
   if (dec) {
     if (c.share_src_tgt)
       ld.alias("tgt_embedding.weight");  // tgt_table() is the source table
@@ -804,14 +809,15 @@ Weights load_weights(const ModelConfig& c, const std::string& path, const Weight
   }
   const bool per_stack = is_hf(c.preset) && hf_family(c.preset).per_stack_embeddings;
   if (c.positions == PositionKind::Learned) {
-    w.positions = ld.take("pos_embedding.weight", {c.max_len, d});
+    w.positions = ld.take("pos_embedding.weight", {c.max_len, enc ? e : d});
     if (per_stack && dec) w.tgt_positions = ld.take("tgt_pos_embedding.weight", {c.max_len, d});
   }
-  if (c.type_vocab > 0) w.token_types = ld.take("type_embedding.weight", {c.type_vocab, d});
+  if (c.type_vocab > 0) w.token_types = ld.take("type_embedding.weight", {c.type_vocab, e});
   if (c.embedding_norm) {
-    w.embedding_norm = ld.norm("embedding_norm", d);
+    w.embedding_norm = ld.norm("embedding_norm", enc ? e : d);
     if (per_stack && dec) w.tgt_embedding_norm = ld.norm("tgt_embedding_norm", d);
   }
+  if (e != d) w.embed_project = ld.linear("embed_project", e, d, c.layer_weights);
   for (int i = 0; i < c.encoder_layers && enc; ++i) w.encoder.push_back(load_layer(ld, c, "encoder", i));
   for (int i = 0; i < c.decoder_layers && dec; ++i) w.decoder.push_back(load_layer(ld, c, "decoder", i));
   if (c.final_norm) {
@@ -986,11 +992,13 @@ void save_weights(const ModelConfig& c, const Weights& w, const std::string& pat
   const bool enc = c.arch != Arch::Decoder, dec = c.arch != Arch::Encoder;
   if (enc) out.table("src_embedding.weight", w.src_embedding, c.src_vocab);
   if (dec && !c.share_src_tgt) out.table("tgt_embedding.weight", w.tgt_embedding, c.tgt_vocab);
-  if (!w.positions.empty()) out.floats("pos_embedding.weight", w.positions, {c.max_len, d});
+  const int e = c.embedding_size;
+  if (!w.positions.empty()) out.floats("pos_embedding.weight", w.positions, {c.max_len, enc ? e : d});
   if (!w.tgt_positions.empty()) out.floats("tgt_pos_embedding.weight", w.tgt_positions, {c.max_len, d});
-  if (!w.token_types.empty()) out.floats("type_embedding.weight", w.token_types, {c.type_vocab, d});
+  if (!w.token_types.empty()) out.floats("type_embedding.weight", w.token_types, {c.type_vocab, e});
   if (c.embedding_norm) out.norm("embedding_norm", w.embedding_norm);
   if (!w.tgt_embedding_norm.gamma.empty()) out.norm("tgt_embedding_norm", w.tgt_embedding_norm);
+  if (e != d) out.linear("embed_project", w.embed_project, 0, d);
   for (size_t i = 0; i < w.encoder.size(); ++i) out.layer("encoder", int(i), w.encoder[i]);
   for (size_t i = 0; i < w.decoder.size(); ++i) out.layer("decoder", int(i), w.decoder[i]);
   if (c.final_norm) {

@@ -52,6 +52,8 @@ equal copies (prepare_tensors clones them).
     pos_embedding.weight                                  [max_len, d]  (positions: learned only)
     type_embedding.weight                                 [type_vocab, d]  (sizes.type_vocab > 0)
     embedding_norm.weight / .bias                         [d]   (embedding.norm: true)
+      (with embedding.size E != d: these four are E wide, and then
+    embed_project.weight / .bias                          [d, E] / [d]  maps them to d)
     transformer.encoder.layers.N.*                        as for encoder_decoder
     transformer.encoder.norm.weight / .bias               [d]   (layer.final_norm: true)
     pooler.weight / .bias                                 [d, d] / [d]  (head.pooler: dense_tanh / dense_gelu)
@@ -359,7 +361,7 @@ class _Common(nn.Module):
 
     def _add_positions(self, x: torch.Tensor, n: int) -> torch.Tensor:
         if self.positions == "sinusoidal":
-            x = x + sinusoidal_positions(n, self.d_model).to(x.device)
+            x = x + sinusoidal_positions(n, x.shape[-1]).to(x.device)
         elif self.positions == "learned":
             if n > self.max_len:
                 raise ValueError(f"sequence length {n} exceeds sizes.max_len {self.max_len}")
@@ -570,13 +572,16 @@ class EncoderOnly(_Common):
         _check_encoder_head(spec)
         s, emb, head = spec["sizes"], spec["embedding"], spec["head"]
         d = self.d_model
-        self.src_embedding = nn.Embedding(int(s["src_vocab"]), d)
+        e = int(emb.get("size") or d)  # the tables' width; != d: embed_project follows (ELECTRA-small)
+        self.src_embedding = nn.Embedding(int(s["src_vocab"]), e)
         if self.positions == "learned":
-            self.pos_embedding = nn.Embedding(self.max_len, d)
+            self.pos_embedding = nn.Embedding(self.max_len, e)
         if int(s["type_vocab"]) > 0:
-            self.type_embedding = nn.Embedding(int(s["type_vocab"]), d)
+            self.type_embedding = nn.Embedding(int(s["type_vocab"]), e)
         if emb["norm"]:
-            self.embedding_norm = _layer_norm(self.norm_kind, d, self.eps)
+            self.embedding_norm = _layer_norm(self.norm_kind, e, self.eps)
+        if e != d:
+            self.embed_project = nn.Linear(e, d)
         self.transformer = _Stacks()
         self.transformer.encoder = _torch_stack(spec, int(s["encoder_layers"]))
         if head["pooler"] != "none" and self.head_kind != "hidden":
@@ -590,6 +595,8 @@ class EncoderOnly(_Common):
             x = x + self.type_embedding.weight[0]  # token type ids are all 0
         if hasattr(self, "embedding_norm"):
             x = self.embedding_norm(x)
+        if hasattr(self, "embed_project"):
+            x = self.embed_project(x)
         return x
 
     def encode(self, src: torch.Tensor) -> torch.Tensor:

@@ -136,6 +136,7 @@ struct Model {
   // section -> key -> value (written in the order of kOrder below)
   std::map<std::string, std::map<std::string, Field>> spec;
   int64_t vocab = 0, d_model = 0;
+  int64_t table_width = 0;  // the embedding table's, where not d_model (embedding.size)
   void set(const std::string& section, const std::string& key, const std::string& value, const std::string& note = "") {
     spec[section][key] = {value, note};
   }
@@ -237,12 +238,14 @@ void read_bert(Config& c, Model& m, Task) { read_bert_like(c, m, false); }
 // are as wide as the layers; ELECTRA-small's narrower ones go through embeddings_project.
 void read_electra(Config& c, Model& m, Task) {
   const auto d = c.integer("hidden_size", 768), e = c.integer("embedding_size", 128);
-  if (d && e && *e != *d)
-    c.refuse("embedding_size", "differs from hidden_size " + std::to_string(*d) +
-                                   ": an embedding projection (embeddings_project, ELECTRA-small) is not supported yet");
   // The pre-training heads' summary settings (ElectraForMultipleChoice); no class read here uses them.
   for (const char* k : {"summary_type", "summary_use_proj", "summary_activation", "summary_last_dropout"}) c.used(k);
   read_bert_like(c, m, false);
+  if (d && e && *e != *d) {
+    m.set("embedding", "size", std::to_string(*e),
+          "embedding_size != hidden_size: tables and their LayerNorm this wide, then embeddings_project");
+    m.table_width = *e;
+  }
 }
 void read_roberta(Config& c, Model& m, Task) { read_bert_like(c, m, true); }
 
@@ -839,7 +842,7 @@ const std::vector<FamilyInfo>& families() {
 const std::map<std::string, std::string>& planned() {
   static const std::map<std::string, std::string> p = {
       {"gemma2", "logit soft-capping, sliding-window layers, a query scale of its own"},
-      {"albert", "shared layers, factorised embeddings"},
+      {"albert", "layers that share one set of weights"},
   };
   return p;
 }
@@ -1020,11 +1023,13 @@ std::string check_weights(const fs::path& dir, const FamilyInfo& fam, const Mode
     if (!embedding)
       pr.add(file.string(), "", std::string("no tensor named ") + fam.probe + " (under any prefix): not a " +
                                     fam.model_type + " checkpoint");
-    else if (m.vocab > 0 && m.d_model > 0 && embedding->shape != std::vector<int64_t>{m.vocab, m.d_model})
+    else if (const int64_t width = m.table_width ? m.table_width : m.d_model;
+             m.vocab > 0 && width > 0 && embedding->shape != std::vector<int64_t>{m.vocab, width})
       pr.add(file.string(), probe_name,
              "has shape [" + std::to_string(embedding->shape.empty() ? 0 : embedding->shape[0]) + ", " +
                  std::to_string(embedding->shape.size() > 1 ? embedding->shape[1] : 0) + "], but config.json says [" +
-                 std::to_string(m.vocab) + ", " + std::to_string(m.d_model) + "] (vocab_size, hidden size)");
+                 std::to_string(m.vocab) + ", " + std::to_string(width) + "] (vocab_size, " +
+                 (m.table_width ? "embedding_size" : "hidden size") + ")");
   } catch (const Error& e) {
     pr.add(file.string(), "", std::string("cannot read the safetensors header: ") + e.what());
   }
@@ -1038,7 +1043,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& order() {
                  "max_len"}},
       {"layer", {"norm_placement", "norm_kind", "norm_eps", "norm_weight_offset", "final_norm", "parallel_residual", "activation", "dropout"}},
       {"embedding", {"positions", "position_offset", "rotary_dim", "rotary_theta", "rotary_layout", "relative_buckets",
-                     "relative_distance", "scale", "share_src_tgt", "share_tgt_output", "norm"}},
+                     "relative_distance", "scale", "share_src_tgt", "share_tgt_output", "norm", "size"}},
       {"attention", {"causal", "padding_mask", "scaled"}},
       {"head", {"kind", "pooling", "pooler", "num_classes", "normalize", "input_scale"}},
       {"tokens", {"pad", "bos", "eos"}},

@@ -124,8 +124,12 @@ class Planner {
 
   void embedding(const std::string& role, int64_t vocab) {
     const bool int8 = spec_.table_precision() == Precision::Int8;
-    bind(role, int8 ? "embedding_int8" : "embedding", std::string(int8 ? "embedding_int8_" : "embedding_") + std::to_string(vocab),
-         {{"channels", std::to_string(spec_.d_model)},
+    // The source tables are embedding_width() wide (a projection follows where that is not d_model).
+    const int64_t channels = role == "embed_src" ? spec_.embedding_width() : spec_.d_model;
+    bind(role, int8 ? "embedding_int8" : "embedding",
+         std::string(int8 ? "embedding_int8_" : "embedding_") + std::to_string(vocab) +
+             (channels != spec_.d_model ? "x" + std::to_string(channels) : ""),
+         {{"channels", std::to_string(channels)},
           {"vocab", std::to_string(vocab)},
           {"max_len", std::to_string(spec_.max_len)},
           {"scale", spec_.scale_embedding ? "true" : "false"},
@@ -166,6 +170,13 @@ class Planner {
          {{"channels", std::to_string(s.d_model)},
           {"eps", format_float(s.norm_eps)},
           {"kind", to_string(s.norm_kind)}});
+    if (s.embedding_width() != s.d_model) {  // ELECTRA-small: norm at the tables' width, then d_model
+      const int64_t e = s.embedding_width();
+      if (s.embedding_norm)
+        bind("embedding_norm", "layernorm", "layernorm_" + std::to_string(e),
+             {{"channels", std::to_string(e)}, {"eps", format_float(s.norm_eps)}, {"kind", to_string(s.norm_kind)}});
+      linear("embed_project", "linear", e, s.d_model, "none");
+    }
     if (dec) {
       linear("generator", "linear", s.d_model, s.tgt_vocab, "none");
       if (s.head == HeadKind::LogSoftmax || s.head == HeadKind::Softmax)
@@ -389,6 +400,7 @@ std::unique_ptr<SpecModelConfig> model_config(const Spec& s) {
   c.relative_distance = relative ? int(s.relative_distance) : 0;
   c.generator_input_scale = s.input_scale;
   c.parallel_residual = s.parallel_residual;
+  c.embedding_size = int(s.embedding_width());
   return r;
 }
 
@@ -477,11 +489,13 @@ void write_plan(const Spec& spec, const Plan& plan, const std::string& dir) {
     << "      /*cross_kv_bf16*/ " << b(cfg.cross_kv_bf16) << ", /*self_cache_bf16*/ " << b(cfg.self_cache_bf16)
     << ",\n      /*relative_buckets*/ " << cfg.relative_buckets << ", /*relative_distance*/ " << cfg.relative_distance
     << ", /*generator_input_scale*/ " << Planner::format_float(cfg.generator_input_scale)
-    << ", /*parallel_residual*/ " << b(cfg.parallel_residual) << "};\n\n";
+    << ", /*parallel_residual*/ " << b(cfg.parallel_residual) << ", /*embedding_size*/ " << cfg.embedding_size
+    << "};\n\n";
   static const char* kRoles[] = {"embed_src", "embed_tgt", "qkv", "encoder_self_attention",
                                  "decoder_self_attention", "cross_attention", "attention_out",
                                  "cross_q", "cross_kv", "ff1", "ff2", "layer_norm", "generator",
-                                 "head", "argmax", "pool", "pooler", "classifier", "ff_up", "qkv_cache"};
+                                 "head", "argmax", "pool", "pooler", "classifier", "ff_up", "qkv_cache",
+                                 "embedding_norm", "embed_project"};
   for (const auto& [device, target] : plan.variants) {
     c << "static const halformer::KernelTable kKernels_" << device << " = {\n";
     for (const char* role : kRoles) {

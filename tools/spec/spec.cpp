@@ -132,7 +132,7 @@ const std::map<std::string, std::vector<std::string>>& schema() {
        {"norm_placement", "norm_kind", "norm_eps", "norm_weight_offset", "final_norm", "parallel_residual", "activation",
         "dropout"}},
       {"embedding",
-       {"positions", "scale", "share_src_tgt", "share_tgt_output", "norm", "position_offset", "rotary_dim",
+       {"positions", "scale", "share_src_tgt", "share_tgt_output", "norm", "size", "position_offset", "rotary_dim",
         "rotary_theta", "rotary_layout", "relative_buckets", "relative_distance"}},
       {"attention", {"causal", "padding_mask", "scaled"}},
       {"head", {"kind", "pooling", "num_classes", "pooler", "normalize", "input_scale"}},
@@ -451,6 +451,7 @@ void read_embedding(Section s, Spec& spec) {
   s.read("share_src_tgt", spec.share_src_tgt);
   s.read("share_tgt_output", spec.share_tgt_output);
   s.read("norm", spec.embedding_norm);
+  s.read("size", spec.embedding_size, 1, kMaxDModel);
   s.read("position_offset", spec.position_offset, 0, kMaxLen);
   s.read("rotary_dim", spec.rotary_dim, 2, kMaxDModel);
   s.read("rotary_theta", spec.rotary_theta,
@@ -985,6 +986,10 @@ std::vector<Diagnostic> check_supported(const Spec& s) {
       s.preset != WeightPreset::Explicit)
     unsupported("embedding.positions", "positions 'relative' with preset " + quoted(name_of(s.preset)) +
                                            " (its files have no relative tables; use 'huggingface-t5' or 'explicit')");
+  if (s.embedding_size != 0 && s.embedding_size != s.d_model && s.architecture != Architecture::Encoder)
+    unsupported("embedding.size", "size " + std::to_string(s.embedding_size) + " != d_model " +
+                                      std::to_string(s.d_model) + " (an embedding projection) for architecture " +
+                                      quoted(name_of(s.architecture)) + " (encoder only)");
   if (s.parallel_residual && s.architecture == Architecture::EncoderDecoder)
     unsupported("layer.parallel_residual", "parallel_residual in an encoder-decoder (its cross-attention)");
   if (s.kv_heads != s.heads && s.architecture == Architecture::EncoderDecoder)

@@ -88,6 +88,10 @@ struct Spec {
   bool share_src_tgt = false;   // one table for source and target tokens
   bool share_tgt_output = false;  // output projection reuses the target embedding
   bool embedding_norm = false;  // LayerNorm after the embedding sum (BERT)
+  // Width of the embedding tables (and their norm) when narrower or wider than d_model: a
+  // linear `embed_project` maps them to d_model (ELECTRA-small); 0 = d_model.
+  int64_t embedding_size = 0;
+  int64_t embedding_width() const { return embedding_size ? embedding_size : d_model; }
   int64_t position_offset = 0;  // learned positions: t reads table row offset + t (RoBERTa: pad + 1)
   // rotary positions (applied to queries and keys in self-attention)
   int64_t rotary_dim = 0;  // features rotated per head; 0 until parsed = head size

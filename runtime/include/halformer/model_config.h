@@ -118,6 +118,7 @@ struct ModelConfig {
   // Pre-norm layers as x + attn(LN1(x)) + ff(LN2(x)) (GPT-J, GPT-NeoX): the feed-forward's
   // norm reads the layer's input.
   bool parallel_residual;
+  int embedding_size;  // the source tables' width; != d_model: embed_project maps them to d_model
 };
 
 struct KernelTable {
@@ -138,6 +139,8 @@ struct KernelTable {
   LinearFn classifier;          // d -> num_classes
   LinearResidualFn ff_up;       // gated feed-forward: (x W_up + b) * gate, d -> d_ff
   LinearFn qkv_cache;           // the decoder's QKV rows as bf16 (self_cache_bf16; else null)
+  LayerNormFn embedding_norm;   // the embedding norm at embedding_size (when != d_model; else null)
+  LinearFn embed_project;       // embedding_size -> d_model (when they differ; else null)
   // The metadata of one of these kernels: its Halide target string names the instruction
   // set they were all compiled for, which Model::load checks against the CPU.
   const halide_filter_metadata_t* (*metadata)();
@@ -155,7 +158,7 @@ inline int relative_table_distance(int relative_distance, int max_len) {
   return relative_distance < reach ? relative_distance : reach;
 }
 
-constexpr int kDescriptorVersion = 10;  // bumped when ModelConfig / KernelTable change
+constexpr int kDescriptorVersion = 11;  // bumped when ModelConfig / KernelTable change
 struct ModelDescriptor {
   int version;              // kDescriptorVersion of the halformer that generated it
   const ModelConfig* config;

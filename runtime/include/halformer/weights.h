@@ -90,6 +90,7 @@ struct Weights {
   WeightVector<float> encoder_relative_bias, decoder_relative_bias;
   WeightVector<float> encoder_position_bias, decoder_position_bias;
   LinearWeights generator, pooler, classifier;
+  LinearWeights embed_project;  // embedding_size != d_model: the encoder's tables -> d_model
 };
 
 // Checks every tensor the preset expects (name, dtype F32, shape, finite values) and
