@@ -395,6 +395,7 @@ struct Session {
   // device one strided copy).
   void copy_rows(const Act& src, int64_t sp, int64_t src_stride, Act& dst, int64_t dp, int64_t dst_stride, int n,
                  int rows) {
+    if (src_stride == n && dst_stride == n) return copy_elems(src, sp, dst, dp, int64_t(n) * rows);
     if (!iface || src.bf16) {
       for (int i = 0; i < rows; ++i) copy_elems(src, sp + i * src_stride, dst, dp + i * dst_stride, n);
       return;
