@@ -29,8 +29,8 @@ cache in and out (ort_model; the prompt is that graph with an empty cache). All 
 same thread count. Every system is timed in rounds (--rounds, default 3), the systems
 in a rotating order within each, so that the shared machine's drifts in speed (15-20%
 within minutes) fall on all of them; in a round each runs once to warm up, then once
-timed; a figure is the median over the rounds. Tokens are checked: halformer's, CTranslate2's and ONNX Runtime's
-greedy tokens equal PyTorch's for every row. transformers 4.30's Llama has no grouped
+timed; a figure is the median over the rounds. Tokens are checked: halformer's,
+CTranslate2's and ONNX Runtime's greedy tokens equal PyTorch's for every row. transformers 4.30's Llama has no grouped
 key/value heads: PyTorch and ONNX Runtime run the checkpoint's 4 key/value heads repeated
 to 12 (the same function, 3x the key/value projection and cache).
 """

@@ -797,7 +797,8 @@ Weights load_weights(const ModelConfig& c, const std::string& path, const Weight
   std::unique_ptr<LinearBuilder> shared;
   if (dec && c.share_tgt_output) shared = std::make_unique<LinearBuilder>(d, c.tgt_vocab, c.generator_weights, layout);
   const WeightFormat tf = c.embedding_weights;
-  // The encoder's tables (and their norm) are e wide: != d, a projection follows (ELECTRA-small).
+  // The tables (and their norm) are e wide: d, except where an encoder-only model's
+  // embedding.size differs (then a projection follows, ELECTRA-small).
   const int e = c.embedding_size;
   if (enc)
     w.src_embedding = ld.table("src_embedding.weight", c.src_vocab, e, tf, c.share_src_tgt ? shared.get() : nullptr);
@@ -809,12 +810,12 @@ Weights load_weights(const ModelConfig& c, const std::string& path, const Weight
   }
   const bool per_stack = is_hf(c.preset) && hf_family(c.preset).per_stack_embeddings;
   if (c.positions == PositionKind::Learned) {
-    w.positions = ld.take("pos_embedding.weight", {c.max_len, enc ? e : d});
+    w.positions = ld.take("pos_embedding.weight", {c.max_len, e});
     if (per_stack && dec) w.tgt_positions = ld.take("tgt_pos_embedding.weight", {c.max_len, d});
   }
   if (c.type_vocab > 0) w.token_types = ld.take("type_embedding.weight", {c.type_vocab, e});
   if (c.embedding_norm) {
-    w.embedding_norm = ld.norm("embedding_norm", enc ? e : d);
+    w.embedding_norm = ld.norm("embedding_norm", e);
     if (per_stack && dec) w.tgt_embedding_norm = ld.norm("tgt_embedding_norm", d);
   }
   if (e != d) w.embed_project = ld.linear("embed_project", e, d, c.layer_weights);
@@ -993,7 +994,7 @@ void save_weights(const ModelConfig& c, const Weights& w, const std::string& pat
   if (enc) out.table("src_embedding.weight", w.src_embedding, c.src_vocab);
   if (dec && !c.share_src_tgt) out.table("tgt_embedding.weight", w.tgt_embedding, c.tgt_vocab);
   const int e = c.embedding_size;
-  if (!w.positions.empty()) out.floats("pos_embedding.weight", w.positions, {c.max_len, enc ? e : d});
+  if (!w.positions.empty()) out.floats("pos_embedding.weight", w.positions, {c.max_len, e});
   if (!w.tgt_positions.empty()) out.floats("tgt_pos_embedding.weight", w.tgt_positions, {c.max_len, d});
   if (!w.token_types.empty()) out.floats("type_embedding.weight", w.token_types, {c.type_vocab, e});
   if (c.embedding_norm) out.norm("embedding_norm", w.embedding_norm);
