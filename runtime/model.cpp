@@ -632,28 +632,35 @@ struct Session {
 
   // x <- norm(x + f(x)) (post-norm) or x <- x + f(norm(x)) (pre-norm); `sublayer` writes
   // f(input) + residual into its output buffer.
-  template <typename F>
   // normed: the sublayer's input already normalised (parallel_residual: the layer's input).
-  void residual_block(Act& x, const NormWeights& n, F sublayer, const Act* normed = nullptr) {
-    Act y(x.C, x.T, x.B, iface);
+  // last_row: only each sequence's last position goes on (the last layer of a prefill):
+  // the sublayer gets every row as input, but the residual and its output are (C, 1, B),
+  // and so is x after.
+  template <typename F>
+  void residual_block(Act& x, const NormWeights& n, F sublayer, const Act* normed = nullptr, bool last_row = false) {
+    Act last = last_row ? last_rows(x, std::vector<int>(x.B, x.T - 1)) : Act();
+    const Act& res = last_row ? last : x;
+    Act y(x.C, res.T, x.B, iface);
     if (cfg.pre_norm && normed) {
-      sublayer(*normed, x, y);
+      sublayer(*normed, res, y);
       x = std::move(y);
     } else if (cfg.pre_norm) {
       Act h(x.C, x.T, x.B, iface);
       layer_norm(x, n, h);
-      sublayer(h, x, y);
+      sublayer(h, res, y);
       x = std::move(y);
     } else {
-      sublayer(x, x, y);
+      sublayer(x, res, y);
+      if (last_row) x = Act(y.C, y.T, y.B, iface);
       layer_norm(y, n, x);
     }
   }
 
   // parallel_residual: the feed-forward's input, LN2 of the layer's input, taken before the
-  // attention changes x (empty otherwise).
-  Act parallel_input(const Act& x, const LayerWeights& L) {
+  // attention changes x (empty otherwise); with last_row of each sequence's last row alone.
+  Act parallel_input(const Act& x, const LayerWeights& L, bool last_row = false) {
     if (!cfg.parallel_residual) return Act();
+    if (last_row) return parallel_input(last_rows(x, std::vector<int>(x.B, x.T - 1)), L);
     Act h(x.C, x.T, x.B, iface);
     layer_norm(x, L.ff_norm, h);
     return h;
@@ -690,21 +697,30 @@ struct Session {
   // decoder: the decoder's kernels, whose QKV rows are the cache's (bf16 with self_cache_bf16).
   // keep: given the QKV rows (W, T, B) before they are dropped (a prefill keeps them).
   using KeepQkv = std::function<void(const Act&)>;
+  // last_row (decoder, sequences without padding): only each sequence's last position goes
+  // on; x becomes (d, 1, B).
   void self_attention_block(Act& x, const LayerWeights& L, const Act& mask, halide_buffer_t* bias,
-                            bool decoder = false, const KeepQkv& keep = nullptr) {
-    const int d = cfg.d_model, hd = d / cfg.heads, W = qkv_width();
+                            bool decoder = false, const KeepQkv& keep = nullptr, bool last_row = false) {
+    const int d = cfg.d_model, hd = d / cfg.heads, W = qkv_width(), heads = W / hd;
     const bool bf16 = decoder && self_cache_bf16();
     residual_block(x, L.self_norm, [&](const Act& h, const Act& res, Act& y) {
-      Act qkv(W, h.T, h.B, iface, bf16), a(d, h.T, h.B, iface);
+      Act qkv(W, h.T, h.B, iface, bf16), a(d, y.T, h.B, iface);
       linear(bf16 ? kt.qkv_cache : kt.qkv, "qkv", h.flat(), L.qkv, qkv.flat());
-      if (decoder)
+      if (decoder && last_row) {
+        // The last query against every key; its row copied out (a view of it would not
+        // start aligned on a device).
+        Act q = last_rows(qkv, std::vector<int>(h.B, h.T - 1));
+        attention(kt.decoder_self_attention, "decoder_self_attention", view4(q, 0, hd, heads, 1, h.B, W, W),
+                  view4(qkv, 0, hd, heads, h.T, h.B, W, int64_t(W) * h.T), view2(mask, 0, h.T, h.B, h.T), bias,
+                  a.heads(hd));
+      } else if (decoder)
         decoder_self_attention(qkv, 0, h.T, h.B, W, int64_t(W) * h.T, mask, h.T, bias, a);
       else
         attention(kt.encoder_self_attention, "encoder_self_attention", qkv.heads(hd), qkv.heads(hd), mask.flat(), bias,
                   a.heads(hd));
       if (keep) keep(qkv);
       linear_residual(kt.attention_out, "attention_out", a.flat(), L.attn_out, res.flat(), y.flat());
-    });
+    }, nullptr, last_row);
   }
 
   void final_norm(Act& x, const NormWeights& n) {
@@ -802,8 +818,10 @@ struct Session {
   }
 
   // Runs the decoder on `tokens` (T new positions; T > 1 only with B == 1, whose rows are
-  // then contiguous) and returns the last decoder hidden rows (d, T, B).
-  Act decode_step(DecoderState& st, const Weights& w, const IBuf& tokens) {
+  // then contiguous) and returns the last decoder hidden rows (d, T, B); with last_row only
+  // the last position's, (d, 1, B): the last layer then needs the other positions' keys and
+  // values alone (a prompt's).
+  Act decode_step(DecoderState& st, const Weights& w, const IBuf& tokens, bool last_row = false) {
     const int d = cfg.d_model, hd = d / cfg.heads, T = tokens.dim(0).extent();
     const int B = st.B, row = st.row, len = st.len;
     if (len + T > st.Tmax) throw Error("decoder cache overflow (internal)");
@@ -827,15 +845,16 @@ struct Session {
     for (size_t l = 0; l < w.decoder.size(); ++l) {
       const auto& L = w.decoder[l];
       const Act& c = st.cache[l];
-      Act ff_in = parallel_input(x, L);
+      const bool tail = last_row && T > 1 && l + 1 == w.decoder.size();
+      Act ff_in = parallel_input(x, L, tail);
       residual_block(x, L.self_norm, [&](const Act& h, const Act& res, Act& y) {
-        Act a(d, T, B, iface);
+        Act a(d, y.T, B, iface);
         // New QKV rows go straight into the cache: T rows of one sequence, or one row each of B.
         const int W = qkv_width(), heads = W / hd;
         View out = T > 1 ? view2(c, at, W, T * B, row) : view2(c, at, W, B, bstride);
         linear(self_cache_bf16() ? kt.qkv_cache : kt.qkv, "qkv", h.flat(), L.qkv, out);
         if (!per_row) {
-          decoder_self_attention(c, len, T, B, row, bstride, st.self_mask, st.Tmax, bias, a);
+          decoder_self_attention(c, len + T - y.T, y.T, B, row, bstride, st.self_mask, st.Tmax, bias, a);
         } else {
           Act one = iface ? Act(d, 1, 1, iface) : Act();  // device: an aligned output, then copied
           for (int b = 0; b < B; ++b) {
@@ -848,7 +867,7 @@ struct Session {
           }
         }
         linear_residual(kt.attention_out, "attention_out", a.flat(), L.attn_out, res.flat(), y.flat());
-      });
+      }, nullptr, tail);
       if (!st.cross.empty()) cross_block(x, L, st.cross[l], st.src_mask);
       feed_forward(x, L, ff_in);
     }
@@ -881,24 +900,28 @@ struct Session {
 
   // Rows of the last position of x (d, T, B) -> (d, 1, B).
   Act last_rows(const Act& x, const std::vector<int>& last) {
-    Act y(x.C, 1, x.B, iface);
+    Act y(x.C, 1, x.B, iface, x.bf16);
     for (int b = 0; b < x.B; ++b) copy_elems(x, (int64_t(b) * x.T + last[b]) * x.C, y, int64_t(b) * x.C, x.C);
     return y;
   }
 
   // The decoder's hidden rows (d, T, B) over whole target sequences; keep(l, qkv) gets layer
-  // l's QKV rows.
+  // l's QKV rows. last_row (sequences of one length): only the last position's, (d, 1, B).
   Act decoder_hidden(const Weights& w, const std::vector<Sequence>& tgt, const std::vector<Act>& cross,
                      const Act& smask, const char* what,
-                     const std::function<void(size_t, const Act&)>& keep = nullptr) {
+                     const std::function<void(size_t, const Act&)>& keep = nullptr, bool last_row = false) {
     IBuf t = pad_batch(tgt, cfg.tgt_vocab, what);
-    Act tmask = key_mask(tgt, t.dim(0).extent());
+    const int T = t.dim(0).extent();
+    if (last_row && std::any_of(tgt.begin(), tgt.end(), [&](const Sequence& s) { return int(s.size()) != T; }))
+      throw Error("internal: last rows of sequences of different lengths");
+    Act tmask = key_mask(tgt, T);
     Act x = embed(kt.embed_tgt, t, true, w, 0);
     for (size_t l = 0; l < w.decoder.size(); ++l) {
       const auto& L = w.decoder[l];
-      Act ff_in = parallel_input(x, L);
+      const bool tail = last_row && T > 1 && l + 1 == w.decoder.size();
+      Act ff_in = parallel_input(x, L, tail);
       KeepQkv keep_l = keep ? KeepQkv([&](const Act& qkv) { keep(l, qkv); }) : KeepQkv();
-      self_attention_block(x, L, tmask, position_bias(w.decoder_position_bias), true, keep_l);
+      self_attention_block(x, L, tmask, position_bias(w.decoder_position_bias), true, keep_l, tail);
       if (!cross.empty()) cross_block(x, L, cross[l], smask);
       feed_forward(x, L, ff_in);
     }
@@ -1029,7 +1052,7 @@ struct Session {
       const int P = int(prompts[0].size());
       IBuf tok(P, 1);
       for (int i = 0; i < P; ++i) tok(i, 0) = prompts[0][i];
-      head(last_rows(decode_step(st, w, tok), {P - 1}), w, logits, out);
+      head(decode_step(st, w, tok, true), w, logits, out);
       return;
     }
     const int64_t bstride = int64_t(st.row) * st.Tmax;
@@ -1051,9 +1074,9 @@ struct Session {
           if (iface && st.shift[b] > 0)
             copy_elems(zeros, 0, st.cache[l], int64_t(b) * bstride, int64_t(st.shift[b]) * st.row);
         }
-      });
+      }, true);
       Act lg(V, 1, G, iface), og(V, 1, G, iface);
-      head(last_rows(x, std::vector<int>(G, P - 1)), w, lg, og);
+      head(x, w, lg, og);
       for (int g = 0; g < G; ++g) {
         copy_elems(lg, int64_t(g) * V, logits, int64_t(rows[g]) * V, V);
         copy_elems(og, int64_t(g) * V, out, int64_t(rows[g]) * V, V);
