@@ -135,7 +135,7 @@ class NativeModel {
     d["pre_norm"] = c.pre_norm, d["final_norm"] = c.final_norm;
     d["positions"] = positions_name(c.positions);
     d["embedding_norm"] = c.embedding_norm;
-    d["embedding_size"] = c.embedding_size;
+    d["embedding_size"] = c.embedding_size, d["shared_layers"] = c.shared_layers;
     d["share_src_tgt"] = c.share_src_tgt, d["share_tgt_output"] = c.share_tgt_output;
     d["causal"] = c.causal, d["padding_mask"] = c.padding_mask;
     d["head"] = head_name(c.head);

@@ -732,7 +732,8 @@ struct Session {
 
   Act run_encoder(const Weights& w, const IBuf& src, const Act& src_mask) {
     Act x = embed(kt.embed_src, src, false, w, 0);
-    for (const auto& L : w.encoder) {
+    for (int l = 0; l < cfg.encoder_layers; ++l) {
+      const auto& L = w.encoder[cfg.shared_layers ? 0 : l];
       Act ff_in = parallel_input(x, L);
       self_attention_block(x, L, src_mask, position_bias(w.encoder_position_bias));
       feed_forward(x, L, ff_in);

@@ -4,6 +4,7 @@
 //   src_embedding, tgt_embedding, pos_embedding, type_embedding, embedding_norm.{weight,bias}
 //   embed_project.{weight,bias}   (embedding_size != d_model: tables -> d_model, ELECTRA-small)
 //   encoder.N.self_attn.{q,k,v,o}.{weight,bias}   decoder.N.cross_attn.{q,k,v,o}.*
+//     (layer.shared_weights: encoder.0.* alone, for every layer)
 //   {encoder,decoder}.N.{ff1,ff2}.*   (gated feed-forward: ff_gate, ff1 = up, ff2 = down)
 //   {encoder,decoder}.N.{self_norm,cross_norm,ff_norm}.*   (RMSNorm: .weight only)
 //   encoder_norm.*  decoder_norm.*  generator.*  pooler.*  classifier.*
@@ -231,6 +232,21 @@ const HfFamily& hf_family(Preset p) {
     f.model["embed_project"] = {"embeddings_project"};
     return f;
   }();
+  // AlbertModel / AlbertForSequenceClassification: one layer's weights for every layer
+  // (the spec's shared_weights: only layer 0 is read, albert_layer_groups.0.albert_layers.0),
+  // BERT's embeddings E wide, embedding_hidden_mapping_in to the layers' width; `pooler`
+  // (+ tanh) and `classifier`.
+  static const HfFamily albert{
+      "huggingface-albert", {"albert.", ""}, "embeddings.word_embeddings.weight",
+      {{"src_embedding", {"embeddings.word_embeddings"}}, {"pos_embedding", {"embeddings.position_embeddings"}},
+       {"type_embedding", {"embeddings.token_type_embeddings"}}, {"embedding_norm", {"embeddings.LayerNorm"}},
+       {"embed_project", {"encoder.embedding_hidden_mapping_in"}}, {"pooler", {"pooler"}}},
+      {{"classifier", {"classifier"}}}, "encoder.albert_layer_groups.0.albert_layers.",
+      {{"self_attn.q", {"attention.query"}}, {"self_attn.k", {"attention.key"}},
+       {"self_attn.v", {"attention.value"}}, {"self_attn.o", {"attention.dense"}},
+       {"self_norm", {"attention.LayerNorm"}}, {"ff1", {"ffn"}}, {"ff2", {"ffn_output"}},
+       {"ff_norm", {"full_layer_layer_norm"}}},
+      false, {"embeddings.position_ids", "embeddings.token_type_ids"}};
   // DistilBertModel: separate q/k/v linears, no token types, no pooler.
   static const HfFamily distilbert{
       "huggingface-distilbert", {"distilbert.", ""}, "embeddings.word_embeddings.weight",
@@ -361,6 +377,7 @@ const HfFamily& hf_family(Preset p) {
     case Preset::HuggingfaceBert: return bert;
     case Preset::HuggingfaceRoberta: return roberta;
     case Preset::HuggingfaceElectra: return electra;
+    case Preset::HuggingfaceAlbert: return albert;
     case Preset::HuggingfaceDistilbert: return distilbert;
     case Preset::HuggingfaceGpt2: return gpt2;
     case Preset::HuggingfaceBart: return bart;
@@ -819,7 +836,9 @@ Weights load_weights(const ModelConfig& c, const std::string& path, const Weight
     if (per_stack && dec) w.tgt_embedding_norm = ld.norm("tgt_embedding_norm", d);
   }
   if (e != d) w.embed_project = ld.linear("embed_project", e, d, c.layer_weights);
-  for (int i = 0; i < c.encoder_layers && enc; ++i) w.encoder.push_back(load_layer(ld, c, "encoder", i));
+  // Shared layers (ALBERT): the one set, encoder.0.*, that every layer runs with.
+  const int encoder_sets = c.shared_layers ? 1 : c.encoder_layers;
+  for (int i = 0; i < encoder_sets && enc; ++i) w.encoder.push_back(load_layer(ld, c, "encoder", i));
   for (int i = 0; i < c.decoder_layers && dec; ++i) w.decoder.push_back(load_layer(ld, c, "decoder", i));
   if (c.final_norm) {
     if (enc) w.encoder_norm = ld.norm("encoder_norm", d);
@@ -872,8 +891,8 @@ class CanonicalWriter {
     floats(prefix + ".weight", n.gamma, {int64_t(n.gamma.size())});
     if (!c_.rms_norm) floats(prefix + ".bias", n.beta, {int64_t(n.beta.size())});
   }
-  void table(const std::string& name, const EmbeddingTable& t, int vocab) {
-    const int d = c_.d_model;
+  // `d`: the table's width (the source table's is embedding_size).
+  void table(const std::string& name, const EmbeddingTable& t, int vocab, int d) {
     if (!t.int8()) return floats(name, t.f, {vocab, d});
     std::vector<uint8_t> q(size_t(vocab) * d), scales(size_t(vocab) * sizeof(float));
     const size_t stride = size_t(d) + kInt8RowScaleBytes;
@@ -991,8 +1010,8 @@ void save_weights(const ModelConfig& c, const Weights& w, const std::string& pat
   CanonicalWriter out(c);
   const int d = c.d_model;
   const bool enc = c.arch != Arch::Decoder, dec = c.arch != Arch::Encoder;
-  if (enc) out.table("src_embedding.weight", w.src_embedding, c.src_vocab);
-  if (dec && !c.share_src_tgt) out.table("tgt_embedding.weight", w.tgt_embedding, c.tgt_vocab);
+  if (enc) out.table("src_embedding.weight", w.src_embedding, c.src_vocab, c.embedding_size);
+  if (dec && !c.share_src_tgt) out.table("tgt_embedding.weight", w.tgt_embedding, c.tgt_vocab, c.d_model);
   const int e = c.embedding_size;
   if (!w.positions.empty()) out.floats("pos_embedding.weight", w.positions, {c.max_len, e});
   if (!w.tgt_positions.empty()) out.floats("tgt_pos_embedding.weight", w.tgt_positions, {c.max_len, d});

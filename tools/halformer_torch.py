@@ -55,6 +55,7 @@ equal copies (prepare_tensors clones them).
       (with embedding.size E != d: these four are E wide, and then
     embed_project.weight / .bias                          [d, E] / [d]  maps them to d)
     transformer.encoder.layers.N.*                        as for encoder_decoder
+                                                          (layer.shared_weights: layers.0 alone)
     transformer.encoder.norm.weight / .bias               [d]   (layer.final_norm: true)
     pooler.weight / .bias                                 [d, d] / [d]  (head.pooler: dense_tanh / dense_gelu)
     classifier.weight / .bias                             [C, d] / [C]  (head.kind: classifier)
@@ -583,7 +584,9 @@ class EncoderOnly(_Common):
         if e != d:
             self.embed_project = nn.Linear(e, d)
         self.transformer = _Stacks()
-        self.transformer.encoder = _torch_stack(spec, int(s["encoder_layers"]))
+        # layer.shared_weights (ALBERT): one layer's weights, run encoder_layers times.
+        self.layer_runs = int(s["encoder_layers"]) if spec["layer"].get("shared_weights") else 1
+        self.transformer.encoder = _torch_stack(spec, int(s["encoder_layers"]) // self.layer_runs)
         if head["pooler"] != "none" and self.head_kind != "hidden":
             self.pooler = nn.Linear(d, d)
         if self.head_kind == "classifier":
@@ -600,7 +603,13 @@ class EncoderOnly(_Common):
         return x
 
     def encode(self, src: torch.Tensor) -> torch.Tensor:
-        return self.transformer.encoder(self.embed(src), src_key_padding_mask=self._key_padding(src))
+        x, padding = self.embed(src), self._key_padding(src)
+        stack = self.transformer.encoder
+        if self.layer_runs == 1:
+            return stack(x, src_key_padding_mask=padding)
+        for _ in range(self.layer_runs):
+            x = stack.layers[0](x, src_key_padding_mask=padding)
+        return stack.norm(x) if stack.norm is not None else x
 
     def head_output(self, h: torch.Tensor, src: torch.Tensor) -> Optional[torch.Tensor]:
         return _pool_head(self, h, src, getattr(self, "pooler", None), getattr(self, "classifier", None))

@@ -46,7 +46,8 @@ TOLERANCE = 1e-4
 VOCAB, HIDDEN, HEADS, FF, LAYERS, POSITIONS = 1003, 72, 3, 100, 2, 64
 SEED = {"bert": 1, "roberta": 2, "distilbert": 3, "gpt2": 4, "bart": 5, "marian": 6, "llama": 7, "llama_mqa": 8,
         "t5": 9, "mt5": 10, "mistral": 11, "qwen2": 12, "gemma": 14, "gptj": 15, "gpt_neox": 16, "xlm_roberta": 17, "opt": 18,
-        "opt_postnorm": 19, "mbart": 20, "gpt2_unscaled": 21, "electra": 22, "electra_small": 23}
+        "opt_postnorm": 19, "mbart": 20, "gpt2_unscaled": 21, "electra": 22, "electra_small": 23,
+        "albert": 24}
 # Llama-style: "llama" has 6 query heads of 12 features sharing 2 key/value heads and
 # rope_theta 500 (not the default: angles turn fast, a wrong theta or layout shows);
 # "llama_mqa" 3 heads of 24 features over 1 key/value head (multi-query), the default
@@ -128,6 +129,14 @@ def make(family, out):
                                   max_position_embeddings=POSITIONS, type_vocab_size=2, num_labels=3,
                                   hidden_act="gelu_new", initializer_range=0.1)
         model = tf.ElectraForSequenceClassification(config)
+    elif family == "albert":
+        # One layer's weights run 3 times (num_hidden_groups 1); tables 20 wide (not a whole
+        # vector) before embedding_hidden_mapping_in to the 72-wide layers; gelu_new (ALBERT's
+        # default); the classifier reads the pooler's tanh of the first token.
+        config = tf.AlbertConfig(vocab_size=VOCAB, embedding_size=20, hidden_size=HIDDEN, num_attention_heads=HEADS,
+                                 intermediate_size=FF, num_hidden_layers=3, max_position_embeddings=POSITIONS,
+                                 type_vocab_size=2, num_labels=3, initializer_range=0.1)
+        model = tf.AlbertForSequenceClassification(config)
     elif family in ("opt", "opt_postnorm"):
         # learned positions from row 2 on; "opt_postnorm" is OPT-350m's layout (post-norm, no
         # final norm; its 512-wide projected embeddings aside)
@@ -590,7 +599,9 @@ REFUSALS = {
     "llama_kv_heads": ("llama", {"num_key_value_heads": 4}, r"num_key_value_heads: found 4; does not divide"),
     "llama_head_dim": ("llama", {"head_dim": 16}, r"head_dim: found 16; differs"),
     "llama_activation": ("llama", {"hidden_act": "relu"}, r'hidden_act: found "relu"; supported for the gated'),
-    "model_type_albert": ("bert", {"model_type": "albert"}, r'model_type: found "albert"; not supported yet'),
+    "albert_groups": ("albert", {"num_hidden_groups": 3}, r"num_hidden_groups: found 3; only 1"),
+    "albert_inner_groups": ("albert", {"inner_group_num": 2}, r"inner_group_num: found 2; only 1"),
+    "albert_embedding_width": ("albert", {"embedding_size": 72}, r"embedding_size: found 72; equal to hidden_size"),
     "bart_heads_differ": ("bart", {"decoder_attention_heads": 6},
                           r"decoder_attention_heads: found 6; differs from encoder_attention_heads 3"),
     "bart_ffn_differs": ("bart", {"decoder_ffn_dim": 64}, r"decoder_ffn_dim: found 64; differs from encoder_ffn_dim"),

@@ -184,7 +184,8 @@ struct FamilyInfo {
 };
 
 // ---- BERT and RoBERTa: one reader, RoBERTa's positions start after padding_idx.
-void read_bert_like(Config& c, Model& m, bool roberta) {
+// act_default: hidden_act where the config has none (the family's config class default).
+void read_bert_like(Config& c, Model& m, bool roberta, const char* act_default = "gelu") {
   const auto d = c.integer("hidden_size", 768), h = c.integer("num_attention_heads", 12);
   const auto ff = c.integer("intermediate_size", 3072), layers = c.integer("num_hidden_layers", 12);
   const auto vocab = c.integer("vocab_size", std::nullopt), positions = c.integer("max_position_embeddings", 512);
@@ -200,7 +201,7 @@ void read_bert_like(Config& c, Model& m, bool roberta) {
   c.only("add_cross_attention", false, "cross-attention layers in an encoder-only model are not supported");
   c.used("use_cache");  // decoder-only option
   for (const char* k : {"attention_probs_dropout_prob", "classifier_dropout", "initializer_range"}) c.used(k);
-  read_activation(c, "hidden_act", "gelu", m);
+  read_activation(c, "hidden_act", act_default, m);
   if (!d || !h || !ff || !layers || !vocab || !positions || !types || !eps || !pad) return;
   m.d_model = *d, m.vocab = *vocab;
   m.set("sizes", "d_model", *d, "hidden_size");
@@ -248,6 +249,26 @@ void read_electra(Config& c, Model& m, Task) {
   }
 }
 void read_roberta(Config& c, Model& m, Task) { read_bert_like(c, m, true); }
+// ---- ALBERT: BERT's layers, every one with the same weights (albert_layer_groups.0.
+// albert_layers.0), after tables embedding_size wide and embedding_hidden_mapping_in.
+void read_albert(Config& c, Model& m, Task) {
+  const auto d = c.integer("hidden_size", 4096), e = c.integer("embedding_size", 128);
+  if (auto g = c.integer("num_hidden_groups", 1); g && *g != 1)
+    c.refuse("num_hidden_groups", "only 1 (every layer shares one set of weights) is supported");
+  if (auto i = c.integer("inner_group_num", 1); i && *i != 1)
+    c.refuse("inner_group_num", "only 1 (one layer per group) is supported");
+  c.used("classifier_dropout_prob");
+  read_bert_like(c, m, false, "gelu_new");
+  m.set("layer", "shared_weights", "true", "num_hidden_groups 1: albert_layer_groups.0.albert_layers.0 is every layer");
+  if (d && e && *e == *d)
+    c.refuse("embedding_size", "equal to hidden_size: embedding_hidden_mapping_in between tables and layers of one "
+                               "width is not supported (embedding.size projects only to another width)");
+  else if (d && e) {
+    m.set("embedding", "size", std::to_string(*e), "embedding_size: tables and their LayerNorm this wide, then "
+                                                   "embedding_hidden_mapping_in to hidden_size");
+    m.table_width = *e;
+  }
+}
 
 // ---- DistilBERT: BERT without token types or pooler; its LayerNorms' eps is fixed.
 void read_distilbert(Config& c, Model& m, Task) {
@@ -809,6 +830,9 @@ const std::vector<FamilyInfo>& families() {
       {"electra", "huggingface-electra", "encoder",
        {{"ElectraModel", Task::Base}, {"ElectraForSequenceClassification", Task::SequenceClassification}},
        "embeddings.word_embeddings.weight", read_electra},
+      {"albert", "huggingface-albert", "encoder",
+       {{"AlbertModel", Task::Base}, {"AlbertForSequenceClassification", Task::SequenceClassification}},
+       "embeddings.word_embeddings.weight", read_albert},
       {"distilbert", "huggingface-distilbert", "encoder", {{"DistilBertModel", Task::Base}},
        "embeddings.word_embeddings.weight", read_distilbert},
       {"gpt2", "huggingface-gpt2", "decoder", {{"GPT2LMHeadModel", Task::Base}}, "wte.weight", read_gpt2},
@@ -842,7 +866,6 @@ const std::vector<FamilyInfo>& families() {
 const std::map<std::string, std::string>& planned() {
   static const std::map<std::string, std::string> p = {
       {"gemma2", "logit soft-capping, sliding-window layers, a query scale of its own"},
-      {"albert", "layers that share one set of weights"},
   };
   return p;
 }
@@ -1041,7 +1064,8 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& order() {
   static const std::vector<std::pair<std::string, std::vector<std::string>>> o = {
       {"sizes", {"d_model", "heads", "kv_heads", "d_ff", "encoder_layers", "decoder_layers", "src_vocab", "tgt_vocab", "type_vocab",
                  "max_len"}},
-      {"layer", {"norm_placement", "norm_kind", "norm_eps", "norm_weight_offset", "final_norm", "parallel_residual", "activation", "dropout"}},
+      {"layer", {"norm_placement", "norm_kind", "norm_eps", "norm_weight_offset", "final_norm", "parallel_residual",
+                 "shared_weights", "activation", "dropout"}},
       {"embedding", {"positions", "position_offset", "rotary_dim", "rotary_theta", "rotary_layout", "relative_buckets",
                      "relative_distance", "scale", "share_src_tgt", "share_tgt_output", "norm", "size"}},
       {"attention", {"causal", "padding_mask", "scaled"}},
@@ -1166,7 +1190,9 @@ Imported import_directory(const std::string& dir_arg, const std::string& name) {
           m.set("head", "pooler", "dense_gelu", "classifier.dense + gelu");
         else
           m.set("head", "pooler", "dense_tanh",
-                m.preset == std::string("huggingface-roberta") ? "classifier.dense + tanh" : "pooler.dense + tanh");
+                m.preset == std::string("huggingface-roberta")  ? "classifier.dense + tanh"
+                : m.preset == std::string("huggingface-albert") ? "pooler + tanh"
+                                                                : "pooler.dense + tanh");
         m.set("head", "num_classes", classes, from);
       }
     } else {

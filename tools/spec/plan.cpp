@@ -309,6 +309,7 @@ const char* preset_enum(Preset p) {
     case Preset::HuggingfaceGptNeox: return "HuggingfaceGptNeox";
     case Preset::HuggingfaceOpt: return "HuggingfaceOpt";
     case Preset::HuggingfaceElectra: return "HuggingfaceElectra";
+    case Preset::HuggingfaceAlbert: return "HuggingfaceAlbert";
     default: return "Explicit";
   }
 }
@@ -347,6 +348,7 @@ std::unique_ptr<SpecModelConfig> model_config(const Spec& s) {
                 int(WeightPreset::HuggingfaceGptNeox) == int(Preset::HuggingfaceGptNeox) &&
                 int(WeightPreset::HuggingfaceOpt) == int(Preset::HuggingfaceOpt) &&
                 int(WeightPreset::HuggingfaceElectra) == int(Preset::HuggingfaceElectra) &&
+                int(WeightPreset::HuggingfaceAlbert) == int(Preset::HuggingfaceAlbert) &&
                 int(WeightPreset::HuggingfaceLlama) == int(Preset::HuggingfaceLlama) &&
                 int(WeightPreset::HuggingfaceBart) == int(Preset::HuggingfaceBart) &&
                 int(WeightPreset::HuggingfaceGpt2) == int(Preset::HuggingfaceGpt2) &&
@@ -401,6 +403,7 @@ std::unique_ptr<SpecModelConfig> model_config(const Spec& s) {
   c.generator_input_scale = s.input_scale;
   c.parallel_residual = s.parallel_residual;
   c.embedding_size = int(s.embedding_width());
+  c.shared_layers = s.shared_weights;
   return r;
 }
 
@@ -490,7 +493,7 @@ void write_plan(const Spec& spec, const Plan& plan, const std::string& dir) {
     << ",\n      /*relative_buckets*/ " << cfg.relative_buckets << ", /*relative_distance*/ " << cfg.relative_distance
     << ", /*generator_input_scale*/ " << Planner::format_float(cfg.generator_input_scale)
     << ", /*parallel_residual*/ " << b(cfg.parallel_residual) << ", /*embedding_size*/ " << cfg.embedding_size
-    << "};\n\n";
+    << ", /*shared_layers*/ " << b(cfg.shared_layers) << "};\n\n";
   static const char* kRoles[] = {"embed_src", "embed_tgt", "qkv", "encoder_self_attention",
                                  "decoder_self_attention", "cross_attention", "attention_out",
                                  "cross_q", "cross_kv", "ff1", "ff2", "layer_norm", "generator",

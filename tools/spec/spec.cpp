@@ -91,6 +91,7 @@ const Names<WeightPreset>& names(WeightPreset) {
                                      {WeightPreset::HuggingfaceRoberta, "huggingface-roberta"},
                                      {WeightPreset::HuggingfaceDistilbert, "huggingface-distilbert"},
                                      {WeightPreset::HuggingfaceElectra, "huggingface-electra"},
+                                     {WeightPreset::HuggingfaceAlbert, "huggingface-albert"},
                                      {WeightPreset::HuggingfaceGpt2, "huggingface-gpt2"},
                                      {WeightPreset::HuggingfaceBart, "huggingface-bart"},
                                      {WeightPreset::HuggingfaceLlama, "huggingface-llama"},
@@ -129,8 +130,8 @@ const std::map<std::string, std::vector<std::string>>& schema() {
        {"d_model", "heads", "d_ff", "encoder_layers", "decoder_layers", "src_vocab", "tgt_vocab", "max_len",
         "type_vocab", "kv_heads"}},
       {"layer",
-       {"norm_placement", "norm_kind", "norm_eps", "norm_weight_offset", "final_norm", "parallel_residual", "activation",
-        "dropout"}},
+       {"norm_placement", "norm_kind", "norm_eps", "norm_weight_offset", "final_norm", "parallel_residual", "shared_weights",
+        "activation", "dropout"}},
       {"embedding",
        {"positions", "scale", "share_src_tgt", "share_tgt_output", "norm", "size", "position_offset", "rotary_dim",
         "rotary_theta", "rotary_layout", "relative_buckets", "relative_distance"}},
@@ -441,6 +442,7 @@ void read_layer(Section s, Spec& spec) {
          [](double v) { return std::isfinite(v) && std::abs(v) <= 16 ? "" : "a number between -16 and 16"; });
   s.read("final_norm", spec.final_norm);
   s.read("parallel_residual", spec.parallel_residual);
+  s.read("shared_weights", spec.shared_weights);
   s.read("activation", spec.activation, "activation");
   s.read("dropout", spec.dropout, [](double v) { return v >= 0 && v < 1 ? "" : ">= 0 and < 1"; });
 }
@@ -946,7 +948,8 @@ std::optional<Architecture> preset_architecture(WeightPreset p) {
     case WeightPreset::HuggingfaceBert:
     case WeightPreset::HuggingfaceRoberta:
     case WeightPreset::HuggingfaceDistilbert:
-    case WeightPreset::HuggingfaceElectra: return Architecture::Encoder;
+    case WeightPreset::HuggingfaceElectra:
+    case WeightPreset::HuggingfaceAlbert: return Architecture::Encoder;
     case WeightPreset::AnnotatedTransformer:
     case WeightPreset::HuggingfaceBart:
     case WeightPreset::HuggingfaceT5: return Architecture::EncoderDecoder;
@@ -977,6 +980,9 @@ std::vector<Diagnostic> check_supported(const Spec& s) {
   if (const auto family = preset_architecture(s.preset); family && s.architecture != *family)
     unsupported("weights.preset",
                 "preset " + quoted(name_of(s.preset)) + " for architecture " + quoted(name_of(s.architecture)));
+  if (s.preset == WeightPreset::HuggingfaceAlbert && !s.shared_weights && s.encoder_layers > 1)
+    unsupported("layer.shared_weights", "false with preset 'huggingface-albert' (its files hold one layer's weights, "
+                                        "which every layer runs with: set shared_weights: true)");
   if (is_gated(s.activation) && s.preset != WeightPreset::HuggingfaceLlama && s.preset != WeightPreset::HuggingfaceT5 &&
       s.preset != WeightPreset::HuggingfaceQwen2 && s.preset != WeightPreset::Explicit)
     unsupported("layer.activation", "gated activation " + quoted(name_of(s.activation)) + " with preset " +
@@ -990,6 +996,9 @@ std::vector<Diagnostic> check_supported(const Spec& s) {
     unsupported("embedding.size", "size " + std::to_string(s.embedding_size) + " != d_model " +
                                       std::to_string(s.d_model) + " (an embedding projection) for architecture " +
                                       quoted(name_of(s.architecture)) + " (encoder only)");
+  if (s.shared_weights && s.architecture != Architecture::Encoder)
+    unsupported("layer.shared_weights", "layers sharing one set of weights for architecture " +
+                                            quoted(name_of(s.architecture)) + " (encoder only)");
   if (s.parallel_residual && s.architecture == Architecture::EncoderDecoder)
     unsupported("layer.parallel_residual", "parallel_residual in an encoder-decoder (its cross-attention)");
   if (s.kv_heads != s.heads && s.architecture == Architecture::EncoderDecoder)

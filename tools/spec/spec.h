@@ -41,6 +41,7 @@ enum class WeightPreset {
   HuggingfaceGptNeox,
   HuggingfaceOpt,
   HuggingfaceElectra,
+  HuggingfaceAlbert,
   Explicit
 };
 enum class Precision { Fp32, Bf16, Int8 };
@@ -79,6 +80,8 @@ struct Spec {
   // x + attn(LN1(x)) + ff(LN2(x)): the feed-forward reads the layer's input, not the
   // attention's output (GPT-J, GPT-NeoX); pre-norm only
   bool parallel_residual = false;
+  // Every encoder layer runs with the same weights, one set in the file (ALBERT); encoder only
+  bool shared_weights = false;
   Activation activation = Activation::Relu;
   double dropout = 0.0;  // identity at inference; recorded for documentation only
 

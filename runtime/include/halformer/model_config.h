@@ -51,6 +51,7 @@ enum class Preset {
   HuggingfaceGptNeox,
   HuggingfaceOpt,
   HuggingfaceElectra,
+  HuggingfaceAlbert,
   Explicit
 };
 
@@ -119,6 +120,7 @@ struct ModelConfig {
   // norm reads the layer's input.
   bool parallel_residual;
   int embedding_size;  // the source tables' width; != d_model: embed_project maps them to d_model
+  bool shared_layers;  // every encoder layer runs with one set of weights (ALBERT): Weights::encoder holds one
 };
 
 struct KernelTable {
@@ -158,7 +160,7 @@ inline int relative_table_distance(int relative_distance, int max_len) {
   return relative_distance < reach ? relative_distance : reach;
 }
 
-constexpr int kDescriptorVersion = 11;  // bumped when ModelConfig / KernelTable change
+constexpr int kDescriptorVersion = 12;  // bumped when ModelConfig / KernelTable change
 struct ModelDescriptor {
   int version;              // kDescriptorVersion of the halformer that generated it
   const ModelConfig* config;
