@@ -2,7 +2,7 @@
 (transformers' GPT2LMHeadModel / LlamaForCausalLM, KV cache) on the same random weights
 (issue 15's speed section; docs/bench.md).
 
-    bench/.venv/bin/python bench/decoders.py [--quick] [--rounds 3] [--threads 2] [--out results.json]
+    bench/.venv/bin/python bench/decoders.py [--quick] [--rounds 3] [--repeat 3] [--threads 2] [--out results.json]
 
 (the bench venv, `bench/run --setup`: PyPI torch with MKL; Debian's torch in .venv has a
 generic BLAS, 5-10x slower, and would flatter halformer)
@@ -28,8 +28,10 @@ for 1 token). ONNX Runtime runs PyTorch's model exported as one step graph with 
 cache in and out (ort_model; the prompt is that graph with an empty cache). All use the
 same thread count. Every system is timed in rounds (--rounds, default 3), the systems
 in a rotating order within each, so that the shared machine's drifts in speed (15-20%
-within minutes) fall on all of them; in a round each runs once to warm up, then once
-timed; a figure is the median over the rounds. Tokens are checked: halformer's,
+within minutes) fall on all of them; in a round each runs once to warm up, then --repeat
+times (default 3) timed, the round's figure their median; a figure is the median over the
+rounds (single runs of a batch-8 prompt on this machine spread 15-30%: 5-10% leads did not
+show in one-run rounds). Tokens are checked: halformer's,
 CTranslate2's and ONNX Runtime's greedy tokens equal PyTorch's for every row. transformers 4.30's Llama has no grouped
 key/value heads: PyTorch and ONNX Runtime run the checkpoint's 4 key/value heads repeated
 to 12 (the same function, 3x the key/value projection and cache).
@@ -335,6 +337,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="1 round, 16 new tokens, batch 1 only")
     ap.add_argument("--rounds", type=int, default=3, help="timing rounds, systems in a rotating order in each")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="timed runs of each system per round, after its warm-up run (their median is the round's)")
     ap.add_argument("--out", default=None, help="write the results as JSON here too")
     ap.add_argument("--no-ct2", action="store_true", help="leave CTranslate2 out")
     ap.add_argument("--no-ort", action="store_true", help="leave ONNX Runtime out")
@@ -344,8 +348,9 @@ def main():
 
     torch.set_num_threads(a.threads)
     rounds, new_tokens, batches = (1, 16, [1]) if a.quick else (a.rounds, 64, [1, 8])
-    if rounds < 1:
-        raise SystemExit(f"--rounds {rounds}: need at least 1")
+    repeat = 1 if a.quick else a.repeat
+    if rounds < 1 or repeat < 1:
+        raise SystemExit(f"--rounds {rounds} --repeat {repeat}: need at least 1 of each")
     peak = json.loads(subprocess.run([str(PEAK), "--threads", str(a.threads)], capture_output=True, text=True,
                                      check=True).stdout)
     gbs = peak["read_gbs"][str(a.threads)]["best"]
@@ -360,13 +365,13 @@ def main():
         for b in batches:
             rng = np.random.default_rng(b)
             prompts = rng.integers(3, spec["vocab_size"] - 1, (b, 128)).tolist()
-            systems = {"PyTorch": lambda: torch_times(ref, prompts, new_tokens, 1),
-                       "halformer": lambda: halformer_times(binary, hf / "model.safetensors", prompts, new_tokens, 1,
-                                                            a.threads)}
+            systems = {"PyTorch": lambda: torch_times(ref, prompts, new_tokens, repeat),
+                       "halformer": lambda: halformer_times(binary, hf / "model.safetensors", prompts, new_tokens,
+                                                            repeat, a.threads)}
             if ct2:
-                systems["CTranslate2"] = lambda: ct2_times(ct2, prompts, new_tokens, 1, a.threads)
+                systems["CTranslate2"] = lambda: ct2_times(ct2, prompts, new_tokens, repeat, a.threads)
             if onnx:
-                systems["ONNX Runtime"] = lambda: ort_times(onnx, prompts, new_tokens, 1, a.threads)
+                systems["ONNX Runtime"] = lambda: ort_times(onnx, prompts, new_tokens, repeat, a.threads)
             runs = {s: [] for s in systems}
             order = list(systems)
             for k in range(rounds):
@@ -382,7 +387,8 @@ def main():
             hp, hs, htok = result("halformer")
             same = sum(h[:len(t)] == t for h, t in zip(htok, ttok))
             row = dict(model=name, batch=b, torch_prompt_ms=tp, torch_step_ms=ts, halformer_prompt_ms=hp,
-                       halformer_step_ms=hs, bound_ms=bound_ms, tokens_identical=f"{same}/{b}")
+                       halformer_step_ms=hs, bound_ms=bound_ms, tokens_identical=f"{same}/{b}",
+                       rounds_ms={s: [[r[0], r[1]] for r in runs[s]] for s in runs})  # (prompt, step) per round
             if ct2:
                 cp, cs, ctok = result("CTranslate2")
                 row.update(ct2_prompt_ms=cp, ct2_step_ms=cs,
@@ -393,7 +399,7 @@ def main():
                            ort_tokens_identical=f"{sum(o[:len(t)] == t for o, t in zip(otok, ttok))}/{b}")
             rows.append(row)
     print(f"decoder-only models, {a.threads} threads, prompt 128 + {new_tokens} greedy tokens, fp32, "
-          f"medians of {rounds} interleaved rounds; "
+          f"medians of {rounds} interleaved rounds of {repeat} timed runs each; "
           f"read bandwidth {gbs:.1f} GB/s (halformer_peak); torch {torch.__version__}")
     print(f"{'model':12} {'batch':>5} {'prompt ms (hf / torch / ct2 / ort)':>38} "
           f"{'decode ms/token (hf / torch / ct2 / ort)':>44} {'bound ms':>9} {'hf / bound':>10} "
@@ -406,7 +412,8 @@ def main():
               f"{r.get('ort_step_ms', na):<7.2f} {r['bound_ms']:>9.2f} {r['halformer_step_ms'] / r['bound_ms']:>10.2f} "
               f"{r['tokens_identical']:>9}, {r.get('ct2_tokens_identical', '-')}, {r.get('ort_tokens_identical', '-')}")
     if a.out:
-        json.dump(dict(threads=a.threads, rounds=rounds, read_gbs=gbs, rows=rows), open(a.out, "w"), indent=2)
+        json.dump(dict(threads=a.threads, rounds=rounds, repeat=repeat, read_gbs=gbs, rows=rows), open(a.out, "w"),
+                  indent=2)
 
 
 if __name__ == "__main__":

@@ -1047,6 +1047,9 @@ struct Session {
   // prompt b are copied into row b of the batch's cache at [shift[b], Pmax) while hot (a
   // cache per group, copied at the end, cost GPT-2 small at 8 x 128 tokens 20-90 ms of
   // allocation and copying), its last position's head output into row b of logits / out.
+  // Past the last layer's QKV projection only each prompt's last row is computed (its
+  // other rows' keys and values are all the cache needs): 8 x 128-token prompts through
+  // GPT-2 small 1215 -> 1057 ms.
   void prefill(DecoderState& st, const Weights& w, const std::vector<Sequence>& prompts, Act& logits, Act& out) {
     const int V = cfg.tgt_vocab;
     if (st.B == 1) {  // straight into the cache
