@@ -638,7 +638,7 @@ struct Session {
   // and so is x after.
   template <typename F>
   void residual_block(Act& x, const NormWeights& n, F sublayer, const Act* normed = nullptr, bool last_row = false) {
-    Act last = last_row ? last_rows(x, std::vector<int>(x.B, x.T - 1)) : Act();
+    Act last = last_row ? last_positions(x) : Act();
     const Act& res = last_row ? last : x;
     Act y(x.C, res.T, x.B, iface);
     if (cfg.pre_norm && normed) {
@@ -660,7 +660,7 @@ struct Session {
   // attention changes x (empty otherwise); with last_row of each sequence's last row alone.
   Act parallel_input(const Act& x, const LayerWeights& L, bool last_row = false) {
     if (!cfg.parallel_residual) return Act();
-    if (last_row) return parallel_input(last_rows(x, std::vector<int>(x.B, x.T - 1)), L);
+    if (last_row) return parallel_input(last_positions(x), L);
     Act h(x.C, x.T, x.B, iface);
     layer_norm(x, L.ff_norm, h);
     return h;
@@ -709,7 +709,7 @@ struct Session {
       if (decoder && last_row) {
         // The last query against every key; its row copied out (a view of it would not
         // start aligned on a device).
-        Act q = last_rows(qkv, std::vector<int>(h.B, h.T - 1));
+        Act q = last_positions(qkv);
         attention(kt.decoder_self_attention, "decoder_self_attention", view4(q, 0, hd, heads, 1, h.B, W, W),
                   view4(qkv, 0, hd, heads, h.T, h.B, W, int64_t(W) * h.T), view2(mask, 0, h.T, h.B, h.T), bias,
                   a.heads(hd));
@@ -905,6 +905,9 @@ struct Session {
     for (int b = 0; b < x.B; ++b) copy_elems(x, (int64_t(b) * x.T + last[b]) * x.C, y, int64_t(b) * x.C, x.C);
     return y;
   }
+
+  // Each sequence's row at position T - 1 (d, T, B) -> (d, 1, B).
+  Act last_positions(const Act& x) { return last_rows(x, std::vector<int>(x.B, x.T - 1)); }
 
   // The decoder's hidden rows (d, T, B) over whole target sequences; keep(l, qkv) gets layer
   // l's QKV rows. last_row (sequences of one length): only the last position's, (d, 1, B).
