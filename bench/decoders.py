@@ -18,10 +18,10 @@ SwiGLU d_ff 2048, 4 key/value heads for 12 query heads, vocab 32000). Each is im
 
 at batch 1 and 8; every system runs the 8 prompts as one batch (halformer's prefill takes
 prompts of one length together, 8 x 128 rows per matmul here, then decodes every row in
-each step). The decode bound is fp32 weight bytes read per step / the machine's measured
-streaming-read bandwidth
-(build/bin/halformer_peak, same run); the KV cache (< 5% of the weights at these
-lengths) is left out of the bound; a batch's step reads the weights once. CTranslate2
+each step). The decode bound is the bytes a step reads -- the fp32 weights once per batch,
+plus the key/value cache (its average over the 64 steps: 1-2% of the weights at batch 1, 8%
+(Llama-style) and 19% (GPT-2) at batch 8) -- over the machine's measured streaming-read
+bandwidth (build/bin/halformer_peak, same run). CTranslate2
 runs the model its own Transformers converter made from the same weights
 (`generate_batch`; per token: (time for 64 tokens - time for 1) / 63; prompt: the time
 for 1 token). ONNX Runtime runs PyTorch's model exported as one step graph with the KV
@@ -320,6 +320,21 @@ def ort_times(path, prompts, new_tokens, repeat, threads):
     return statistics.median(p_ms[1:]), statistics.median(s_ms[1:]), tokens
 
 
+def cache_bytes(name, batch, prompt, new_tokens):
+    """fp32 key/value cache bytes a decode step reads, averaged over the steps: every row's
+    keys and values so far, in every layer (GPT-2 small at batch 8 and ~160 positions: 94 MB,
+    a fifth of its weights)."""
+    spec = MODELS[name]
+    if spec["kind"] == "gpt2":
+        layers, width = spec["n_layer"], spec["n_embd"]
+    else:
+        heads = spec["num_attention_heads"]
+        layers = spec["num_hidden_layers"]
+        width = spec["num_key_value_heads"] * spec["hidden_size"] // heads
+    positions = sum(prompt + t + 1 for t in range(new_tokens)) / new_tokens
+    return 4 * 2 * width * layers * batch * positions
+
+
 def weight_bytes(name):
     """fp32 bytes a decode step reads: every tensor once, but an untied input embedding
     table only by the rows looked up (nothing, against the bound)."""
@@ -361,8 +376,8 @@ def main():
         ref = reference(name, hf)
         ct2 = ct2_model(name, hf) if not a.no_ct2 else None
         onnx = ort_model(name, hf) if not a.no_ort else None
-        bound_ms = weight_bytes(name) / (gbs * 1e9) * 1e3
         for b in batches:
+            bound_ms = (weight_bytes(name) + cache_bytes(name, b, 128, new_tokens)) / (gbs * 1e9) * 1e3
             rng = np.random.default_rng(b)
             prompts = rng.integers(3, spec["vocab_size"] - 1, (b, 128)).tolist()
             systems = {"PyTorch": lambda: torch_times(ref, prompts, new_tokens, repeat),
