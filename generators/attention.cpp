@@ -48,6 +48,9 @@ class Attention : public Generator<Attention> {
   GeneratorParam<int> rotary_dim{"rotary_dim", 0};     // 0: no rotary positions
   GeneratorParam<float> rotary_theta{"rotary_theta", 10000.0f};
   GeneratorParam<bool> rotary_interleaved{"rotary_interleaved", false};
+  // > 0: the positions a call can see (the model's max_len): on a CPU the cos / sin of
+  // every (frequency, position) are computed here, once, into constant tables (below).
+  GeneratorParam<int> rotary_positions{"rotary_positions", 0};
   GeneratorParam<int> relative_distance{"relative_distance", 0};  // 0: no position bias
   GeneratorParam<float> scale{"scale", 0.0f};                     // 0: 1 / sqrt(head_dim)
   // true: keys and values arrive as bf16 bits (uint16) on the CPU -- a bf16 attention
@@ -93,17 +96,37 @@ class Attention : public Generator<Attention> {
     };
 
     // Rotary positions: x(d) of a query or key row at position `pos`, rotated. cos/sin of
-    // the angle per (frequency, position) as Funcs, so the CPU computes each once per call.
+    // the angle per (frequency, position) as Funcs. With rotary_positions on a CPU they are
+    // constant tables computed here with the same float arithmetic (the angle's product in
+    // float, cosf / sinf: the values the kernel computed, bit for bit); else each call
+    // computes its positions' once. Per call they were scalar libm calls on one thread
+    // (Llama-style of bench/decoders.py at batch 1: __cosf + __sinf 1.7% of a run, as much
+    // as the attention's own work) -- tables of up to 2^20 entries each.
     Func inv_freq("inv_freq"), rope_cos("rope_cos"), rope_sin("rope_sin");
     Var f("f"), pos("pos");
+    const int P = rotary_positions;
+    const bool rope_tables = R > 0 && P > 0 && int64_t(P) * (R / 2) <= (int64_t(1) << 20) &&
+                             !get_target().has_gpu_feature() && !using_autoscheduler();
     {
       Buffer<float> freqs(std::max(R / 2, 1), "rope_inv_freq");
       for (int c = 0; c < R / 2; ++c)
         freqs(c) = 1.0f / std::pow(float(rotary_theta), float(2 * c) / float(R));
-      inv_freq(f) = freqs(f);
-      Expr angle = cast<float>(pos) * inv_freq(f);
-      rope_cos(f, pos) = cos(angle);
-      rope_sin(f, pos) = sin(angle);
+      if (rope_tables) {
+        Buffer<float> cos_table(R / 2, P, "rope_cos_table"), sin_table(R / 2, P, "rope_sin_table");
+        for (int p = 0; p < P; ++p)
+          for (int c = 0; c < R / 2; ++c) {
+            const float angle = float(p) * freqs(c);
+            cos_table(c, p) = std::cos(angle);
+            sin_table(c, p) = std::sin(angle);
+          }
+        rope_cos(f, pos) = cos_table(f, clamp(pos, 0, P - 1));
+        rope_sin(f, pos) = sin_table(f, clamp(pos, 0, P - 1));
+      } else {
+        inv_freq(f) = freqs(f);
+        Expr angle = cast<float>(pos) * inv_freq(f);
+        rope_cos(f, pos) = cos(angle);
+        rope_sin(f, pos) = sin(angle);
+      }
     }
     // rotate(x, d, pos): x is a function of the feature index (already bound to its row).
     auto rotate = [&](const std::function<Expr(Expr)>& x, Expr dd, Expr p) -> Expr {
@@ -260,7 +283,7 @@ class Attention : public Generator<Attention> {
     const bool avx512 = get_target().has_feature(Target::AVX512);
     const int vec_ = vec > 0 ? int(vec) : (avx512 ? 16 : 32), tile_q_ = tile_q > 0 ? int(tile_q) : (avx512 ? 8 : 2);
     const int dvec = pow2_divisor(D, vec_);
-    if (R > 0) {  // one table per call: Tk positions x R/2 frequencies
+    if (R > 0 && !rope_tables) {  // one table per call: Tk positions x R/2 frequencies
       rope_cos.compute_root();
       rope_sin.compute_root();
     }

@@ -114,6 +114,7 @@ class Planner {
       params.emplace_back("rotary_dim", std::to_string(spec_.rotary_dim));
       params.emplace_back("rotary_theta", format_float(spec_.rotary_theta));
       params.emplace_back("rotary_interleaved", spec_.rotary_layout == RotaryLayout::Interleaved ? "true" : "false");
+      params.emplace_back("rotary_positions", std::to_string(spec_.max_len));
     }
     if (relative)  // the table's half-width (model_config.h)
       params.emplace_back("relative_distance", std::to_string(relative_table_distance(int(spec_.relative_distance),
