@@ -232,21 +232,23 @@ const HfFamily& hf_family(Preset p) {
     f.model["embed_project"] = {"embeddings_project"};
     return f;
   }();
-  // AlbertModel / AlbertForSequenceClassification: one layer's weights for every layer
-  // (the spec's shared_weights: only layer 0 is read, albert_layer_groups.0.albert_layers.0),
-  // BERT's embeddings E wide, embedding_hidden_mapping_in to the layers' width; `pooler`
-  // (+ tanh) and `classifier`.
-  static const HfFamily albert{
-      "huggingface-albert", {"albert.", ""}, "embeddings.word_embeddings.weight",
-      {{"src_embedding", {"embeddings.word_embeddings"}}, {"pos_embedding", {"embeddings.position_embeddings"}},
-       {"type_embedding", {"embeddings.token_type_embeddings"}}, {"embedding_norm", {"embeddings.LayerNorm"}},
-       {"embed_project", {"encoder.embedding_hidden_mapping_in"}}, {"pooler", {"pooler"}}},
-      {{"classifier", {"classifier"}}}, "encoder.albert_layer_groups.0.albert_layers.",
-      {{"self_attn.q", {"attention.query"}}, {"self_attn.k", {"attention.key"}},
-       {"self_attn.v", {"attention.value"}}, {"self_attn.o", {"attention.dense"}},
-       {"self_norm", {"attention.LayerNorm"}}, {"ff1", {"ffn"}}, {"ff2", {"ffn_output"}},
-       {"ff_norm", {"full_layer_layer_norm"}}},
-      false, {"embeddings.position_ids", "embeddings.token_type_ids"}};
+  // AlbertModel / AlbertForSequenceClassification: BERT's embeddings (E wide) and head
+  // under `albert.`, but `pooler` (+ tanh) is a module of its own, embedding_hidden_mapping_in
+  // maps E to the layers' width, and one layer's weights serve every layer (the spec's
+  // shared_weights: only layer 0 is read, albert_layer_groups.0.albert_layers.0).
+  static const HfFamily albert = [] {
+    HfFamily f = bert;
+    f.preset = "huggingface-albert";
+    f.prefixes = {"albert.", ""};
+    f.model["embed_project"] = {"encoder.embedding_hidden_mapping_in"};
+    f.model["pooler"] = {"pooler"};
+    f.layers = "encoder.albert_layer_groups.0.albert_layers.";
+    f.layer = {{"self_attn.q", {"attention.query"}}, {"self_attn.k", {"attention.key"}},
+               {"self_attn.v", {"attention.value"}}, {"self_attn.o", {"attention.dense"}},
+               {"self_norm", {"attention.LayerNorm"}}, {"ff1", {"ffn"}}, {"ff2", {"ffn_output"}},
+               {"ff_norm", {"full_layer_layer_norm"}}};
+    return f;
+  }();
   // DistilBertModel: separate q/k/v linears, no token types, no pooler.
   static const HfFamily distilbert{
       "huggingface-distilbert", {"distilbert.", ""}, "embeddings.word_embeddings.weight",
