@@ -59,6 +59,10 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
   GP<int> gpu_slice_n{"gpu_slice_n", 32};
   GP<int> gpu_split_rows{"gpu_split_rows", 256};
   GP<int> gpu_unroll_k{"gpu_unroll_k", 4};
+  // Many-row path: K cut into slices of about this many steps (at most kGpuMaxKSplit),
+  // each walked by its own thread and summed through shared memory; 0: every thread
+  // walks all of K.
+  GP<int> gpu_k_slice{"gpu_k_slice", 0};
 
   In<Buffer<float, 2>> x{"x"};        // (K, M)
   // fp32 (panel, K, panels); bf16 (pair, panel, K / pair, panels): halformer/packed_layout.h
@@ -110,10 +114,19 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
     Func bc("b_clamped");
     bc(n) = b(overhang ? min(n, N - 1) : n);
 
+    // The GPU's two paths (the kernel is specialized on this; schedules/gpu.h).
+    Expr few_rows = M <= gpu_split_rows;
+    const GpuKSplit gpu_slices = gpu_k_split(K, gpu_k_slice);
     const int ks = (K + kGpuSlices - 1) / kGpuSlices;  // GPU few-row path: K per slice
-    RDom rs(0, ks, "ks"), ru(0, kGpuSlices, "u");
+    // With the many-row K split both paths keep tiles in shared memory, and both are
+    // compiled into each specialization's kernel: the other path's slice count is 0 there,
+    // so its shared tile is empty instead of adding to the block's shared memory.
+    const bool both_shared = gpu_slices.count > 1;
+    RDom rs(0, ks, "ks"), ru(0, both_shared ? select(few_rows, kGpuSlices, 0) : Expr(kGpuSlices), "u");
+    RDom rsum(0, both_shared ? select(few_rows, 0, gpu_slices.count) : Expr(1), "sk");
     Func acc("acc");
-    Func big("acc_big"), part("acc_part"), small("acc_small");
+    Func big("acc_big"), part("acc_part"), small("acc_small"), bslice("acc_slice"), bshared("acc_slices");
+    RVar big_k = r.x;
     if (paired) {
       // A bf16 x bf16 product is exact in fp32: the pair sum is what vdpbf16ps computes.
       acc(n, m) = bc(n);
@@ -124,16 +137,30 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
       acc(n, m) += xc(r, m) * wf(n, r);
     } else {
       // GPU: two schedules picked at run time by the row count (schedules/gpu.h).
-      // Many rows: register tiles, each thread walking all of K.
-      big(n, m) = bc(n);
-      big(n, m) += xc(r, m) * wf(n, r);
+      // Many rows: register tiles, each thread walking all of K or one of K's slices.
+      if (gpu_slices.count > 1) {
+        RDom rb(0, gpu_slices.steps, "kb");
+        Expr kq = s * gpu_slices.steps + rb;
+        bslice(n, m, s) = 0.0f;
+        if (K % gpu_slices.count == 0)
+          bslice(n, m, s) += xc(kq, m) * wf(n, kq);
+        else
+          bslice(n, m, s) += select(kq < K, xc(clamp(kq, 0, K - 1), m) * wf(n, clamp(kq, 0, K - 1)), 0.0f);
+        bshared(n, m, s) = bslice(n, m, s);
+        big(n, m) = bc(n);
+        big(n, m) += bshared(n, m, rsum);
+        big_k = rb.x;
+      } else {
+        big(n, m) = bc(n);
+        big(n, m) += xc(r, m) * wf(n, r);
+      }
       // Few rows: K cut into kGpuSlices slices summed by parallel threads, then added.
       Expr kk = s * ks + rs;
       part(n, m, s) = 0.0f;
       part(n, m, s) += select(kk < K, xc(min(kk, K - 1), m) * wf(n, min(kk, K - 1)), 0.0f);
       small(n, m) = bc(n);
       small(n, m) += part(n, m, ru);
-      acc(n, m) = select(M <= gpu_split_rows, small(n, m), big(n, m));
+      acc(n, m) = select(few_rows, small(n, m), big(n, m));
     }
 
     Expr y = apply_epilogue(kEpilogue, apply_activation(activation, acc(n, m)), kResidual ? (*residual)(n, m) : Expr());
@@ -170,8 +197,9 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
       return;
     }
     if (gpu) {
-      schedule_gpu_matmul(out, big, part, small, n, m, s, r.x, rs, M,
-                          GpuMatmulKnobs{gpu_tile_n, gpu_tile_m, gpu_reg_n, gpu_reg_m, gpu_slice_n, gpu_split_rows, gpu_unroll_k});
+      schedule_gpu_matmul(out, GpuMatmulFuncs{big, part, small, bslice, bshared}, n, m, s, big_k, rs, rsum.x, few_rows,
+                          GpuMatmulKnobs{gpu_tile_n, gpu_tile_m, gpu_reg_n, gpu_reg_m, gpu_slice_n, gpu_split_rows,
+                                         gpu_unroll_k, gpu_slices.count});
       return;
     }
     if (paired) {

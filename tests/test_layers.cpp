@@ -97,6 +97,9 @@ TEST(Linear, WholePanelsK40N192) { check_linear(KERNEL(test_linear_panels), 40, 
 // Fewer features than a vector (a classifier's 3 classes): tiles never reach past N.
 TEST(Linear, NarrowK40N3) { check_linear(KERNEL(test_linear_narrow), 40, 3, "none", false); }
 TEST(Linear, ResidualK60N36) { check_linear(KERNEL(test_linear_residual), 60, 36, "none", true); }
+// GPU builds: K summed in slices on the many-row path (300 rows).
+TEST(Linear, KSplitGuardedK101N36) { check_linear(KERNEL(test_linear_ksplit), 101, 36, "gelu", false); }
+TEST(Linear, KSplitResidualK64N40) { check_linear(KERNEL(test_linear_ksplit_residual), 64, 40, "none", true); }
 
 // linear_gated: (x W + b) * gate, the up projection of SwiGLU / GeGLU.
 TEST(Linear, GatedK60N36) {

@@ -9,7 +9,11 @@
 // * many rows: a block owns tile_n x tile_m outputs and each thread reg_n x reg_m of
 //   them in registers, walking all of K; weights come in as float4 loads of reg_n
 //   neighbouring features (coalesced: the packed panels keep them adjacent),
-//   activations as broadcasts. No shared memory: L1 serves the reuse.
+//   activations as broadcasts. No shared memory: L1 serves the reuse. With k_split S
+//   > 1 (knob gpu_k_slice) each register tile is computed by S threads over a slice of K
+//   each, the S partial tiles summed through shared memory: S times the threads and a
+//   chain S times shorter where few, long tiles would leave the GPU latency-bound
+//   (N = 512 with K = 2048 at 1024 rows: 512 blocks of 64 threads, 2048 steps each).
 // The two sum K in different orders, so a sequence's result can differ in the last
 // bits between a call of <= split_rows rows and a larger batch (docs/gpu.md).
 // Row-wise kernels (norms, softmax, pooling): one block per row, threads across the
@@ -22,6 +26,20 @@ namespace halformer {
 
 constexpr int kGpuSmallRows = 8;  // rows per block on the few-row path
 constexpr int kGpuSlices = 16;
+constexpr int kGpuMaxKSplit = 8;  // many-row path: at most this many K slices per tile
+
+// The many-row path's K split: `count` slices of `steps` (the last one guarded when
+// count does not divide K). slice_steps 0 or >= K: one slice.
+struct GpuKSplit {
+  int count = 1;
+  int steps = 0;
+};
+inline GpuKSplit gpu_k_split(int K, int slice_steps) {
+  GpuKSplit r;
+  if (slice_steps > 0) r.count = std::max(1, std::min(kGpuMaxKSplit, (K + slice_steps - 1) / slice_steps));
+  r.steps = (K + r.count - 1) / r.count;
+  return r;
+}
 
 struct GpuMatmulKnobs {
   int tile_n = 64;
@@ -31,21 +49,26 @@ struct GpuMatmulKnobs {
   int slice_n = 32;
   int split_rows = 256;
   int unroll_k = 4;  // many-row path: K steps unrolled (more loads in flight)
+  int k_split = 1;   // many-row path: K slices per register tile (gpu_k_split)
 };
 
-// big(n, m): bias + full-K update over rk; part(n, m, s): slice sums (pure + update
-// over rs); small(n, m): bias + sum of the slices. out inlines
-// select(M <= split_rows, small, big).
-inline void schedule_gpu_matmul(Halide::Func out, Halide::Func big, Halide::Func part, Halide::Func small,
-                                const Halide::Var& n, const Halide::Var& m, const Halide::Var& s,
-                                const Halide::RVar& rk, const Halide::RVar& rs, const Halide::Expr& M,
-                                GpuMatmulKnobs k) {
+// big(n, m): bias + full-K update over rk, or (k_split > 1) bias + the sum over rsum of
+// kshared(n, m, s), a copy of kslice(n, m, s): one K slice, pure + update over rk.
+// part(n, m, s): few-row slice sums (pure + update over rs); small(n, m): bias + sum of
+// the slices. out inlines select(M <= split_rows, small, big).
+struct GpuMatmulFuncs {
+  Halide::Func big, part, small, kslice, kshared;
+};
+inline void schedule_gpu_matmul(Halide::Func out, GpuMatmulFuncs f, const Halide::Var& n, const Halide::Var& m,
+                                const Halide::Var& s, const Halide::RVar& rk, const Halide::RVar& rs,
+                                const Halide::RVar& rsum, const Halide::Expr& few_rows, GpuMatmulKnobs k) {
   using namespace Halide;
+  Func big = f.big, part = f.part, small = f.small;
   Var nb("nb"), mb("mb"), nt("nt"), mt("mt"), nr("nr"), mr("mr");
   const int reg_n = std::max(1, k.reg_n), reg_m = std::max(1, k.reg_m);
   const int tile_n = std::max(reg_n, k.tile_n / reg_n * reg_n), tile_m = std::max(reg_m, k.tile_m / reg_m * reg_m);
   // Few rows (called first: a specialization copies the schedule made so far).
-  out.specialize(M <= k.split_rows)
+  out.specialize(few_rows)
       .split(n, nb, nt, std::max(1, k.slice_n), TailStrategy::GuardWithIf)
       .split(m, mb, mt, kGpuSmallRows, TailStrategy::GuardWithIf)
       .reorder(nt, mt, nb, mb)
@@ -58,6 +81,43 @@ inline void schedule_gpu_matmul(Halide::Func out, Halide::Func big, Halide::Func
   small.compute_at(out, nb).gpu_threads(n, m);
   small.update().gpu_threads(n, m);
   // Many rows.
+  if (k.k_split > 1) {
+    // Final stage: a thread per reg_n outputs of one row adds the k_split partial tiles.
+    out.split(n, nb, nt, tile_n, TailStrategy::GuardWithIf)
+        .split(m, mb, mt, tile_m, TailStrategy::GuardWithIf)
+        .split(nt, nt, nr, reg_n)
+        .reorder(nr, nt, mt, nb, mb)
+        .gpu_blocks(nb, mb)
+        .gpu_threads(nt, mt)
+        .unroll(nr);
+    big.compute_at(out, nt).bound_extent(n, reg_n).bound_extent(m, 1).vectorize(n);
+    big.update().reorder(n, m, rsum).vectorize(n).unroll(rsum);
+    // Partial tiles: threads (n tile, m tile, slice), each reg_n x reg_m in registers.
+    // (m tile, slice) fused into one thread dimension: the block keeps the final stage's
+    // tile_n / reg_n x tile_m threads instead of the product of both stages' shapes.
+    Var no("no"), ni("ni"), mo("mo"), mi("mi"), ms("ms");
+    // Whole tiles (the last one's rows past M and features past N read clamped inputs and
+    // are never stored): a constant shared allocation, and no tile shifted to before row 0.
+    f.kshared.compute_at(out, nb)
+        .store_in(MemoryType::GPUShared)
+        .bound_extent(n, tile_n)
+        .bound_extent(m, tile_m)
+        .bound(s, 0, k.k_split)
+        .split(n, no, ni, reg_n)
+        .split(m, mo, mi, reg_m)
+        .reorder(ni, mi, no, mo, s)
+        .fuse(mo, s, ms)
+        .gpu_threads(no, ms)
+        .vectorize(ni)
+        .unroll(mi);
+    f.kslice.compute_at(f.kshared, no).bound_extent(n, reg_n).bound_extent(m, reg_m).vectorize(n).unroll(m);
+    f.kslice.update().reorder(n, m, rk).vectorize(n).unroll(m);
+    if (k.unroll_k > 1) {
+      RVar rko("rko"), rki("rki");
+      f.kslice.update().split(rk, rko, rki, k.unroll_k, TailStrategy::GuardWithIf).reorder(n, m, rki, rko).unroll(rki);
+    }
+    return;
+  }
   out.split(n, nb, nt, tile_n, TailStrategy::GuardWithIf)
       .split(m, mb, mt, tile_m, TailStrategy::GuardWithIf)
       .split(nt, nt, nr, reg_n)

@@ -5,6 +5,8 @@
 # weights are made there (bench/halbench/gpu.py).
 #   tools/gpu/bundle.sh [OUT=gpu-bundle]        (after tools/test.sh or the cuda fixtures)
 # Then, on the GPU machine, from the repository root: bash tools/gpu/run.sh OUT RESULTS
+# The tuner (halformer-tune, for run.sh --tune) needs libHalide.so there too: with
+# HALFORMER_GPU_TUNER=1 it goes into OUT/lib as libHalide.so.xz (165 MB -> 46 MB, 1 min).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -26,6 +28,11 @@ for m in gpu-small gpt-awkward bert-embed-awkward; do
   cp "$d/$m" "$out/models/$m/"
   cp "$d/reference/reference.safetensors" "$d/reference/weights.safetensors" "$out/models/$m/reference/"
 done
+# gpu-small's bf16 build (checked against the fp32 reference above, tolerance 0.01).
+d="$b/models/gpu-small-bf16"
+build/bin/halformer build tests/models/gpu-small.yaml --precision bf16 -o "$d" > /dev/null
+mkdir -p "$out/models/gpu-small-bf16"
+cp "$d/gpu-small" "$out/models/gpu-small-bf16/"
 # transformer-base for CUDA (cuda_capability from HALFORMER_GPU_SM, default 90 = H100)
 # and the C++ benchmark driver linked against its library.
 sm="${HALFORMER_GPU_SM:-90}"
@@ -34,14 +41,27 @@ sed -e "s/^targets: \[host\]/targets: [host, cuda]\ncuda_capability: $sm/" model
 grep -q "^cuda_capability: $sm" "$spec" || { echo "bundle: could not add the cuda target to $spec" >&2; exit 1; }
 build/bin/halformer build "$spec" -o "$b/gpu/transformer-base"
 cp "$b/gpu/transformer-base/transformer-base" "$out/bin/"
-c++ -O2 -std=c++17 bench/cpp/model_bench.cpp -I runtime/include -include "$b/gpu/transformer-base/transformer-base.h" \
-    -DHALFORMER_MODEL=halformer_model_transformer_base "$b/gpu/transformer-base/libtransformer-base.a" \
-    -lpthread -ldl -o "$out/bin/halformer_model_bench"
+model_bench() {  # model_bench BUILD_DIR OUT_BIN
+  c++ -O2 -std=c++17 bench/cpp/model_bench.cpp -I runtime/include -include "$1/transformer-base.h" \
+      -DHALFORMER_MODEL=halformer_model_transformer_base "$1/libtransformer-base.a" -lpthread -ldl -o "$2"
+}
+model_bench "$b/gpu/transformer-base" "$out/bin/halformer_model_bench"
+# Schedule variants timed side by side by run.sh (HALFORMER_GPU_VARIANTS="NAME=KNOB:VALUE[,KNOB:VALUE] ...",
+# knobs as the spec's `schedule:` keys, e.g. ks512=linear.gpu_k_slice:512).
+for v in ${HALFORMER_GPU_VARIANTS:-}; do
+  name="${v%%=*}"; knobs="${v#*=}"
+  vspec="$out/transformer-base-cuda-$name.yaml"
+  { cat "$spec"; echo "schedule:"; tr ',' '\n' <<< "$knobs" | sed -e 's/^/  /' -e 's/:/: /'; } > "$vspec"
+  build/bin/halformer build "$vspec" -o "$b/gpu/transformer-base-$name"
+  model_bench "$b/gpu/transformer-base-$name" "$out/bin/halformer_model_bench_$name"
+done
 # Shared libraries the binaries need that a CUDA image may lack (Debian's utf8proc for
 # the tokenizer); run.sh puts $out/lib on LD_LIBRARY_PATH.
 mkdir -p "$out/lib"
-for lib in $(ldd "$out/bin/transformer-base" "$out/bin/test_model" | awk '/=> \// {print $3}' | sort -u); do
+cp build/bin/halformer-tune "$out/bin/"
+for lib in $(ldd "$out/bin/transformer-base" "$out/bin/test_model" "$out/bin/halformer-tune" | awk '/=> \// {print $3}' | sort -u); do
   case "$(basename "$lib")" in libc.so*|libm.so*|libstdc++*|libgcc_s*|libpthread*|libdl.so*|librt.so*) ;;
+    libHalide.so) [ "${HALFORMER_GPU_TUNER:-0}" = 1 ] && xz -T0 -6 -c "$lib" > "$out/lib/libHalide.so.xz" ;;
     *) cp -L "$lib" "$out/lib/" ;; esac
 done
 du -sh "$out"

@@ -1,24 +1,37 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU: every CUDA test of the bundle made by
 # tools/gpu/bundle.sh, then the benchmark against PyTorch on the same GPU.
-#   bash tools/gpu/run.sh BUNDLE RESULTS [--quick] [--tests-only|--bench-only]
+#   bash tools/gpu/run.sh BUNDLE RESULTS [--quick] [--tests-only|--bench-only] [--tune SECONDS]
 # Needs python3 with torch (CUDA), numpy, pyyaml and safetensors; nothing is built here.
+# --tune: afterwards `halformer tune --target cuda` on transformer-base for SECONDS (the
+# bundle made with HALFORMER_GPU_TUNER=1); its database lands in RESULTS/tuning-cuda.db.
 # The summary table is printed last; logs and JSON go to RESULTS.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 bundle="$(cd "$1" && pwd)"; results="$2"; shift 2
-quick=""; tests=1; bench=1
-for a in "$@"; do
-  case "$a" in --quick) quick=--quick ;; --tests-only) bench=0 ;; --bench-only) tests=0 ;; esac
+quick=""; tests=1; bench=1; tune=0
+while [ $# -gt 0 ]; do
+  case "$1" in --quick) quick=--quick ;; --tests-only) bench=0 ;; --bench-only) tests=0 ;;
+    --tune) tune="$2"; shift ;; *) echo "run.sh: unknown option $1" >&2; exit 2 ;; esac
+  shift
 done
 mkdir -p "$results"
 export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# Halide's CUDA runtime dlopens "libcuda.so"; driver installs in containers often carry
+# only libcuda.so.1.
+if ! ldconfig -p | grep -q 'libcuda\.so '; then
+  c="$(ldconfig -p | awk '/libcuda\.so\.1 / {print $NF; exit}')"
+  [ -n "$c" ] || c="$(ls /usr/local/nvidia/lib64/libcuda.so.1 /usr/lib/x86_64-linux-gnu/libcuda.so.1 2>/dev/null | head -1)"
+  if [ -n "$c" ]; then ln -sf "$c" "$bundle/lib/libcuda.so"; echo "libcuda.so -> $c"; fi
+fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$results/gpu.txt"
 fails=0
 step() {  # step NAME CMD...: runs it, logs it, counts a failure
   local name="$1"; shift
   local t0=$SECONDS
-  if "$@" > "$results/$name.log" 2>&1; then echo "PASS $name ($((SECONDS - t0)) s)"
+  # On the GPU machine a skip ("CUDA is not usable here") is a failure too.
+  if "$@" > "$results/$name.log" 2>&1 && ! grep -q "is not usable here" "$results/$name.log"; then
+    echo "PASS $name ($((SECONDS - t0)) s)"
   else echo "FAIL $name ($((SECONDS - t0)) s)"; tail -25 "$results/$name.log"; fails=$((fails + 1)); fi
 }
 if [ "$tests" = 1 ]; then
@@ -29,14 +42,36 @@ if [ "$tests" = 1 ]; then
       HALFORMER_WEIGHTS="$d/reference/weights.safetensors" HALFORMER_DEVICE=cuda "$bundle/bin/test_model"
   done
   d="$bundle/models/gpu-small"
+  step model_vs_torch_gpu-small_bf16_cuda env HALFORMER_MODEL_BIN="$bundle/models/gpu-small-bf16/gpu-small" \
+    HALFORMER_REFERENCE_DIR="$d/reference" HALFORMER_WEIGHTS="$d/reference/weights.safetensors" HALFORMER_DEVICE=cuda \
+    HALFORMER_RUN_TAG=bf16-cuda HALFORMER_TOLERANCE=0.01 "$bundle/bin/test_model"
   step residency_gpu-small_cuda python3 "$root/tests/check_residency.py" "$d/gpu-small" "$d/reference/weights.safetensors" cuda
   step batching_gpu-small_cuda env HALFORMER_DEVICE=cuda python3 "$root/tests/check_batching.py" "$d/gpu-small" \
     "$d/reference/weights.safetensors" "5 9 13 2 30" "8" "30 31 32 33 34 35 1 2 3 4 5 6" "7 7 7"
   grep -h "max abs\|error\|FAILED\|PASSED" "$results"/model_vs_torch_*_cuda.log | head -40 > "$results/model_errors.txt" || true
 fi
 if [ "$bench" = 1 ]; then
+  # The build with the spec's own schedules, and any variants bundle.sh made, side by side.
+  builds=(--model-bench "halformer=$bundle/bin/halformer_model_bench")
+  for v in "$bundle"/bin/halformer_model_bench_*; do
+    [ -x "$v" ] && builds+=(--model-bench "${v##*/halformer_model_bench_}=$v")
+  done
   (cd "$root/bench" && PYTHONUNBUFFERED=1 python3 -m halbench.gpu --spec "$bundle/transformer-base-cuda.yaml" \
-     --model-bench "$bundle/bin/halformer_model_bench" --out "$results/bench" $quick) 2>&1 | tee "$results/bench.log" | tail -20
+     "${builds[@]}" --out "$results/bench" $quick) 2>&1 | tee "$results/bench.log" | tail -40
+  # Per-kernel device times (HALFORMER_PROFILE synchronises around every kernel): the
+  # encoder at batch 8 and greedy decode at batch 1, on the bench's weights.
+  for run in "encoder_b8 8 --skip-decode" "decode_b1 1 --skip-encoder"; do
+    set -- $run
+    [ -f "$results/bench/src_b$2.txt" ] && HALFORMER_PROFILE=1 "$bundle/bin/halformer_model_bench" --device cuda \
+      --weights "$results/bench/weights.safetensors" --src-file "$results/bench/src_b$2.txt" --threads 4 \
+      --warmup 1 --repeat 3 --new-tokens 64 "$3" > /dev/null 2> "$results/profile_$1.txt"
+  done
+fi
+if [ "$tune" != 0 ]; then
+  [ -f "$bundle/lib/libHalide.so" ] || xz -dc "$bundle/lib/libHalide.so.xz" > "$bundle/lib/libHalide.so"
+  step tune_cuda timeout $((tune + 60)) "$bundle/bin/halformer-tune" "$bundle/transformer-base-cuda.yaml" --target cuda \
+    --seq-lens 128 --batch-sizes 1 8 32 --budget "${tune}s" --no-autoschedulers --db "$results/tuning-cuda.db"
+  tail -30 "$results/tune_cuda.log"
 fi
 echo "failures: $fails"
 [ "$fails" = 0 ]

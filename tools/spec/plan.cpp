@@ -7,7 +7,6 @@
 #include <stdexcept>
 
 namespace halformer {
-namespace {
 
 // Halide 21 emits PTX for these compute capabilities only. A newer GPU (sm_89, sm_90,
 // ...) runs the PTX of the highest one below it: the driver compiles PTX forward, and
@@ -18,6 +17,7 @@ int halide_ptx_capability(int64_t capability) {
     if (c <= capability) return c;
   return 30;
 }
+namespace {
 
 std::string c_identifier(const std::string& s) {
   std::string r;

@@ -37,6 +37,10 @@ struct Plan {
 
 Plan make_plan(const Spec& spec);
 
+// The CUDA capability Halide generates PTX for, given the spec's cuda_capability (the
+// highest Halide knows at or below it).
+int halide_ptx_capability(int64_t capability);
+
 // The runtime's ModelConfig for a spec -- the values <name>_model.cpp bakes in -- for
 // tools that read a model's weights without building it (`halformer quantize`). Owns the
 // strings the config points at.

@@ -1118,7 +1118,7 @@ int main(int argc, char** argv) {
   } else {
     t.gpu_ = true;
     // Named as the plan's device variant names it (tools/spec/plan.cpp), so builds find it.
-    const std::string cap = "cuda_capability_" + std::to_string(spec.cuda_capability);
+    const std::string cap = "cuda_capability_" + std::to_string(halformer::halide_ptx_capability(spec.cuda_capability));
     t.target_name_ = o.target == "cuda" ? "host-cuda-" + cap : "host-opencl";
     t.target_ = Halide::Target(t.host_.to_string() + (o.target == "cuda" ? "-cuda-" + cap : "-opencl"));
     if (o.target == "opencl") setenv("HL_OCL_DEVICE_TYPE", "cpu", 0);  // PoCL is a CPU device
