@@ -4,7 +4,8 @@
 #   bash tools/gpu/run.sh BUNDLE RESULTS [--quick] [--tests-only|--bench-only] [--tune SECONDS]
 # Needs python3 with torch (CUDA), numpy, pyyaml and safetensors; nothing is built here.
 # --tune: afterwards `halformer tune --target cuda` on transformer-base for SECONDS (the
-# bundle made with HALFORMER_GPU_TUNER=1); its database lands in RESULTS/tuning-cuda.db.
+# bundle made with HALFORMER_GPU_TUNER=1); its database lands in RESULTS/tuning-cuda.db
+# (one already there is extended); HALFORMER_TUNE_KERNEL limits it to matching kernels.
 # The summary table is printed last; logs and JSON go to RESULTS.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -70,7 +71,8 @@ fi
 if [ "$tune" != 0 ]; then
   [ -f "$bundle/lib/libHalide.so" ] || xz -dc "$bundle/lib/libHalide.so.xz" > "$bundle/lib/libHalide.so"
   step tune_cuda timeout $((tune + 60)) "$bundle/bin/halformer-tune" "$bundle/transformer-base-cuda.yaml" --target cuda \
-    --seq-lens 128 --batch-sizes 1 8 32 --budget "${tune}s" --no-autoschedulers --db "$results/tuning-cuda.db"
+    --seq-lens 128 --batch-sizes 1 8 32 --budget "${tune}s" --no-autoschedulers --db "$results/tuning-cuda.db" \
+    ${HALFORMER_TUNE_KERNEL:+--kernel "$HALFORMER_TUNE_KERNEL"}
   tail -30 "$results/tune_cuda.log"
 fi
 echo "failures: $fails"
