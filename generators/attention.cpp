@@ -66,6 +66,9 @@ class Attention : public Generator<Attention> {
   GeneratorParam<int> tile_q{"tile_q", 0};  // queries per tile
   GeneratorParam<int> gpu_tile_q{"gpu_tile_q", 8};   // queries per block
   GeneratorParam<int> gpu_key_lanes{"gpu_key_lanes", 32};  // threads across keys
+  // Softmax max and sum per query: 0 walked by one thread per query; L > 0: each query's
+  // keys split across L threads (partials in shared memory), then combined.
+  GeneratorParam<int> gpu_reduce_lanes{"gpu_reduce_lanes", 0};
 
   Input<Buffer<void, 4>> q{"q"};                 // float, or uint16 (bf16 bits) with q_bf16
   Input<Buffer<void, 4>> kv{"kv"};               // float, or uint16 (bf16 bits) with kv_bf16
@@ -270,6 +273,14 @@ class Attention : public Generator<Attention> {
       vc.compute_inline();
       for (Func f : {row_max, row_sum}) {
         f.compute_at(out, io).gpu_threads(i);
+        if (gpu_reduce_lanes > 0) {
+          RVar ro("ro"), ri("ri");
+          Var u("u");
+          Func lanes = f.update().split(rj, ro, ri, gpu_reduce_lanes, TailStrategy::GuardWithIf).rfactor(ri, u);
+          // u the innermost thread dimension (x), as keys and features are elsewhere.
+          lanes.compute_at(out, io).reorder(u, i).gpu_threads(u, i);
+          lanes.update().reorder(ro, u, i).gpu_threads(u, i);
+        }
         f.update().gpu_threads(i);
       }
       acc.compute_at(out, io).gpu_threads(d, i);

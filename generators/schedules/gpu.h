@@ -28,18 +28,6 @@ constexpr int kGpuSmallRows = 8;  // rows per block on the few-row path
 constexpr int kGpuSlices = 16;
 constexpr int kGpuMaxKSplit = 8;  // many-row path: at most this many K slices per tile
 
-// The many-row path's K split: `count` slices of `steps` (the last one guarded when
-// count does not divide K). slice_steps 0 or >= K: one slice.
-struct GpuKSplit {
-  int count = 1;
-  int steps = 0;
-};
-inline GpuKSplit gpu_k_split(int K, int slice_steps) {
-  GpuKSplit r;
-  if (slice_steps > 0) r.count = std::max(1, std::min(kGpuMaxKSplit, (K + slice_steps - 1) / slice_steps));
-  r.steps = (K + r.count - 1) / r.count;
-  return r;
-}
 
 struct GpuMatmulKnobs {
   int tile_n = 64;
@@ -51,6 +39,26 @@ struct GpuMatmulKnobs {
   int unroll_k = 4;  // many-row path: K steps unrolled (more loads in flight)
   int k_split = 1;   // many-row path: K slices per register tile (gpu_k_split)
 };
+
+// The many-row path's K split: `count` slices of `steps` (the last one guarded when
+// count does not divide K). slice_steps 0 or >= K: one slice. Both paths are compiled
+// into each specialization's kernel, so a block has the larger of their thread shapes:
+// fewer slices where that would pass CUDA's 1024 threads per block.
+struct GpuKSplit {
+  int count = 1;
+  int steps = 0;
+};
+inline GpuKSplit gpu_k_split(int K, int slice_steps, const GpuMatmulKnobs& k) {
+  GpuKSplit r;
+  if (slice_steps > 0) r.count = std::max(1, std::min(kGpuMaxKSplit, (K + slice_steps - 1) / slice_steps));
+  const int reg_n = std::max(1, k.reg_n), reg_m = std::max(1, k.reg_m);
+  const int tile_n = std::max(reg_n, k.tile_n / reg_n * reg_n), tile_m = std::max(reg_m, k.tile_m / reg_m * reg_m);
+  const int x = std::max(std::max(1, k.slice_n), tile_n / reg_n);
+  auto y = [&](int count) { return std::max({kGpuSlices, kGpuSmallRows, tile_m, tile_m / reg_m * count}); };
+  while (r.count > 1 && x * y(r.count) > 1024) r.count--;
+  r.steps = (K + r.count - 1) / r.count;
+  return r;
+}
 
 // big(n, m): bias + full-K update over rk, or (k_split > 1) bias + the sum over rsum of
 // kshared(n, m, s), a copy of kslice(n, m, s): one K slice, pure + update over rk.

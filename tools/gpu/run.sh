@@ -60,8 +60,8 @@ if [ "$bench" = 1 ]; then
   (cd "$root/bench" && PYTHONUNBUFFERED=1 python3 -m halbench.gpu --spec "$bundle/transformer-base-cuda.yaml" \
      "${builds[@]}" --out "$results/bench" $quick) 2>&1 | tee "$results/bench.log" | tail -40
   # Per-kernel device times (HALFORMER_PROFILE synchronises around every kernel): the
-  # encoder at batch 8 and greedy decode at batch 1, on the bench's weights.
-  for run in "encoder_b8 8 --skip-decode" "decode_b1 1 --skip-encoder"; do
+  # encoder at batch 8 and 32 and greedy decode at batch 1, on the bench's weights.
+  for run in "encoder_b8 8 --skip-decode" "encoder_b32 32 --skip-decode" "decode_b1 1 --skip-encoder"; do
     set -- $run
     [ -f "$results/bench/src_b$2.txt" ] && HALFORMER_PROFILE=1 "$bundle/bin/halformer_model_bench" --device cuda \
       --weights "$results/bench/weights.safetensors" --src-file "$results/bench/src_b$2.txt" --threads 4 \
