@@ -145,8 +145,8 @@ void check_attention(Fn fn, bool causal, bool cross) {
 
 TEST(Attention, SelfHead20) { check_attention(KERNEL(test_attention_self), false, false); }
 TEST(Attention, CausalHead20) { check_attention(KERNEL(test_attention_causal), true, false); }
-// GPU: the softmax statistics reduced across 16 threads per query (gpu_reduce_lanes).
-TEST(Attention, CausalReduceLanesHead20) { check_attention(KERNEL(test_attention_causal_lanes), true, false); }
+// GPU: the softmax statistics walked by one thread per query (gpu_reduce_lanes=0).
+TEST(Attention, CausalSerialSoftmaxHead20) { check_attention(KERNEL(test_attention_causal_serial), true, false); }
 TEST(Attention, CrossHead20) { check_attention(KERNEL(test_attention_cross), false, true); }
 
 // Decode step: one new query row against a longer cache (causal offset Tk - Tq). The

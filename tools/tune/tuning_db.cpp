@@ -77,8 +77,8 @@ const std::map<std::string, std::vector<Knob>>& gpu_table() {
         {"attention",
          {{"gpu_tile_q", ints({1, 2, 4, 8, 16, 32}), "8"},
           {"gpu_key_lanes", ints({8, 16, 32, 64, 128}), "32"},
-          {"gpu_reduce_lanes", ints({0, 8, 16, 32}), "0"}}},
-        {"layernorm", {{"gpu_threads", ints({32, 64, 128, 256}), "128"}}},
+          {"gpu_reduce_lanes", ints({0, 8, 16, 32}), "32"}}},
+        {"layernorm", {{"gpu_threads", ints({32, 64, 128, 256}), "32"}}},
         {"argmax", {{"lanes", ints({4, 8, 16, 32, 64}), "16"}}},
     };
   }();
