@@ -61,7 +61,7 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
   GP<int> gpu_unroll_k{"gpu_unroll_k", 4};
   // Many-row path: K cut into slices of about this many steps (at most kGpuMaxKSplit),
   // each walked by its own thread and summed through shared memory; 0: every thread
-  // walks all of K. 512 (K >= 1024 split): transformer-base's encoder at batch 8 on an
+  // walks all of K. 512 (K > 512 split): transformer-base's encoder at batch 8 on an
   // H200 5.06 -> 3.66 ms, batch 1 / 32 and decode unchanged (docs/gpu.md).
   GP<int> gpu_k_slice{"gpu_k_slice", 512};
 
