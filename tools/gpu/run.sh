@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU: every CUDA test of the bundle made by
 # tools/gpu/bundle.sh, then the benchmark against PyTorch on the same GPU.
-#   bash tools/gpu/run.sh BUNDLE RESULTS [--quick] [--tests-only|--bench-only] [--tune SECONDS]
+#   bash tools/gpu/run.sh BUNDLE RESULTS [--quick] [--tests-only|--bench-only] [--tune SECONDS] [--ncu]
 # Needs python3 with torch (CUDA), numpy, pyyaml and safetensors; nothing is built here.
 # --tune: afterwards `halformer tune --target cuda` on transformer-base for SECONDS (the
 # bundle made with HALFORMER_GPU_TUNER=1); its database lands in RESULTS/tuning-cuda.db
 # (one already there is extended); HALFORMER_TUNE_KERNEL limits it to matching kernels.
+# --ncu: after the bench, Nsight Compute on the first four many-row matmul launches of a
+# batch-32 encoder call (layer 0's QKV, output, feed-forward projections), into
+# RESULTS/ncu_linear_b32.log (CSV after the benchmark driver's JSON line).
 # The summary table is printed last; logs and JSON go to RESULTS.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 bundle="$(cd "$1" && pwd)"; results="$2"; shift 2
-quick=""; tests=1; bench=1; tune=0
+quick=""; tests=1; bench=1; tune=0; ncu=0
 while [ $# -gt 0 ]; do
-  case "$1" in --quick) quick=--quick ;; --tests-only) bench=0 ;; --bench-only) tests=0 ;;
+  case "$1" in --quick) quick=--quick ;; --tests-only) bench=0 ;; --bench-only) tests=0 ;; --ncu) ncu=1 ;;
     --tune) tune="$2"; shift ;; *) echo "run.sh: unknown option $1" >&2; exit 2 ;; esac
   shift
 done
@@ -67,6 +70,13 @@ if [ "$bench" = 1 ]; then
       --weights "$results/bench/weights.safetensors" --src-file "$results/bench/src_b$2.txt" --threads 4 \
       --warmup 1 --repeat 3 --new-tokens 64 "$3" > /dev/null 2> "$results/profile_$1.txt"
   done
+  ncu_bin="$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)"
+  if [ "$ncu" = 1 ] && [ -f "$results/bench/src_b32.txt" ] && [ -n "$ncu_bin" ]; then
+    step ncu_linear_b32 "$ncu_bin" --csv -k regex:block_id_y__1 --launch-count 4 --section SpeedOfLight \
+      --section Occupancy --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
+      "$bundle/bin/halformer_model_bench" --device cuda --weights "$results/bench/weights.safetensors" \
+      --src-file "$results/bench/src_b32.txt" --threads 4 --warmup 0 --repeat 1 --skip-decode
+  fi
 fi
 if [ "$tune" != 0 ]; then
   [ -f "$bundle/lib/libHalide.so" ] || xz -dc "$bundle/lib/libHalide.so.xz" > "$bundle/lib/libHalide.so"
