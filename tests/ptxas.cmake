@@ -29,3 +29,9 @@ set_tests_properties(gpu_ptxas_model_gpu-small PROPERTIES
 # must be reported as failures; launch evaluation and occupancy against known values.
 add_test(NAME gpu_ptxas_selftest COMMAND "${HALFORMER_PYTHON}" "${CMAKE_CURRENT_LIST_DIR}/ptxas_check_test.py")
 set_tests_properties(gpu_ptxas_selftest PROPERTIES LABELS gpu)
+# The scripts that run the CUDA tests and benchmark on a GPU machine (tools/gpu, docs/gpu.md)
+# run only there: here they must at least parse.
+add_test(NAME gpu_device_scripts_parse
+         COMMAND sh -c "bash -n tools/gpu/bundle.sh && bash -n tools/gpu/run.sh && \"${HALFORMER_PYTHON}\" -m py_compile bench/halbench/gpu.py"
+         WORKING_DIRECTORY "${PROJECT_SOURCE_DIR}")
+set_tests_properties(gpu_device_scripts_parse PROPERTIES LABELS gpu)
