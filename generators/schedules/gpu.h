@@ -28,7 +28,6 @@ constexpr int kGpuSmallRows = 8;  // rows per block on the few-row path
 constexpr int kGpuSlices = 16;
 constexpr int kGpuMaxKSplit = 8;  // many-row path: at most this many K slices per tile
 
-
 struct GpuMatmulKnobs {
   int tile_n = 64;
   int tile_m = 16;
@@ -43,7 +42,9 @@ struct GpuMatmulKnobs {
 // The many-row path's K split: `count` slices of `steps` (the last one guarded when
 // count does not divide K). slice_steps 0 or >= K: one slice. Both paths are compiled
 // into each specialization's kernel, so a block has the larger of their thread shapes:
-// fewer slices where that would pass CUDA's 1024 threads per block.
+// fewer slices where that would pass CUDA's 1024 threads per block, or where the partial
+// tiles would take more than 32 KB of shared memory (Halide launches with the 48 KB
+// default, and the few-row path's slice sums need room too).
 struct GpuKSplit {
   int count = 1;
   int steps = 0;
@@ -55,7 +56,7 @@ inline GpuKSplit gpu_k_split(int K, int slice_steps, const GpuMatmulKnobs& k) {
   const int tile_n = std::max(reg_n, k.tile_n / reg_n * reg_n), tile_m = std::max(reg_m, k.tile_m / reg_m * reg_m);
   const int x = std::max(std::max(1, k.slice_n), tile_n / reg_n);
   auto y = [&](int count) { return std::max({kGpuSlices, kGpuSmallRows, tile_m, tile_m / reg_m * count}); };
-  while (r.count > 1 && x * y(r.count) > 1024) r.count--;
+  while (r.count > 1 && (x * y(r.count) > 1024 || tile_n * tile_m * r.count * 4 > 32768)) r.count--;
   r.steps = (K + r.count - 1) / r.count;
   return r;
 }
