@@ -38,13 +38,12 @@ def log(msg: str) -> None:
     print(f"[gpu-bench] {msg}", file=sys.stderr, flush=True)
 
 
-def cuda_median_ms(fn, warmup: int, repeat: int) -> float:
-    """Median of CUDA-event times (host wall times where torch runs on the CPU: --device cpu)."""
+def cuda_median_ms(fn, warmup: int, repeat: int, on_gpu: bool = True) -> float:
+    """Median of CUDA-event times (host wall times with on_gpu false: --device cpu)."""
     import time
 
     import torch
 
-    on_gpu = torch.cuda.is_available()
     for _ in range(warmup):
         fn()
     if on_gpu:
@@ -69,7 +68,7 @@ def measure_peaks(torch, dev: str, small: bool) -> dict:
     n = 1 << (24 if small else 28)  # 1 GiB of fp32 on the GPU
     x = torch.empty(n, device=dev)
     y = torch.empty_like(x)
-    copy_ms = cuda_median_ms(lambda: y.copy_(x), 3, 10)
+    copy_ms = cuda_median_ms(lambda: y.copy_(x), 3, 10, on_gpu=dev == "cuda")
     del x, y
     m = 1024 if small else 8192
     a = torch.randn(m, m, device=dev)
@@ -77,7 +76,7 @@ def measure_peaks(torch, dev: str, small: bool) -> dict:
     out = {"copy_GBps": 2 * 4 * n / copy_ms / 1e6}
     for tf32 in (False, True):
         torch.backends.cuda.matmul.allow_tf32 = tf32
-        ms = cuda_median_ms(lambda: a @ b, 2, 5)
+        ms = cuda_median_ms(lambda: a @ b, 2, 5, on_gpu=dev == "cuda")
         out["matmul_tflops_tf32" if tf32 else "matmul_tflops_fp32"] = 2 * m**3 / ms / 1e9
     torch.backends.cuda.matmul.allow_tf32 = False
     return out
@@ -162,7 +161,7 @@ def main() -> None:
     gen = torch.Generator().manual_seed(1)
     new_tokens = 4 if dry else 64
     builds = dict(parse_build(x) for x in a.model_bench)
-    first = next(iter(builds))
+    step_bytes = decode_step_bytes(state)
     for b in batches:
         src = torch.randint(4, vocab, (b, SRC_LEN), generator=gen)
         src_file = os.path.join(a.out, f"src_b{b}.txt")
@@ -183,7 +182,7 @@ def main() -> None:
                 torch.backends.cuda.matmul.allow_tf32 = tf32
                 torch.backends.cudnn.allow_tf32 = tf32
                 key = "torch_tf32" if tf32 else "torch_fp32"
-                enc_ms[key] = cuda_median_ms(lambda: ref.encode(src_cuda), 3, reps)
+                enc_ms[key] = cuda_median_ms(lambda: ref.encode(src_cuda), 3, reps, on_gpu=not dry)
                 if not tf32:
                     want = ref.encode(src_cuda).float().cpu()
                     scale = max(1.0, want.abs().max().item())
@@ -203,7 +202,6 @@ def main() -> None:
             want_tokens, _ = greedy_kv(kv, src_cuda, new_tokens, bos)
             step_t = statistics.median(decode_samples(kv, src_cuda, new_tokens, bos, 1, 3 if a.quick else 5))
         want_tokens = torch.tensor(want_tokens)
-        step_bytes = decode_step_bytes(state)
         row = {"torch_eager": {"ms": step_t, "GBps": step_bytes / step_t / 1e6},
                "weight_bytes_per_step": step_bytes}
         for name, bench in builds.items():

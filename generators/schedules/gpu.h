@@ -89,7 +89,17 @@ inline void schedule_gpu_matmul(Halide::Func out, GpuMatmulFuncs f, const Halide
   part.update().reorder(m, rs, n, s).gpu_threads(n, s);
   small.compute_at(out, nb).gpu_threads(n, m);
   small.update().gpu_threads(n, m);
-  // Many rows.
+  // Many rows. A thread's reg_n x reg_m accumulators (all of K, or one K slice) walking
+  // rk: whole register tiles (reads past N or M are clamped by the algorithm), so
+  // constant loop extents and no predicated vector loads.
+  auto register_tile = [&](Func acc, const LoopLevel& at) {
+    acc.compute_at(at).bound_extent(n, reg_n).bound_extent(m, reg_m).vectorize(n).unroll(m);
+    acc.update().reorder(n, m, rk).vectorize(n).unroll(m);
+    if (k.unroll_k > 1) {
+      RVar rko("rko"), rki("rki");
+      acc.update().split(rk, rko, rki, k.unroll_k, TailStrategy::GuardWithIf).reorder(n, m, rki, rko).unroll(rki);
+    }
+  };
   if (k.k_split > 1) {
     // Final stage: a thread per reg_n outputs of one row adds the k_split partial tiles.
     out.split(n, nb, nt, tile_n, TailStrategy::GuardWithIf)
@@ -119,12 +129,7 @@ inline void schedule_gpu_matmul(Halide::Func out, GpuMatmulFuncs f, const Halide
         .gpu_threads(no, ms)
         .vectorize(ni)
         .unroll(mi);
-    f.kslice.compute_at(f.kshared, no).bound_extent(n, reg_n).bound_extent(m, reg_m).vectorize(n).unroll(m);
-    f.kslice.update().reorder(n, m, rk).vectorize(n).unroll(m);
-    if (k.unroll_k > 1) {
-      RVar rko("rko"), rki("rki");
-      f.kslice.update().split(rk, rko, rki, k.unroll_k, TailStrategy::GuardWithIf).reorder(n, m, rki, rko).unroll(rki);
-    }
+    register_tile(f.kslice, LoopLevel(f.kshared, no));
     return;
   }
   out.split(n, nb, nt, tile_n, TailStrategy::GuardWithIf)
@@ -136,14 +141,7 @@ inline void schedule_gpu_matmul(Halide::Func out, GpuMatmulFuncs f, const Halide
       .gpu_threads(nt, mt)
       .unroll(nr)
       .unroll(mr);
-  // Whole register tiles (reads past N or M are clamped by the algorithm): constant
-  // loop extents, no predicated vector loads.
-  big.compute_at(out, nt).bound_extent(n, reg_n).bound_extent(m, reg_m).vectorize(n).unroll(m);
-  big.update().reorder(n, m, rk).vectorize(n).unroll(m);
-  if (k.unroll_k > 1) {
-    RVar rko("rko"), rki("rki");
-    big.update().split(rk, rko, rki, k.unroll_k, TailStrategy::GuardWithIf).reorder(n, m, rki, rko).unroll(rki);
-  }
+  register_tile(big, LoopLevel(out, nt));
 }
 
 // One block per row `m` of out(c, m), `threads` threads striding across c.
