@@ -64,6 +64,10 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
   // walks all of K. 512 (K > 512 split): transformer-base's encoder at batch 8 on an
   // H200 5.06 -> 3.66 ms, batch 1 / 32 and decode unchanged (docs/gpu.md).
   GP<int> gpu_k_slice{"gpu_k_slice", 512};
+  // Many-row path: K walked in chunks of this many steps, each chunk's activations and
+  // weights loaded into registers as vectors before its FMAs (schedules/gpu.h); 0, or a
+  // chunk that does not divide the (slice's) K: loads per step, gpu_unroll_k unrolled.
+  GP<int> gpu_stage_k{"gpu_stage_k", 0};
 
   In<Buffer<float, 2>> x{"x"};        // (K, M)
   // fp32 (panel, K, panels); bf16 (pair, panel, K / pair, panels): halformer/packed_layout.h
@@ -119,6 +123,13 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
     Expr few_rows = M <= gpu_split_rows;
     const GpuMatmulKnobs gpu_knobs{gpu_tile_n, gpu_tile_m, gpu_reg_n, gpu_reg_m, gpu_slice_n, gpu_split_rows, gpu_unroll_k};
     const GpuKSplit gpu_slices = gpu_k_split(K, gpu_k_slice, gpu_knobs);
+    // Register staging (gpu_stage_k) needs whole chunks of unguarded K steps (a guarded
+    // last slice reads clamped K).
+    const bool unguarded = gpu_slices.count == 1 || K % gpu_slices.count == 0;
+    const int gpu_stage = gpu && gpu_stage_k > 1 && unguarded &&
+                                  (gpu_slices.count > 1 ? gpu_slices.steps : K) % gpu_stage_k == 0
+                              ? int(gpu_stage_k)
+                              : 0;
     const int ks = (K + kGpuSlices - 1) / kGpuSlices;  // GPU few-row path: K per slice
     // With the many-row K split both paths keep tiles in shared memory, and both are
     // compiled into each specialization's kernel: the other path's slice count is 0 there,
@@ -170,6 +181,9 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
 
     // ---- shapes the runtime must honour
     x.dim(0).set_bounds(0, K);
+    // Staged activations load as float4 along K: rows K apart (the runtime's activations
+    // are dense) from a 16-byte aligned start.
+    if (gpu_stage > 1) x.set_host_alignment(16).dim(1).set_stride(K);
     if (kBf16) {
       const Bf16WeightShape ws = bf16_weight_shape(K, N, panel, paired);
       w.dim(0).set_bounds(0, ws.pair).dim(1).set_bounds(0, panel).set_stride(ws.pair);
@@ -201,8 +215,9 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
     if (gpu) {
       GpuMatmulKnobs knobs_split = gpu_knobs;
       knobs_split.k_split = gpu_slices.count;
-      schedule_gpu_matmul(out, GpuMatmulFuncs{big, part, small, bslice, bshared}, n, m, s, big_k, rs, rsum.x, few_rows,
-                          knobs_split);
+      knobs_split.stage_k = gpu_stage;
+      schedule_gpu_matmul(out, GpuMatmulFuncs{big, part, small, bslice, bshared, xc, wf, k}, n, m, s, big_k, rs,
+                          rsum.x, few_rows, knobs_split);
       return;
     }
     if (paired) {

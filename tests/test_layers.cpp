@@ -100,6 +100,9 @@ TEST(Linear, ResidualK60N36) { check_linear(KERNEL(test_linear_residual), 60, 36
 // GPU builds: K summed in slices on the many-row path (300 rows).
 TEST(Linear, KSplitGuardedK101N36) { check_linear(KERNEL(test_linear_ksplit), 101, 36, "gelu", false); }
 TEST(Linear, KSplitResidualK64N40) { check_linear(KERNEL(test_linear_ksplit_residual), 64, 40, "none", true); }
+// GPU builds: K in register-staged chunks of 4 on the many-row path, whole and in slices.
+TEST(Linear, StagedK60N36) { check_linear(KERNEL(test_linear_staged), 60, 36, "relu", false); }
+TEST(Linear, StagedKSplitResidualK64N40) { check_linear(KERNEL(test_linear_staged_ksplit), 64, 40, "none", true); }
 
 // linear_gated: (x W + b) * gate, the up projection of SwiGLU / GeGLU.
 TEST(Linear, GatedK60N36) {

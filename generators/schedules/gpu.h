@@ -37,6 +37,7 @@ struct GpuMatmulKnobs {
   int split_rows = 256;
   int unroll_k = 4;  // many-row path: K steps unrolled (more loads in flight)
   int k_split = 1;   // many-row path: K slices per register tile (gpu_k_split)
+  int stage_k = 0;   // many-row path: K steps per register-staged chunk (0: none; gpu_stage_k)
 };
 
 // The many-row path's K split: `count` slices of `steps` (the last one guarded when
@@ -64,9 +65,11 @@ inline GpuKSplit gpu_k_split(int K, int slice_steps, const GpuMatmulKnobs& k) {
 // big(n, m): bias + full-K update over rk, or (k_split > 1) bias + the sum over rsum of
 // kshared(n, m, s), a copy of kslice(n, m, s): one K slice, pure + update over rk.
 // part(n, m, s): few-row slice sums (pure + update over rs); small(n, m): bias + sum of
-// the slices. out inlines select(M <= split_rows, small, big).
+// the slices. out inlines select(M <= split_rows, small, big). x(k, m) and w(n, k): the
+// activations and weights the many-row update reads (staged in registers with stage_k).
 struct GpuMatmulFuncs {
-  Halide::Func big, part, small, kslice, kshared;
+  Halide::Func big, part, small, kslice, kshared, x, w;
+  Halide::Var k;  // x's and w's K variable
 };
 inline void schedule_gpu_matmul(Halide::Func out, GpuMatmulFuncs f, const Halide::Var& n, const Halide::Var& m,
                                 const Halide::Var& s, const Halide::RVar& rk, const Halide::RVar& rs,
@@ -95,7 +98,17 @@ inline void schedule_gpu_matmul(Halide::Func out, GpuMatmulFuncs f, const Halide
   auto register_tile = [&](Func acc, const LoopLevel& at) {
     acc.compute_at(at).bound_extent(n, reg_n).bound_extent(m, reg_m).vectorize(n).unroll(m);
     acc.update().reorder(n, m, rk).vectorize(n).unroll(m);
-    if (k.unroll_k > 1) {
+    if (k.stage_k > 1) {
+      // K in chunks of stage_k (a divisor of the steps: no tail): each chunk's activations
+      // (reg_m rows x stage_k, float4 loads along K) and weights (stage_k x float4) are
+      // loaded into registers before its reg_n x reg_m x stage_k FMAs, instead of a float4
+      // and reg_m scalar loads per K step -- fewer load instructions through L1, which
+      // bounds the unstaged kernel (docs/gpu.md).
+      RVar rko("rko"), rki("rki");
+      acc.update().split(rk, rko, rki, k.stage_k, TailStrategy::GuardWithIf).reorder(n, m, rki, rko).unroll(rki);
+      f.x.in(acc).compute_at(acc, rko).bound_extent(f.k, k.stage_k).bound_extent(m, reg_m).vectorize(f.k).unroll(m);
+      f.w.in(acc).compute_at(acc, rko).bound_extent(n, reg_n).bound_extent(f.k, k.stage_k).vectorize(n).unroll(f.k);
+    } else if (k.unroll_k > 1) {
       RVar rko("rko"), rki("rki");
       acc.update().split(rk, rko, rki, k.unroll_k, TailStrategy::GuardWithIf).reorder(n, m, rki, rko).unroll(rki);
     }

@@ -61,7 +61,8 @@ const std::map<std::string, std::vector<Knob>>& cpu_table() {
 
 const std::map<std::string, std::vector<Knob>>& gpu_table() {
   static const std::map<std::string, std::vector<Knob>> t = [] {
-    // schedules/gpu.h: many-row tiles, register tile rows, K unrolling and K slices;
+    // schedules/gpu.h: many-row tiles, register tile rows, K unrolling, K slices and
+    // register-staged K chunks;
     // few-row slices and the row count where the many-row path starts.
     std::vector<Knob> matmul{{"gpu_tile_n", ints({32, 64, 128}), "64"},
                              {"gpu_tile_m", ints({8, 16, 32}), "16"},
@@ -69,6 +70,7 @@ const std::map<std::string, std::vector<Knob>>& gpu_table() {
                              {"gpu_unroll_k", ints({1, 4, 8}), "4"},
                              {"gpu_slice_n", ints({16, 32, 64}), "32"},
                              {"gpu_k_slice", ints({0, 256, 512, 1024}), "512"},
+                             {"gpu_stage_k", ints({0, 4, 8}), "0"},
                              {"gpu_split_rows", ints({256, 1024, 4096}), "256"}};
     return std::map<std::string, std::vector<Knob>>{
         {"linear", matmul},
