@@ -61,9 +61,13 @@ class Attention : public Generator<Attention> {
   // the cache holds, queries included). CPU only, as kv_bf16.
   GeneratorParam<bool> q_bf16{"q_bf16", false};
   // Schedule knobs.
-  // 0: the target's (below): AVX-512 16 keys x 8 queries, AVX2 32 keys x 2 queries.
+  // 0: the target's (below): AVX-512 16 keys x 8 queries, AVX2 16 keys x 6 queries.
   GeneratorParam<int> vec{"vec", 0};
   GeneratorParam<int> tile_q{"tile_q", 0};  // queries per tile
+  // The V product's register block: v_features head features x v_queries queries (0: the
+  // target's, below).
+  GeneratorParam<int> v_features{"v_features", 0};
+  GeneratorParam<int> v_queries{"v_queries", 0};
   GeneratorParam<int> gpu_tile_q{"gpu_tile_q", 8};   // queries per block
   GeneratorParam<int> gpu_key_lanes{"gpu_key_lanes", 32};  // threads across keys
   // Softmax max and sum per query: 0 walked by one thread per query; L > 0: each query's
@@ -289,12 +293,15 @@ class Attention : public Generator<Attention> {
       acc.update().reorder(d, i, rj).gpu_threads(d, i);
       return;
     }
-    // The score block (vec keys x tile_q queries) stays in registers over d: AVX-512's 32
-    // zmm hold 8 queries x 1 vector of 16; AVX2's 16 ymm spilled that shape (8 x 2 ymm), so
-    // there 2 queries x 4 ymm of keys (transformer-base encoder self-attention, 2-core Zen 3,
-    // `halformer tune`: 0.52 -> 0.38 ms; 4 x 16: 0.47; decode unchanged).
+    // The score block (vec keys x tile_q queries) stays in registers over d, and so does the
+    // V product's (v_features x v_queries). AVX-512's 32 zmm: 8 queries x 1 vector of 16
+    // keys; V 4 queries x the whole head. AVX2's 16 ymm: 6 queries x 2 ymm of keys and V 6
+    // queries x 2 ymm of features, 12 accumulators each. The V block of the whole head
+    // (8 ymm x 2 queries with the former 32 keys x 2 queries) spilled 37 ymm stack accesses
+    // per key (transformer-base encoder self-attention alone, 2-core Zen 3, batch 8 / 1:
+    // 3.1-3.9 / 0.36-0.49 ms -> 2.1-2.4 / 0.25-0.29 ms; 4 x 2 ymm both: 2.1-3.1 / 0.30-0.34).
     const bool avx512 = get_target().has_feature(Target::AVX512);
-    const int vec_ = vec > 0 ? int(vec) : (avx512 ? 16 : 32), tile_q_ = tile_q > 0 ? int(tile_q) : (avx512 ? 8 : 2);
+    const int vec_ = vec > 0 ? int(vec) : 16, tile_q_ = tile_q > 0 ? int(tile_q) : (avx512 ? 8 : 6);
     const int dvec = pow2_divisor(D, vec_);
     if (R > 0 && !rope_tables) {  // one table per call: Tk positions x R/2 frequencies
       rope_cos.compute_root();
@@ -393,13 +400,16 @@ class Attention : public Generator<Attention> {
     for (Func f : {row_max, row_sum}) schedule_cpu_row_reduction(f, LoopLevel(out, io), rj.x, i, vec_);
     p.compute_at(out, io).vectorize(j, vec_, TailStrategy::GuardWithIf);
     vc.compute_at(out, hb).vectorize(d, dvec);
-    const int q_block = std::min(4, int(tile_q_));
+    const int q_block = std::min(v_queries > 0 ? int(v_queries) : (avx512 ? 4 : 6), int(tile_q_));
+    const int v_block = std::min(v_features > 0 ? int(v_features) : (avx512 ? D : 16), D);
+    Var dvo("dvo"), dvi("dvi");
     acc.compute_at(out, io).bound_extent(i, tile_q_).vectorize(d, dvec);
     acc.update()
         .split(i, iq, iqi, q_block, TailStrategy::RoundUp)
-        .reorder(d, iqi, rj, iq)
-        .vectorize(d, dvec)
-        .unroll(d)
+        .split(d, dvo, dvi, v_block, TailStrategy::GuardWithIf)
+        .reorder(dvi, iqi, rj, dvo, iq)
+        .vectorize(dvi, dvec)
+        .unroll(dvi)
         .unroll(iqi);
   }
 };
