@@ -75,6 +75,13 @@ class Attention : public Generator<Attention> {
   // LayerNorm threads, on an H200: transformer-base encoder b8 3.64 -> 3.48 ms, b32
   // 11.34 -> 10.78, decode step b1 1.55 -> 1.47 ms (docs/gpu.md).
   GeneratorParam<int> gpu_reduce_lanes{"gpu_reduce_lanes", 32};
+  // The V product: 0, one thread per (feature, query) adding into the block's shared
+  // memory at every key; n > 0, one thread per (feature, n queries), its n sums held in
+  // registers over the keys and stored once (docs/gpu.md).
+  GeneratorParam<int> gpu_v_queries{"gpu_v_queries", 0};
+  // The scores: 0, one thread per (key, query) adding into the block's shared memory at
+  // every head feature; n > 0, one thread per (key, n queries) summing in registers.
+  GeneratorParam<int> gpu_score_queries{"gpu_score_queries", 0};
 
   Input<Buffer<void, 4>> q{"q"};                 // float, or uint16 (bf16 bits) with q_bf16
   Input<Buffer<void, 4>> kv{"kv"};               // float, or uint16 (bf16 bits) with kv_bf16
@@ -183,9 +190,12 @@ class Attention : public Generator<Attention> {
     kt(j, d, h, b) = kc(d, j, h, b);
 
     RDom rd(0, D, "rd");
-    Func score("score");
-    score(j, i, h, b) = 0.0f;
-    score(j, i, h, b) += qc(rd, h, i, b) * kt(j, rd, h, b);
+    // qk: the dot products; score: their values as the softmax reads them (inlined but on a
+    // GPU with gpu_score_queries, where qk sums in registers and score is the shared row).
+    Func qk("qk"), score("score");
+    qk(j, i, h, b) = 0.0f;
+    qk(j, i, h, b) += qc(rd, h, i, b) * kt(j, rd, h, b);
+    score(j, i, h, b) = qk(j, i, h, b);
     Expr s = score(j, i, h, b) * score_scale + key_mask(j, b) + bias(j, Tk - Tq + i, h);
     // Added rather than selected: a select would let bounds inference skip the scores of
     // hidden keys, which breaks the fixed-size score blocks of the CPU schedule.
@@ -254,11 +264,18 @@ class Attention : public Generator<Attention> {
     if (get_target().has_gpu_feature()) {
       // One block per (query tile, head, batch). Score rows, softmax statistics and the
       // V product live in shared memory; threads span keys (scores) or features (V).
-      Var io("io"), ii("ii"), jo("jo"), ji("ji");
-      out.split(i, io, ii, gpu_tile_q, TailStrategy::GuardWithIf)
-          .reorder(d, ii, io, h, b)
-          .gpu_blocks(io, h, b)
-          .gpu_threads(d, ii);
+      Var io("io"), ii("ii"), jo("jo"), ji("ji"), iq("iq"), iqi("iqi");
+      const int vq = std::min(int(gpu_v_queries), int(gpu_tile_q));
+      out.split(i, io, ii, gpu_tile_q, TailStrategy::GuardWithIf);
+      if (vq > 0) {
+        out.split(ii, iq, iqi, vq, TailStrategy::GuardWithIf)
+            .reorder(iqi, d, iq, io, h, b)
+            .gpu_blocks(io, h, b)
+            .gpu_threads(d, iq)
+            .unroll(iqi);
+      } else {
+        out.reorder(d, ii, io, h, b).gpu_blocks(io, h, b).gpu_threads(d, ii);
+      }
       // Keys of the current chunk of gpu_key_lanes staged in shared memory, read from kv
       // with threads along the head features (coalesced) and stored key-major with one
       // float of padding per row, so that the score loop's lanes (one key each) and the
@@ -266,16 +283,31 @@ class Attention : public Generator<Attention> {
       // its own key row 3 * d_model floats from its neighbour's: 1.9 ms per layer at
       // batch 32, length 128 on an H100, half of the encoder.
       kc.compute_inline();
-      Var jo2("jo2"), ji2("ji2");
-      kt.compute_at(score, jo).store_in(MemoryType::GPUShared).bound_storage(j, gpu_key_lanes + 1)
-          .reorder(d, j).split(j, jo2, ji2, gpu_tile_q, TailStrategy::GuardWithIf).gpu_threads(d, ji2);
       masked.compute_inline();
-      for (Func f : {score, p}) {
+      const int sq = std::min(int(gpu_score_queries), int(gpu_tile_q));
+      Func scores = sq > 0 ? score : qk;  // the Func whose rows live in shared memory
+      if (sq == 0) score.compute_inline();
+      Var jo2("jo2"), ji2("ji2");
+      kt.compute_at(scores, jo).store_in(MemoryType::GPUShared).bound_storage(j, gpu_key_lanes + 1)
+          .reorder(d, j).split(j, jo2, ji2, gpu_tile_q, TailStrategy::GuardWithIf).gpu_threads(d, ji2);
+      for (Func f : {scores, p}) {
         f.compute_at(out, io).store_in(MemoryType::GPUShared)
-            .split(j, jo, ji, gpu_key_lanes, TailStrategy::GuardWithIf).reorder(ji, i, jo).gpu_threads(ji, i);
+            .split(j, jo, ji, gpu_key_lanes, TailStrategy::GuardWithIf).reorder(ji, i, jo);
+        if (f.name() != score.name() || sq == 0) f.gpu_threads(ji, i);
       }
-      score.update().split(j, jo, ji, gpu_key_lanes, TailStrategy::GuardWithIf).reorder(ji, i, rd, jo)
-          .gpu_threads(ji, i);
+      if (sq > 0) {
+        // Whole groups of sq queries per thread (clamped query reads past Tq; not stored).
+        Var iq2("iq2"), iqi2("iqi2");
+        score.split(i, iq2, iqi2, sq, TailStrategy::GuardWithIf).reorder(iqi2, ji, iq2, jo).gpu_threads(ji, iq2)
+            .unroll(iqi2);
+        qk.compute_at(score, ji).bound_extent(i, sq).unroll(i);
+        qk.update().reorder(i, rd).unroll(i);
+        // The tile's queries in shared memory: every key's thread reads all of them.
+        qc.compute_at(out, io).store_in(MemoryType::GPUShared).gpu_threads(d, i);
+      } else {
+        qk.update().split(j, jo, ji, gpu_key_lanes, TailStrategy::GuardWithIf).reorder(ji, i, rd, jo)
+            .gpu_threads(ji, i);
+      }
       vc.compute_inline();
       for (Func f : {row_max, row_sum}) {
         f.compute_at(out, io).gpu_threads(i);
@@ -289,8 +321,14 @@ class Attention : public Generator<Attention> {
         }
         f.update().gpu_threads(i);
       }
-      acc.compute_at(out, io).gpu_threads(d, i);
-      acc.update().reorder(d, i, rj).gpu_threads(d, i);
+      if (vq > 0) {
+        // Whole groups of vq queries (rows past Tq read clamped queries; not stored).
+        acc.compute_at(out, d).bound_extent(i, vq).unroll(i);
+        acc.update().reorder(i, rj).unroll(i);
+      } else {
+        acc.compute_at(out, io).gpu_threads(d, i);
+        acc.update().reorder(d, i, rj).gpu_threads(d, i);
+      }
       return;
     }
     // The score block (vec keys x tile_q queries) stays in registers over d, and so does the
@@ -394,8 +432,9 @@ class Attention : public Generator<Attention> {
         .reorder(ji, i, jo)
         .vectorize(ji)
         .unroll(i);
-    score.compute_at(masked, jo).bound_extent(j, vec_).bound_extent(i, tile_q_).vectorize(j).unroll(i);
-    score.update().reorder(j, i, rd).vectorize(j).unroll(i);
+    score.compute_inline();
+    qk.compute_at(masked, jo).bound_extent(j, vec_).bound_extent(i, tile_q_).vectorize(j).unroll(i);
+    qk.update().reorder(j, i, rd).vectorize(j).unroll(i);
     // Row max and sum: vec lanes of partial results per row, then one horizontal step.
     for (Func f : {row_max, row_sum}) schedule_cpu_row_reduction(f, LoopLevel(out, io), rj.x, i, vec_);
     p.compute_at(out, io).vectorize(j, vec_, TailStrategy::GuardWithIf);

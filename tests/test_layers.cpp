@@ -151,6 +151,9 @@ TEST(Attention, CausalHead20) { check_attention(KERNEL(test_attention_causal), t
 // GPU: the softmax statistics walked by one thread per query (gpu_reduce_lanes=0).
 TEST(Attention, CausalSerialSoftmaxHead20) { check_attention(KERNEL(test_attention_causal_serial), true, false); }
 TEST(Attention, CrossHead20) { check_attention(KERNEL(test_attention_cross), false, true); }
+// GPU builds: scores and V sums per thread in registers (gpu_score_queries, gpu_v_queries).
+TEST(Attention, SelfRegisterSumsHead20) { check_attention(KERNEL(test_attention_self_regs), false, false); }
+TEST(Attention, CausalRegisterSumsHead20) { check_attention(KERNEL(test_attention_causal_regs), true, false); }
 
 // Decode step: one new query row against a longer cache (causal offset Tk - Tq). The
 // one-row path sums in another order (dot products along d), so it matches the full

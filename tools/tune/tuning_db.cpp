@@ -83,7 +83,9 @@ const std::map<std::string, std::vector<Knob>>& gpu_table() {
         {"attention",
          {{"gpu_tile_q", ints({1, 2, 4, 8, 16, 32}), "8"},
           {"gpu_key_lanes", ints({8, 16, 32, 64, 128}), "32"},
-          {"gpu_reduce_lanes", ints({0, 8, 16, 32}), "32"}}},
+          {"gpu_reduce_lanes", ints({0, 8, 16, 32}), "32"},
+          {"gpu_score_queries", ints({0, 1, 2, 4, 8}), "0"},
+          {"gpu_v_queries", ints({0, 1, 2, 4, 8}), "0"}}},
         {"layernorm", {{"gpu_threads", ints({32, 64, 128, 256}), "32"}}},
         {"argmax", {{"lanes", ints({4, 8, 16, 32, 64}), "16"}}},
     };
