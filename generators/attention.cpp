@@ -263,7 +263,9 @@ class Attention : public Generator<Attention> {
     }
     if (get_target().has_gpu_feature()) {
       // One block per (query tile, head, batch). Score rows, softmax statistics and the
-      // V product live in shared memory; threads span keys (scores) or features (V).
+      // V product live in shared memory; threads span keys (scores) or features (V). With
+      // gpu_score_queries / gpu_v_queries the products are summed in registers instead,
+      // each thread for a group of queries, and stored once.
       Var io("io"), ii("ii"), jo("jo"), ji("ji"), iq("iq"), iqi("iqi");
       const int vq = std::min(int(gpu_v_queries), int(gpu_tile_q));
       out.split(i, io, ii, gpu_tile_q, TailStrategy::GuardWithIf);
@@ -293,8 +295,8 @@ class Attention : public Generator<Attention> {
       for (Func f : {scores, p}) {
         f.compute_at(out, io).store_in(MemoryType::GPUShared)
             .split(j, jo, ji, gpu_key_lanes, TailStrategy::GuardWithIf).reorder(ji, i, jo);
-        if (f.name() != score.name() || sq == 0) f.gpu_threads(ji, i);
       }
+      p.gpu_threads(ji, i);
       if (sq > 0) {
         // Whole groups of sq queries per thread (clamped query reads past Tq; not stored).
         Var iq2("iq2"), iqi2("iqi2");
@@ -305,6 +307,7 @@ class Attention : public Generator<Attention> {
         // The tile's queries in shared memory: every key's thread reads all of them.
         qc.compute_at(out, io).store_in(MemoryType::GPUShared).gpu_threads(d, i);
       } else {
+        qk.gpu_threads(ji, i);
         qk.update().split(j, jo, ji, gpu_key_lanes, TailStrategy::GuardWithIf).reorder(ji, i, rd, jo)
             .gpu_threads(ji, i);
       }

@@ -126,10 +126,9 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
     // Register staging (gpu_stage_k) needs whole chunks of unguarded K steps (a guarded
     // last slice reads clamped K).
     const bool unguarded = gpu_slices.count == 1 || K % gpu_slices.count == 0;
-    const int gpu_stage = gpu && gpu_stage_k > 1 && unguarded &&
-                                  (gpu_slices.count > 1 ? gpu_slices.steps : K) % gpu_stage_k == 0
-                              ? int(gpu_stage_k)
-                              : 0;
+    const int steps = gpu_slices.count > 1 ? gpu_slices.steps : K;
+    const bool staged = gpu && gpu_stage_k > 1 && unguarded && steps % gpu_stage_k == 0;
+    const int gpu_stage = staged ? int(gpu_stage_k) : 0;
     const int ks = (K + kGpuSlices - 1) / kGpuSlices;  // GPU few-row path: K per slice
     // With the many-row K split both paths keep tiles in shared memory, and both are
     // compiled into each specialization's kernel: the other path's slice count is 0 there,

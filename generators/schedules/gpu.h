@@ -98,19 +98,19 @@ inline void schedule_gpu_matmul(Halide::Func out, GpuMatmulFuncs f, const Halide
   auto register_tile = [&](Func acc, const LoopLevel& at) {
     acc.compute_at(at).bound_extent(n, reg_n).bound_extent(m, reg_m).vectorize(n).unroll(m);
     acc.update().reorder(n, m, rk).vectorize(n).unroll(m);
-    if (k.stage_k > 1) {
-      // K in chunks of stage_k (a divisor of the steps: no tail): each chunk's activations
-      // (reg_m rows x stage_k, float4 loads along K) and weights (stage_k x float4) are
-      // loaded into registers before its reg_n x reg_m x stage_k FMAs, instead of a float4
-      // and reg_m scalar loads per K step -- fewer load instructions through L1, which
-      // bounds the unstaged kernel (docs/gpu.md).
+    // K in chunks of stage_k (a divisor of the steps: no tail) staged in registers, else
+    // unroll_k steps unrolled. Staged, each chunk's activations (reg_m rows x stage_k,
+    // float4 loads along K) and weights (stage_k x float4) are loaded before its
+    // reg_n x reg_m x stage_k FMAs, instead of a float4 and reg_m scalar loads per K step:
+    // fewer load instructions through L1, which bounds the unstaged kernel (docs/gpu.md).
+    const int chunk = k.stage_k > 1 ? k.stage_k : k.unroll_k;
+    if (chunk > 1) {
       RVar rko("rko"), rki("rki");
-      acc.update().split(rk, rko, rki, k.stage_k, TailStrategy::GuardWithIf).reorder(n, m, rki, rko).unroll(rki);
-      f.x.in(acc).compute_at(acc, rko).bound_extent(f.k, k.stage_k).bound_extent(m, reg_m).vectorize(f.k).unroll(m);
-      f.w.in(acc).compute_at(acc, rko).bound_extent(n, reg_n).bound_extent(f.k, k.stage_k).vectorize(n).unroll(f.k);
-    } else if (k.unroll_k > 1) {
-      RVar rko("rko"), rki("rki");
-      acc.update().split(rk, rko, rki, k.unroll_k, TailStrategy::GuardWithIf).reorder(n, m, rki, rko).unroll(rki);
+      acc.update().split(rk, rko, rki, chunk, TailStrategy::GuardWithIf).reorder(n, m, rki, rko).unroll(rki);
+      if (k.stage_k > 1) {
+        f.x.in(acc).compute_at(acc, rko).bound_extent(f.k, chunk).bound_extent(m, reg_m).vectorize(f.k).unroll(m);
+        f.w.in(acc).compute_at(acc, rko).bound_extent(n, reg_n).bound_extent(f.k, chunk).vectorize(n).unroll(f.k);
+      }
     }
   };
   if (k.k_split > 1) {
