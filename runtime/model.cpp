@@ -241,11 +241,15 @@ class HostBlockCache {
 struct Act {
   int C = 0, T = 0, B = 0;
   bool bf16 = false;
+  // Stored head by head ([B][C / hd heads][T][hd] instead of [B][T][C]): a CPU
+  // cross-attention cache (Model::cross_kv); only heads(hd) views it.
+  int head_major_hd = 0;
   std::shared_ptr<float> host_block;  // CPU: the storage `mem` views (HostBlockCache)
   Buf mem;
   const halide_device_interface_t* iface = nullptr;  // the device it lives on (null: host)
   Act() = default;
-  Act(int c, int t, int b, const halide_device_interface_t* device, bool bf16_elems = false)
+  // zeroed = false: host memory left as it is (every element about to be written).
+  Act(int c, int t, int b, const halide_device_interface_t* device, bool bf16_elems = false, bool zeroed = true)
       : C(c), T(t), B(b), bf16(bf16_elems), iface(device) {
     const int64_t n = size();
     if (n == 0) return;
@@ -253,7 +257,7 @@ struct Act {
       const int64_t floats = bf16 ? (n + 1) / 2 : n;
       host_block = HostBlockCache::instance().take(size_t(floats));
       mem = Buf(host_block.get(), int(floats));
-      std::memset(mem.data(), 0, size_t(floats) * sizeof(float));
+      if (zeroed) std::memset(mem.data(), 0, size_t(floats) * sizeof(float));
       return;
     }
     if (bf16) throw Error("internal: bf16 activations live on the host");
@@ -334,8 +338,16 @@ View view4(const Act& a, int64_t offset, int hd, int nh, int t, int b, int64_t t
       {0, hd, 1}, {0, nh, hd}, {0, t, int32_t(t_stride)}, {0, b, int32_t(b_stride)}};
   return make_view(a, offset, 4, dims);
 }
-View Act::flat() const { return view2(*this, 0, C, T * B, C); }
-View Act::heads(int hd) const { return view4(*this, 0, hd, C / hd, T, B, C, int64_t(C) * T); }
+View Act::flat() const {
+  if (head_major_hd) throw Error("internal: a row view of a head-major activation");
+  return view2(*this, 0, C, T * B, C);
+}
+View Act::heads(int hd) const {
+  if (!head_major_hd) return view4(*this, 0, hd, C / hd, T, B, C, int64_t(C) * T);
+  if (hd != head_major_hd) throw Error("internal: a head-major activation viewed with another head size");
+  halide_dimension_t dims[4] = {{0, hd, 1}, {0, C / hd, int32_t(int64_t(T) * hd)}, {0, T, hd}, {0, B, int32_t(int64_t(C) * T)}};
+  return make_view(*this, 0, 4, dims);
+}
 
 }  // namespace
 
@@ -744,10 +756,41 @@ struct Session {
 
   // Cross-attention keys/values of one decoder layer: computed once per source (bf16 bits
   // with cross_kv_bf16: half the bytes each decode step then reads).
+  // On the CPU the result is stored head by head: a decode step's cross-attention then
+  // reads each (sequence, head) as one contiguous run, which the hardware prefetchers
+  // follow, instead of a short piece of every row (a new 4 KB page per key in fp32).
+  // transformer-base at batch 8, bf16 cache not in cache, the kernel alone, 2-core Zen 3:
+  // 0.18-0.21 -> 0.11-0.13 ms per call. The rows are reordered once per source.
   Act cross_kv(const LayerWeights& L, const Act& memory) {
-    Act kv(2 * cfg.d_model, memory.T, memory.B, iface, cfg.cross_kv_bf16 && !iface);
+    const bool bf16 = cfg.cross_kv_bf16 && !iface;
+    Act kv(2 * cfg.d_model, memory.T, memory.B, iface, bf16);
     linear(kt.cross_kv, "cross_kv", memory.flat(), L.cross_kv, kv.flat());
-    return kv;
+    if (iface) return kv;
+    KernelTimer timer("cross_kv_heads", iface);
+    Act out(kv.C, kv.T, kv.B, nullptr, bf16, /*zeroed=*/false);
+    out.head_major_hd = cfg.d_model / cfg.heads;
+    HeadMajorCopy c{reinterpret_cast<const uint8_t*>(kv.mem.data()), reinterpret_cast<uint8_t*>(out.mem.data()),
+                    kv.C, kv.T, out.head_major_hd, bf16 ? sizeof(uint16_t) : sizeof(float)};
+    run(halide_do_par_for(nullptr, head_major_task, 0, kv.B, reinterpret_cast<uint8_t*>(&c)),
+        "cross_kv_heads");
+    return out;
+  }
+  // One sequence's rows into its head-major blocks, per task: the rows read in order (a
+  // task per (sequence, head) read a piece of every row: 1.6x slower in fp32).
+  struct HeadMajorCopy {
+    const uint8_t* rows;
+    uint8_t* heads;
+    int C, T, hd;
+    size_t elem;
+  };
+  static int head_major_task(void*, int b, uint8_t* closure) {
+    const auto& c = *reinterpret_cast<const HeadMajorCopy*>(closure);
+    const size_t piece = size_t(c.hd) * c.elem, block = size_t(c.T) * piece;
+    const uint8_t* src = c.rows + int64_t(b) * c.T * c.C * c.elem;
+    uint8_t* dst = c.heads + int64_t(b) * c.T * c.C * c.elem;
+    for (int t = 0; t < c.T; ++t)
+      for (int h = 0; h < c.C / c.hd; ++h) std::memcpy(dst + h * block + t * piece, src + (int64_t(t) * c.C + h * c.hd) * c.elem, piece);
+    return 0;
   }
 
   void cross_block(Act& x, const LayerWeights& L, const Act& kv, const Act& src_mask) {
