@@ -759,8 +759,9 @@ struct Session {
   // On the CPU the result is stored head by head: a decode step's cross-attention then
   // reads each (sequence, head) as one contiguous run, which the hardware prefetchers
   // follow, instead of a short piece of every row (a new 4 KB page per key in fp32).
-  // transformer-base at batch 8, bf16 cache not in cache, the kernel alone, 2-core Zen 3:
-  // 0.18-0.21 -> 0.11-0.13 ms per call. The rows are reordered once per source.
+  // transformer-base at batch 8 (2-core Zen 3, HALFORMER_PROFILE): cross-attention per
+  // call 0.19-0.21 -> 0.13 ms (bf16 cache), 0.27-0.29 -> 0.16-0.18 (fp32), for a reorder
+  // of 0.22-0.25 / 0.94-0.97 ms per layer once per source.
   Act cross_kv(const LayerWeights& L, const Act& memory) {
     const bool bf16 = cfg.cross_kv_bf16 && !iface;
     Act kv(2 * cfg.d_model, memory.T, memory.B, iface, bf16);
