@@ -368,7 +368,9 @@ class Attention : public Generator<Attention> {
       // product of the group's heads in one sweep over the keys each, so that each key
       // and value row is read as one contiguous run of the group's features (per head
       // they were 256-byte pieces 3 * d_model floats apart; batch-8 cross-attention of
-      // transformer-base, in the model: 0.14 -> 0.12 ms per call, 55 -> 30 us warm).
+      // transformer-base, in the model: 0.14 -> 0.12 ms per call, 55 -> 30 us warm). The
+      // CPU's cross-attention cache is since stored head by head (Model::cross_kv): there
+      // each head of the group is its own contiguous stream.
       // An even number of groups where one exists, so that a single sequence's groups
       // split evenly over 2 (or 4) threads: 12 heads go in 4 groups of 3, not 3 of 4
       // (Llama-style model of bench/decoders.py, 128-token prompt + 63 steps, its
@@ -411,9 +413,9 @@ class Attention : public Generator<Attention> {
     }
     // Tq > 1: per (head, batch) task K is transposed once; then per tile of tile_q
     // queries a register-blocked score block (a key vector x tile_q queries, accumulated
-    // over d), the softmax statistics, and a register-blocked V product (head features x
-    // 4 queries). Per-tile Funcs cover whole tiles (bound_extent; query reads are
-    // clamped), so their inner loops carry no row guards.
+    // over d), the softmax statistics, and a register-blocked V product (v_features head
+    // features x v_queries queries). Per-tile Funcs cover whole tiles (bound_extent; query
+    // reads are clamped), so their inner loops carry no row guards.
     out.split(i, io, ii, tile_q_, TailStrategy::GuardWithIf)
         .reorder(d, ii, io, h, b)
         .fuse(h, b, hb)
@@ -442,7 +444,9 @@ class Attention : public Generator<Attention> {
     for (Func f : {row_max, row_sum}) schedule_cpu_row_reduction(f, LoopLevel(out, io), rj.x, i, vec_);
     p.compute_at(out, io).vectorize(j, vec_, TailStrategy::GuardWithIf);
     vc.compute_at(out, hb).vectorize(d, dvec);
-    const int q_block = std::min(v_queries > 0 ? int(v_queries) : (avx512 ? 4 : 6), int(tile_q_));
+    // Whole blocks of the tile: the split below rounds up within acc's fixed extent.
+    int q_block = std::min(v_queries > 0 ? int(v_queries) : (avx512 ? 4 : 6), int(tile_q_));
+    while (tile_q_ % q_block != 0) --q_block;
     const int v_block = std::min(v_features > 0 ? int(v_features) : (avx512 ? D : 16), D);
     Var dvo("dvo"), dvi("dvi");
     acc.compute_at(out, io).bound_extent(i, tile_q_).vectorize(d, dvec);
