@@ -125,9 +125,7 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
     const GpuKSplit gpu_slices = gpu_k_split(K, gpu_k_slice, gpu_knobs);
     // Register staging (gpu_stage_k) needs whole chunks of unguarded K steps (a guarded
     // last slice reads clamped K).
-    const bool unguarded = gpu_slices.count == 1 || K % gpu_slices.count == 0;
-    const int steps = gpu_slices.count > 1 ? gpu_slices.steps : K;
-    const bool staged = gpu && gpu_stage_k > 1 && unguarded && steps % gpu_stage_k == 0;
+    const bool staged = gpu && gpu_stage_k > 1 && K % gpu_slices.count == 0 && gpu_slices.steps % gpu_stage_k == 0;
     const int gpu_stage = staged ? int(gpu_stage_k) : 0;
     const int ks = (K + kGpuSlices - 1) / kGpuSlices;  // GPU few-row path: K per slice
     // With the many-row K split both paths keep tiles in shared memory, and both are

@@ -332,10 +332,12 @@ View view2(const Act& a, int64_t offset, int c, int rows, int64_t row_stride) {
   halide_dimension_t dims[2] = {{0, c, 1}, {0, rows, int32_t(row_stride)}};
   return make_view(a, offset, 2, dims);
 }
-// (d, head, t, b) view of rows holding `nh` heads of `hd` features each.
-View view4(const Act& a, int64_t offset, int hd, int nh, int t, int b, int64_t t_stride, int64_t b_stride) {
+// (d, head, t, b) view of rows holding `nh` heads of `hd` features each (heads `h_stride`
+// apart: 0, next to each other in a row).
+View view4(const Act& a, int64_t offset, int hd, int nh, int t, int b, int64_t t_stride, int64_t b_stride,
+           int64_t h_stride = 0) {
   halide_dimension_t dims[4] = {
-      {0, hd, 1}, {0, nh, hd}, {0, t, int32_t(t_stride)}, {0, b, int32_t(b_stride)}};
+      {0, hd, 1}, {0, nh, int32_t(h_stride ? h_stride : hd)}, {0, t, int32_t(t_stride)}, {0, b, int32_t(b_stride)}};
   return make_view(a, offset, 4, dims);
 }
 View Act::flat() const {
@@ -345,8 +347,7 @@ View Act::flat() const {
 View Act::heads(int hd) const {
   if (!head_major_hd) return view4(*this, 0, hd, C / hd, T, B, C, int64_t(C) * T);
   if (hd != head_major_hd) throw Error("internal: a head-major activation viewed with another head size");
-  halide_dimension_t dims[4] = {{0, hd, 1}, {0, C / hd, int32_t(int64_t(T) * hd)}, {0, T, hd}, {0, B, int32_t(int64_t(C) * T)}};
-  return make_view(*this, 0, 4, dims);
+  return view4(*this, 0, hd, C / hd, T, B, hd, int64_t(C) * T, int64_t(T) * hd);
 }
 
 }  // namespace
