@@ -103,7 +103,9 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
     // its extra outputs are not stored) reads a clamped panel index (panels are zero-padded
     // to whole panels already) and bias. Only then: a clamped bias is a gather.
     const MatmulKnobs knobs = matmul_knobs_for(this->get_target(), false, MatmulKnobs{vec, tile_n, tile_m, parallel});
-    const bool overhang = gpu || matmul_widths(N, knobs, panel).overhangs(N);
+    // Bytes of one output feature's weights (bf16: 16-bit).
+    const int feature_bytes = K * (kBf16 ? 2 : 4);
+    const bool overhang = gpu || matmul_widths(N, knobs, panel, feature_bytes).overhangs(N);
     Expr wpanel = overhang ? min(n / panel, P - 1) : n / panel;
     Func wpair("w_pair"), xpair("x_bf16");
     RDom rp(0, kBf16Pair, 0, pairs, "rp");
@@ -223,10 +225,10 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
       Var mo("mo");
       xpair.compute_root().split(m, mo, m, 8, TailStrategy::GuardWithIf).vectorize(k, 16, TailStrategy::GuardWithIf);
       if (parallel) xpair.parallel(mo);
-      schedule_cpu_matmul(out, acc, n, m, rp.y, N, M, knobs, panel, &rp.x);
+      schedule_cpu_matmul(out, acc, n, m, rp.y, N, M, knobs, panel, feature_bytes, &rp.x);
       return;
     }
-    schedule_cpu_matmul(out, acc, n, m, r.x, N, M, knobs, panel);
+    schedule_cpu_matmul(out, acc, n, m, r.x, N, M, knobs, panel, feature_bytes);
   }
 };
 

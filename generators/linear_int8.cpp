@@ -121,7 +121,7 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
     // A last register tile that reaches past N (its extra outputs are not stored) reads a
     // clamped panel index (panels are zero-padded) and bias / scale.
     const MatmulKnobs knobs = matmul_knobs_for(this->get_target(), true, MatmulKnobs{vec, tile_n, tile_m, parallel});
-    const bool overhang = matmul_widths(N, knobs, kInt8Panel).overhangs(N);
+    const bool overhang = matmul_widths(N, knobs, kInt8Panel, K).overhangs(N);
     Expr wv = w(j, n % kInt8Panel, k, overhang ? min(n / kInt8Panel, P - 1) : n / kInt8Panel);
     wf(j, n, k) = quads ? wv : cast<int16_t>(wv);
     acc(n, m) = 0;
@@ -173,7 +173,7 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
     inv.compute_root();
     // The k group is reduced inside each lane: vectorising r.x (atomic, as the group's
     // sum is associative in int32) is what turns into vpmaddwd / vpdpwssd / vpdpbusd.
-    schedule_cpu_matmul(out, acc, n, m, r.y, N, M, knobs, kInt8Panel, &r.x);
+    schedule_cpu_matmul(out, acc, n, m, r.y, N, M, knobs, kInt8Panel, K, &r.x);
   }
 };
 

@@ -94,6 +94,8 @@ TEST(Linear, GeluK17N100) { check_linear(KERNEL(test_linear_gelu), 17, 100, "gel
 TEST(Linear, SiluK17N100) { check_linear(KERNEL(test_linear_silu), 17, 100, "silu", false); }
 TEST(Linear, TanhK60N60) { check_linear(KERNEL(test_linear_tanh), 60, 60, "tanh", false); }
 TEST(Linear, WholePanelsK40N192) { check_linear(KERNEL(test_linear_panels), 40, 192, "none", false); }
+// 3 to 8 rows: tasks of several panels, the last one partial.
+TEST(Linear, WideTasksK40N264) { check_linear(KERNEL(test_linear_tasks), 40, 264, "relu", false); }
 // Fewer features than a vector (a classifier's 3 classes): tiles never reach past N.
 TEST(Linear, NarrowK40N3) { check_linear(KERNEL(test_linear_narrow), 40, 3, "none", false); }
 TEST(Linear, ResidualK60N36) { check_linear(KERNEL(test_linear_residual), 60, 36, "none", true); }

@@ -96,6 +96,7 @@ TEST(LinearBf16, RoundsToNearestEven) {
 TEST(LinearBf16, ReluK60N36) { check(KERNEL(test_linear_bf16_relu), 60, 36, "relu", Second::None); }
 TEST(LinearBf16, GeluOddK17N100) { check(KERNEL(test_linear_bf16_gelu), 17, 100, "gelu", Second::None); }
 TEST(LinearBf16, WholePanelsK40N192) { check(KERNEL(test_linear_bf16_panels), 40, 192, "none", Second::None); }
+TEST(LinearBf16, WideTasksK40N264) { check(KERNEL(test_linear_bf16_tasks), 40, 264, "relu", Second::None); }
 TEST(LinearBf16, NarrowK40N3) { check(KERNEL(test_linear_bf16_narrow), 40, 3, "none", Second::None); }
 TEST(LinearBf16, ResidualK60N36) { check(KERNEL(test_linear_bf16_residual), 60, 36, "none", Second::Residual); }
 TEST(LinearBf16, GatedK60N36) { check(KERNEL(test_linear_bf16_gated), 60, 36, "none", Second::Gate); }

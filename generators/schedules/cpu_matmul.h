@@ -58,12 +58,21 @@ struct MatmulWidths {
   int vec = 1;     // lanes per vector (the knob, never wider than N or the panel)
   int width = 1;   // many rows (and the strips of the few-row tasks)
   int row1 = 1;    // one row: at least 64 lanes where N allows
-  int few = 1;     // 2..8 rows: a whole panel where N allows
+  int few = 1;     // 2..8 rows: a task's features (whole panels, kFewTaskBytes of weights)
   // True when some tile reaches past N: its reads past N must be clamped by the caller.
   bool overhangs(int N) const { return N % width || N % row1 || N % few; }
 };
 
-inline MatmulWidths matmul_widths(int N, const MatmulKnobs& k, int panel) {
+// A few-row task streams at least this many bytes of weights where N leaves at least
+// kFewTasks tasks: with one 16-feature panel of int8 weights per task (8 KB at K = 512)
+// each task's start missed the hardware prefetchers (int8, 2-core Zen 3, weights out of
+// cache: 4x512x32000 1.18-1.59 -> 0.76-1.03 ms, 8 rows 1.65-2.28 -> 1.31-1.67 ms,
+// 8x2048x512 0.105 -> 0.089 ms; fp32, 32 KB panels at K = 512: within the noise).
+constexpr int kFewTaskBytes = 64 << 10;
+constexpr int kFewTasks = 8;
+
+// `feature_bytes`: the bytes of one output feature's weights (K x the weight's size).
+inline MatmulWidths matmul_widths(int N, const MatmulKnobs& k, int panel, int feature_bytes) {
   MatmulWidths w;
   // Never a tile wider than the layer; keep the vector width a divisor of the tile.
   w.vec = k.vec;
@@ -79,6 +88,14 @@ inline MatmulWidths matmul_widths(int N, const MatmulKnobs& k, int panel) {
   };
   w.row1 = widened(64);
   w.few = widened(panel);
+  // Wider few-row tasks, within N / kFewTasks, and never a width that leaves a last partial
+  // task where N had none (its clamped bias would be a gather in every regime's epilogue).
+  const int64_t few_bytes = int64_t(w.few) * std::max(1, feature_bytes);
+  const bool whole = N % w.few == 0;
+  for (int64_t bytes = few_bytes; bytes < kFewTaskBytes && 2 * w.few <= N / kFewTasks &&
+                                  (!whole || N % (2 * w.few) == 0) && (2 * w.few) % panel == 0;
+       bytes *= 2)
+    w.few *= 2;
   return w;
 }
 
@@ -89,9 +106,10 @@ inline MatmulWidths matmul_widths(int N, const MatmulKnobs& k, int panel) {
 // inside the lane.
 inline void schedule_cpu_matmul(Halide::Func out, Halide::Func acc, const Halide::Var& n,
                                 const Halide::Var& m, const Halide::RVar& rk, int N, Halide::Expr rows,
-                                MatmulKnobs k, int panel, const Halide::RVar* rk_group = nullptr) {
+                                MatmulKnobs k, int panel, int feature_bytes,
+                                const Halide::RVar* rk_group = nullptr) {
   using namespace Halide;
-  const MatmulWidths widths = matmul_widths(N, k, panel);
+  const MatmulWidths widths = matmul_widths(N, k, panel, feature_bytes);
   const int vec = widths.vec, width = widths.width;
   Var no("no"), ni("ni"), nio("nio"), nii("nii"), mo("mo"), moo("moo"), moi("moi"), mi("mi"), tile("tile");
   // A task covers `width` columns and up to 8 row tiles, walked in turn over the same
@@ -128,8 +146,8 @@ inline void schedule_cpu_matmul(Halide::Func out, Halide::Func acc, const Halide
   // loads in flight (AVX2's 2-ymm tile alone: vocabulary head 512x32000 at 1 row 2.4 ->
   // 4.6 ms, 2-core Zen 3).
   const int width1 = widths.row1, sub1 = (width1 > 64 && width1 % 64 == 0) ? 64 : width1;
-  // A few rows: a task covers a whole panel where it can, walked in `width` strips, so
-  // that one core reads each panel. Where panels are wider than the register tile (AVX2's
+  // A few rows: a task covers whole panels (widths.few: kFewTaskBytes of weights where N
+  // allows), walked in `width` strips, so that one core reads each panel. Where panels are wider than the register tile (AVX2's
   // 16 lanes in 64-wide panels), 4-row strips walked the panel with a stride of a panel
   // row and pulled it from memory at half the bandwidth: one-row tiles across the whole
   // panel row instead (8 rows, 2-core Zen 3: 768x50257 24.0 -> 13.6 ms). Panels as wide
