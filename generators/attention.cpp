@@ -60,6 +60,11 @@ class Attention : public Generator<Attention> {
   // true: the queries too (self-attention over a bf16 KV cache: the fused QKV rows that
   // the cache holds, queries included). CPU only, as kv_bf16.
   GeneratorParam<bool> q_bf16{"q_bf16", false};
+  // How many key / value rows ahead the one-query (decode) path prefetches on the CPU; 0:
+  // none. For caches whose rows hold every head (self-attention's fused rows); the CPU's
+  // cross-attention cache is stored head by head (Model::cross_kv), streams the hardware
+  // follows, and its kernel takes 0 (tools/spec/plan.cpp).
+  GeneratorParam<int> decode_prefetch{"decode_prefetch", 4};
   // Schedule knobs.
   // 0: the target's (below): AVX-512 16 keys x 8 queries, AVX2 16 keys x 6 queries.
   GeneratorParam<int> vec{"vec", 0};
@@ -394,13 +399,17 @@ class Attention : public Generator<Attention> {
         vectorize_rotated(k1.compute_at(out, hb));
       }
       // Per key and head: dvec-wide partial sums along d, then one horizontal add. Keys
-      // (and below, values) 4 rows ahead are prefetched: each key's row is a short run
-      // (the group's heads) a whole cache row apart, which the hardware prefetchers did
-      // not follow. Batch-8 cross-attention of transformer-base with its 4.2 MB of keys
-      // and values cold (2-core Zen 4): bf16 0.17 -> 0.09 ms, fp32 unchanged at 0.14
-      // (8 or 16 rows ahead: bf16 0.11 / 0.13, fp32 slower).
+      // (and below, values) decode_prefetch rows ahead are prefetched: in rows that hold
+      // every head each key's row is a short run (the group's heads) a whole cache row
+      // apart, which the hardware prefetchers did not follow. Batch-8 cross-attention of
+      // transformer-base with its 4.2 MB of keys and values cold, rows then (2-core Zen
+      // 4): bf16 0.17 -> 0.09 ms, fp32 unchanged at 0.14 (8 or 16 rows ahead: bf16 0.11 /
+      // 0.13, fp32 slower). Head by head, the same prefetches slowed it (2-core Zen 3, in
+      // the model, HALFORMER_PROFILE, per call at batch 8: bf16 0.13-0.15 -> 0.09-0.12
+      // ms without them, fp32 0.17-0.21 -> 0.15-0.16; 16 or 32 rows ahead 0.11-0.14).
       Func partial = dot.update().split(rd1.x, rdo, rdi, dvec).rfactor(rdi, lane);
-      dot.update().reorder(rdi, h, j).prefetch(kv, j, j, 4);
+      dot.update().reorder(rdi, h, j);
+      if (decode_prefetch > 0) dot.update().prefetch(kv, j, j, int(decode_prefetch));
       partial.compute_at(dot, h).vectorize(lane);
       partial.update().vectorize(lane);
       dot.update().atomic().vectorize(rdi);
@@ -409,7 +418,8 @@ class Attention : public Generator<Attention> {
       p1.compute_at(out, hb).vectorize(j, vec_, TailStrategy::GuardWithIf);
       sum1.compute_at(out, hb);
       acc1.compute_at(out, hb).vectorize(d, dvec);
-      acc1.update().reorder(d, h, rj).vectorize(d, dvec).unroll(d).unroll(h).prefetch(kv, rj, rj, 4);
+      acc1.update().reorder(d, h, rj).vectorize(d, dvec).unroll(d).unroll(h);
+      if (decode_prefetch > 0) acc1.update().prefetch(kv, rj, rj, int(decode_prefetch));
     }
     // Tq > 1: per (head, batch) task K is transposed once; then per tile of tile_q
     // queries a register-blocked score block (a key vector x tile_q queries, accumulated

@@ -109,6 +109,9 @@ class Planner {
                                                                {"causal", causal ? "true" : "false"}};
     if (kv_bf16) params.emplace_back("kv_bf16", "true");
     if (q_bf16) params.emplace_back("q_bf16", "true");
+    // The CPU's cross-attention cache is stored head by head (Model::cross_kv): contiguous
+    // streams, which the decode path's software prefetches only slowed.
+    if (!self) params.emplace_back("decode_prefetch", "0");
     if (group > 1) params.emplace_back("kv_group", std::to_string(group));
     if (rotary) {
       params.emplace_back("rotary_dim", std::to_string(spec_.rotary_dim));
