@@ -346,8 +346,11 @@ class Attention : public Generator<Attention> {
     // (8 ymm x 2 queries with the former 32 keys x 2 queries) spilled 37 ymm stack accesses
     // per key (transformer-base encoder self-attention alone, 2-core Zen 3, batch 8 / 1:
     // 3.1-3.9 / 0.36-0.49 ms -> 2.1-2.4 / 0.25-0.29 ms; 4 x 2 ymm both: 2.1-3.1 / 0.30-0.34).
-    const bool avx512 = get_target().has_feature(Target::AVX512);
-    const int vec_ = vec > 0 ? int(vec) : 16, tile_q_ = tile_q > 0 ? int(tile_q) : (avx512 ? 8 : 6);
+    struct Blocks {
+      int tile_q, v_queries, v_features;  // v_features 0: the whole head
+    };
+    const Blocks target_blocks = get_target().has_feature(Target::AVX512) ? Blocks{8, 4, 0} : Blocks{6, 6, 16};
+    const int vec_ = vec > 0 ? int(vec) : 16, tile_q_ = tile_q > 0 ? int(tile_q) : target_blocks.tile_q;
     const int dvec = pow2_divisor(D, vec_);
     if (R > 0 && !rope_tables) {  // one table per call: Tk positions x R/2 frequencies
       rope_cos.compute_root();
@@ -455,9 +458,10 @@ class Attention : public Generator<Attention> {
     p.compute_at(out, io).vectorize(j, vec_, TailStrategy::GuardWithIf);
     vc.compute_at(out, hb).vectorize(d, dvec);
     // Whole blocks of the tile: the split below rounds up within acc's fixed extent.
-    int q_block = std::min(v_queries > 0 ? int(v_queries) : (avx512 ? 4 : 6), int(tile_q_));
+    int q_block = std::min(v_queries > 0 ? int(v_queries) : target_blocks.v_queries, int(tile_q_));
     while (tile_q_ % q_block != 0) --q_block;
-    const int v_block = std::min(v_features > 0 ? int(v_features) : (avx512 ? D : 16), D);
+    const int v_features_ = v_features > 0 ? int(v_features) : target_blocks.v_features;
+    const int v_block = v_features_ > 0 ? std::min(v_features_, D) : D;
     Var dvo("dvo"), dvi("dvi");
     acc.compute_at(out, io).bound_extent(i, tile_q_).vectorize(d, dvec);
     acc.update()
