@@ -147,13 +147,14 @@ inline void schedule_cpu_matmul(Halide::Func out, Halide::Func acc, const Halide
   // 4.6 ms, 2-core Zen 3).
   const int width1 = widths.row1, sub1 = (width1 > 64 && width1 % 64 == 0) ? 64 : width1;
   // A few rows: a task covers whole panels (widths.few: kFewTaskBytes of weights where N
-  // allows), walked in `width` strips, so that one core reads each panel. Where panels are wider than the register tile (AVX2's
-  // 16 lanes in 64-wide panels), 4-row strips walked the panel with a stride of a panel
-  // row and pulled it from memory at half the bandwidth: one-row tiles across the whole
-  // panel row instead (8 rows, 2-core Zen 3: 768x50257 24.0 -> 13.6 ms). Panels as wide
-  // as the tile (weight_panel) stream sequentially under 4-row tiles, faster from 4 rows
-  // up (8x2048x512 0.29 -> 0.21 ms, 8x512x32000 3.8 -> 3.3 ms), but 2 rows keep more
-  // weight streams in flight as one-row tiles 64 lanes wide (2x512x1536 0.095 vs 0.125 ms).
+  // allows), walked in `width` strips, so that one core reads each panel. Where panels
+  // are wider than the register tile (AVX2's 16 lanes in 64-wide panels), 4-row strips
+  // walked the panel with a stride of a panel row and pulled it from memory at half the
+  // bandwidth: one-row tiles across the whole panel row instead (8 rows, 2-core Zen 3:
+  // 768x50257 24.0 -> 13.6 ms). Panels as wide as the tile (weight_panel) stream
+  // sequentially under 4-row tiles, faster from 4 rows up (8x2048x512 0.29 -> 0.21 ms,
+  // 8x512x32000 3.8 -> 3.3 ms), but 2 rows keep more weight streams in flight as one-row
+  // tiles 64 lanes wide (2x512x1536 0.095 vs 0.125 ms).
   const int small_m = 8;
   const bool small_regime = k.tile_m < small_m, narrow_tile = width < sub1;
   const bool few_by_row = narrow_tile && panel > width;
