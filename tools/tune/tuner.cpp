@@ -176,6 +176,7 @@ struct InputSpec {
   int range = 1;       // Tokens: ids in [0, range)
   int32_t scalar = 0;  // Scalar
   std::string alias;   // same buffer as this input
+  std::vector<int> storage_order;  // dimensions innermost first (empty: as listed)
 };
 
 struct IoPlan {
@@ -254,6 +255,9 @@ IoPlan io_plan(const PlannedKernel& k, const Shape& s, const Halide::Target& tar
     // q_bf16 (a bf16 self-attention cache): the queries too.
     if (getb(p, "kv_bf16") && !target.has_gpu_feature()) io.inputs["kv"].kind = InputSpec::Bf16;
     if (getb(p, "q_bf16") && !target.has_gpu_feature()) io.inputs["q"].kind = InputSpec::Bf16;
+    // Cross-attention (its own key/value buffer, keys from head 0): the CPU runtime stores
+    // that cache head by head (Model::cross_kv), [sequence][head][position][features].
+    if (kh == 0 && !target.has_gpu_feature()) io.inputs["kv"].storage_order = {0, 2, 1, 3};
     InputSpec mask;
     mask.kind = InputSpec::Mask;
     mask.extents = {Tk, B};
@@ -569,7 +573,8 @@ bool Tuner::prepare(Job& j) {
           b.for_each_value([&](int8_t& v) { v = int8_t(u(rng)); });
           a.buf = b;
         } else if (spec.kind == InputSpec::Bf16) {
-          Buffer<uint16_t> b(spec.extents);
+          Buffer<uint16_t> b = spec.storage_order.empty() ? Buffer<uint16_t>(spec.extents)
+                                                           : Buffer<uint16_t>(spec.extents, spec.storage_order);
           std::uniform_real_distribution<float> u(-1.0f, 1.0f);
           b.for_each_value([&](uint16_t& v) { v = halformer::to_bf16(u(rng) * spec.scale); });
           a.buf = b;
@@ -579,7 +584,8 @@ bool Tuner::prepare(Job& j) {
           b.for_each_value([&](int32_t& v) { v = u(rng); });
           a.buf = b;
         } else {
-          Buffer<float> b(spec.extents);
+          Buffer<float> b = spec.storage_order.empty() ? Buffer<float>(spec.extents)
+                                                        : Buffer<float>(spec.extents, spec.storage_order);
           std::uniform_real_distribution<float> u(-1.0f, 1.0f);
           if (spec.kind == InputSpec::Uniform) {
             b.for_each_value([&](float& v) { v = u(rng) * spec.scale; });
