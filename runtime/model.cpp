@@ -1275,7 +1275,7 @@ struct Session {
       const float* lg = iface ? logits_h.data() : logits.host();
       std::vector<int> parent(R);
       for (int b = 0; b < B; ++b) {
-        for (int k = 0; k < K_beam; ++k) parent[b * K_beam + k] = b * K_beam;  // rows of finished sources
+        for (int k = 0; k < K_beam; ++k) parent[b * K_beam + k] = b * K_beam + k;  // finished sources: rows unused
         if (done[b]) continue;
         // Candidates (score, hyp, token), best first; ties -> lower hyp, then lower token.
         // Each hypothesis keeps only its best `top` by the same order: the best 2K over all

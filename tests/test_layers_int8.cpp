@@ -122,6 +122,7 @@ TEST(LinearInt8, ReluK60N36) { check(KERNEL(test_linear_int8_relu), 60, 36, "rel
 TEST(LinearInt8, GeluOddK17N100) { check(KERNEL(test_linear_int8_gelu), 17, 100, "gelu", Second::None); }
 TEST(LinearInt8, WholePanelsK40N192) { check(KERNEL(test_linear_int8_panels), 40, 192, "none", Second::None); }
 TEST(LinearInt8, WideTasksK40N264) { check(KERNEL(test_linear_int8_tasks), 40, 264, "relu", Second::None); }
+TEST(LinearInt8, WideTasksWholeK40N512) { check(KERNEL(test_linear_int8_tasks_whole), 40, 512, "none", Second::None); }
 TEST(LinearInt8, NarrowK40N3) { check(KERNEL(test_linear_int8_narrow), 40, 3, "none", Second::None); }
 TEST(LinearInt8, ResidualK60N36) { check(KERNEL(test_linear_int8_residual), 60, 36, "none", Second::Residual); }
 TEST(LinearInt8, GatedK60N36) { check(KERNEL(test_linear_int8_gated), 60, 36, "none", Second::Gate); }

@@ -63,8 +63,9 @@ struct MatmulWidths {
   bool overhangs(int N) const { return N % width || N % row1 || N % few; }
 };
 
-// A few-row task streams at least this many bytes of weights where N leaves at least
-// kFewTasks tasks: with one 16-feature panel of int8 weights per task (8 KB at K = 512)
+// A few-row task's width is doubled while its weights are under this many bytes, N still
+// leaves kFewTasks tasks and no partial last task appears (matmul_widths): with one
+// 16-feature panel of int8 weights per task (8 KB at K = 512)
 // each task's start missed the hardware prefetchers (int8, 2-core Zen 3, weights out of
 // cache: 4x512x32000 1.18-1.59 -> 0.76-1.03 ms, 8 rows 1.65-2.28 -> 1.31-1.67 ms,
 // 8x2048x512 0.105 -> 0.089 ms; fp32, 32 KB panels at K = 512: within the noise).
