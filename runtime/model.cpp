@@ -1265,7 +1265,6 @@ struct Session {
     IBuf tok(1, R);
     tok.fill(cfg.bos_id);
     Act logits(V, 1, R, iface), out(V, 1, R, iface);
-    std::vector<double> lp(V);
     for (int step = 0; step < max_new_tokens; ++step) {
       double ts = now_ms();
       Act x = decode_step(st, w, tok);

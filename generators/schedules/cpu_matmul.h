@@ -65,10 +65,10 @@ struct MatmulWidths {
 
 // A few-row task's width is doubled while its weights are under this many bytes, N still
 // leaves kFewTasks tasks and no partial last task appears (matmul_widths): with one
-// 16-feature panel of int8 weights per task (8 KB at K = 512)
-// each task's start missed the hardware prefetchers (int8, 2-core Zen 3, weights out of
-// cache: 4x512x32000 1.18-1.59 -> 0.76-1.03 ms, 8 rows 1.65-2.28 -> 1.31-1.67 ms,
-// 8x2048x512 0.105 -> 0.089 ms; fp32, 32 KB panels at K = 512: within the noise).
+// 16-feature panel of int8 weights per task (8 KB at K = 512) each task's start missed
+// the hardware prefetchers (int8, 2-core Zen 3, weights out of cache: 4x512x32000
+// 1.18-1.59 -> 0.76-1.03 ms, 8 rows 1.65-2.28 -> 1.31-1.67 ms, 8x2048x512 0.105 -> 0.089
+// ms; fp32, 32 KB panels at K = 512: within the noise).
 constexpr int kFewTaskBytes = 64 << 10;
 constexpr int kFewTasks = 8;
 
@@ -91,11 +91,9 @@ inline MatmulWidths matmul_widths(int N, const MatmulKnobs& k, int panel, int fe
   w.few = widened(panel);
   // Wider few-row tasks, within N / kFewTasks, and never a width that leaves a last partial
   // task where N had none (its clamped bias would be a gather in every regime's epilogue).
-  const int64_t few_bytes = int64_t(w.few) * std::max(1, feature_bytes);
   const bool whole = N % w.few == 0;
-  for (int64_t bytes = few_bytes; bytes < kFewTaskBytes && 2 * w.few <= N / kFewTasks &&
-                                  (!whole || N % (2 * w.few) == 0) && (2 * w.few) % panel == 0;
-       bytes *= 2)
+  while (int64_t(w.few) * feature_bytes < kFewTaskBytes && 2 * w.few <= N / kFewTasks &&
+         (!whole || N % (2 * w.few) == 0) && (2 * w.few) % panel == 0)
     w.few *= 2;
   return w;
 }

@@ -179,6 +179,12 @@ struct InputSpec {
   std::vector<int> storage_order;  // dimensions innermost first (empty: as listed)
 };
 
+// A buffer of the spec's extents, laid out in its storage order.
+template <typename T>
+Buffer<T> allocate(const InputSpec& spec) {
+  return spec.storage_order.empty() ? Buffer<T>(spec.extents) : Buffer<T>(spec.extents, spec.storage_order);
+}
+
 struct IoPlan {
   std::map<std::string, InputSpec> inputs;
   std::vector<int> out_extents;
@@ -568,24 +574,22 @@ bool Tuner::prepare(Job& j) {
           a.is_buffer = false;
           a.scalar = spec.scalar;
         } else if (spec.kind == InputSpec::Int8) {
-          Buffer<int8_t> b(spec.extents);
+          Buffer<int8_t> b = allocate<int8_t>(spec);
           std::uniform_int_distribution<int> u(-127, 127);
           b.for_each_value([&](int8_t& v) { v = int8_t(u(rng)); });
           a.buf = b;
         } else if (spec.kind == InputSpec::Bf16) {
-          Buffer<uint16_t> b = spec.storage_order.empty() ? Buffer<uint16_t>(spec.extents)
-                                                           : Buffer<uint16_t>(spec.extents, spec.storage_order);
+          Buffer<uint16_t> b = allocate<uint16_t>(spec);
           std::uniform_real_distribution<float> u(-1.0f, 1.0f);
           b.for_each_value([&](uint16_t& v) { v = halformer::to_bf16(u(rng) * spec.scale); });
           a.buf = b;
         } else if (spec.kind == InputSpec::Tokens) {
-          Buffer<int32_t> b(spec.extents);
+          Buffer<int32_t> b = allocate<int32_t>(spec);
           std::uniform_int_distribution<int> u(0, std::max(1, spec.range) - 1);
           b.for_each_value([&](int32_t& v) { v = u(rng); });
           a.buf = b;
         } else {
-          Buffer<float> b = spec.storage_order.empty() ? Buffer<float>(spec.extents)
-                                                        : Buffer<float>(spec.extents, spec.storage_order);
+          Buffer<float> b = allocate<float>(spec);
           std::uniform_real_distribution<float> u(-1.0f, 1.0f);
           if (spec.kind == InputSpec::Uniform) {
             b.for_each_value([&](float& v) { v = u(rng) * spec.scale; });
