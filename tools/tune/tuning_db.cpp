@@ -74,7 +74,7 @@ const std::map<std::string, std::vector<Knob>>& gpu_table() {
                              {"gpu_unroll_k", ints({1, 4, 8}), "4"},
                              {"gpu_slice_n", ints({16, 32, 64}), "32"},
                              {"gpu_k_slice", ints({0, 256, 512, 1024}), "512"},
-                             {"gpu_stage_k", ints({0, 4, 8}), "0"},
+                             {"gpu_stage_k", ints({0, 4, 8}), "8"},
                              {"gpu_split_rows", ints({256, 1024, 4096}), "256"}};
     return std::map<std::string, std::vector<Knob>>{
         {"linear", matmul},
@@ -84,8 +84,8 @@ const std::map<std::string, std::vector<Knob>>& gpu_table() {
          {{"gpu_tile_q", ints({1, 2, 4, 8, 16, 32}), "8"},
           {"gpu_key_lanes", ints({8, 16, 32, 64, 128}), "32"},
           {"gpu_reduce_lanes", ints({0, 8, 16, 32}), "32"},
-          {"gpu_score_queries", ints({0, 1, 2, 4, 8}), "0"},
-          {"gpu_v_queries", ints({0, 1, 2, 4, 8}), "0"}}},
+          {"gpu_score_queries", ints({0, 1, 2, 4, 8}), "1"},
+          {"gpu_v_queries", ints({0, 1, 2, 4, 8}), "2"}}},
         {"layernorm", {{"gpu_threads", ints({32, 64, 128, 256}), "32"}}},
         {"argmax", {{"lanes", ints({4, 8, 16, 32, 64}), "16"}}},
     };
