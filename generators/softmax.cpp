@@ -66,13 +66,18 @@ class Argmax : public Generator<Argmax> {
     Var m("m"), u("u");
     // Lane u scans indices u, u + L, ...; strict > keeps the first maximum within a lane,
     // and the combine keeps the lower index on ties, so the result is the first maximum.
+    // NaN or +inf (overflowed activations) takes the lane to (+inf, -1), which no value
+    // replaces and which wins every tie: the row's result is then -1, an error for the
+    // runtime (is_nan / is_inf are evaluated strictly whatever the target's float mode).
     RDom rs(0, (V + L - 1) / L, "rs");
     Expr idx = rs * L + u;
     Expr val = x(min(idx, V - 1), m);
     Func partial("partial"), best("best");
     partial(u, m) = {std::numeric_limits<float>::lowest(), 0};
+    const float inf = std::numeric_limits<float>::infinity();
+    Expr bad = idx < V && (is_nan(val) || (is_inf(val) && val > 0));
     Expr take = idx < V && val > partial(u, m)[0];
-    partial(u, m) = {select(take, val, partial(u, m)[0]), select(take, idx, partial(u, m)[1])};
+    partial(u, m) = {select(bad, inf, take, val, partial(u, m)[0]), select(bad, -1, take, idx, partial(u, m)[1])};
     RDom ru(0, L, "ru");
     best(m) = {std::numeric_limits<float>::lowest(), 0};
     Expr pv = partial(ru, m)[0], pi = partial(ru, m)[1];

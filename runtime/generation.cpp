@@ -69,6 +69,7 @@ void validate(const GenerationOptions& o, int vocab) {
 TokenChooser::TokenChooser(const GenerationOptions& o, int vocab, int eos_id, int row)
     : vocab_(vocab),
       eos_(eos_id),
+      row_(row),
       topk_(o.sampling_topk),
       ngram_(o.no_repeat_ngram_size),
       min_length_(o.min_length),
@@ -174,7 +175,14 @@ int32_t TokenChooser::draw(const float* x) {
   return last;  // rounding left target at the very top: the last id with any weight
 }
 
+void nonfinite_logits(const std::string& where, int step) {
+  throw Error(where + ": the logits at step " + std::to_string(step) +
+              " hold NaN or +infinity (the model's activations overflowed)");
+}
+
 int32_t TokenChooser::choose(float* x, const Sequence& history, int generated, float* logprob) {
+  for (int i = 0; i < vocab_; ++i)
+    if (!(x[i] < std::numeric_limits<float>::infinity())) nonfinite_logits("generation: row " + std::to_string(row_), generated);
   process(x, history, generated);
   if (logprob) processed_.assign(x, x + vocab_);  // the warpers overwrite x
   int32_t id;

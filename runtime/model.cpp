@@ -1079,6 +1079,8 @@ struct Session {
               const std::vector<bool>& done, int generated, DecodeResult& r) {
     if (!ch.on_host) {
       argmax(out, next);
+      for (int b = 0; b < out.B; ++b)  // the kernel's -1: NaN or +inf in that row
+        if (!done[b] && next(b) < 0) nonfinite_logits("generation: row " + std::to_string(b), generated);
       return;
     }
     std::vector<float> h = to_host(logits);
@@ -1290,6 +1292,9 @@ struct Session {
           for (int v = 0; v < V; ++v) mx = std::max(mx, double(row[v]));
           for (int v = 0; v < V; ++v) total += std::exp(double(row[v]) - mx);
           const double lse = mx + std::log(total);
+          // NaN or +inf logits (finite weights can still overflow) leave no order to rank by.
+          if (!std::isfinite(lse))
+            nonfinite_logits("beam search: source " + std::to_string(b) + ", hypothesis " + std::to_string(i), step);
           const auto first = cands.size();
           for (int v = 0; v < V; ++v) {
             const double score = live[b][i].score + (double(row[v]) - lse);

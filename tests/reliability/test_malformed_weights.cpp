@@ -448,6 +448,30 @@ TEST_P(Binary, ExitsWithClearMessage) {
   EXPECT_EQ(r.output.find("Sanitizer"), std::string::npos) << r.output;
 }
 
+// Finite weights whose logits overflow (generator row 5 all 3e38: its dot product with the
+// decoder's normalized output reaches NaN / infinity) load, but no token can be chosen or
+// ranked by such logits: greedy (the argmax kernel), sampling (the host's chooser), beam
+// search and the no-cache path stop with the reason instead of returning arbitrary tokens.
+TEST(Binary, OverflowingLogitsStopGeneration) {
+  if (model_bin().empty()) GTEST_SKIP() << "HALFORMER_MODEL_BIN not set";
+  Doc d = valid_doc();
+  const float big = 3e38f;
+  for (size_t k = 0; k < 64; ++k)
+    std::memcpy(&d.data[begin_of(d, "generator.weight") + (5 * 64 + k) * 4], &big, 4);
+  const std::string path = materialize({"overflowing_logits", Kind::Bytes, [d] { return serialize(d); }, {}});
+  const std::string tail = " the logits at step 0 hold NaN or +infinity (the model's activations overflowed)";
+  for (auto [flags, where] : std::vector<std::pair<std::string, std::string>>{
+           {"", "generation: row 0:"},
+           {" --no-cache", "generation: row 0:"},
+           {" --sampling-topk 3 --seed 1", "generation: row 0:"},
+           {" --scores", "generation: row 0:"},
+           {" --beam 2", "beam search: source 0, hypothesis 0:"}}) {
+    auto r = run("'" + model_bin() + "' --weights '" + path + "' --src '3 7 1 9'" + flags);
+    EXPECT_EQ(r.status, 1) << flags << "\n" << r.output;
+    EXPECT_NE(r.output.find("reverse-tiny: error: " + where + tail), std::string::npos) << flags << "\n" << r.output;
+  }
+}
+
 std::string case_name(const testing::TestParamInfo<Case>& info) { return info.param.name; }
 INSTANTIATE_TEST_SUITE_P(Weights, Reader, testing::ValuesIn(cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Weights, Binary, testing::ValuesIn(cases()), case_name);

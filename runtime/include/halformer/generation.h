@@ -32,6 +32,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace halformer {
@@ -63,6 +64,11 @@ void validate(const GenerationOptions& options, int vocab);
 
 // One batch row's token choice; holds the row's random generator, so one object per row
 // lives for the whole decode. It copies the options it needs.
+// NaN or +inf among a step's logits (finite weights can still overflow): no token can be
+// chosen or ranked by them. Throws halformer::Error "<where>: the logits at step <step>
+// hold NaN or +infinity (the model's activations overflowed)".
+[[noreturn]] void nonfinite_logits(const std::string& where, int step);
+
 class TokenChooser {
  public:
   TokenChooser(const GenerationOptions& options, int vocab, int eos_id, int row);
@@ -73,7 +79,8 @@ class TokenChooser {
   // `generated` = new tokens so far. `logprob` (optional) gets the log-probability of
   // the chosen id as CTranslate2's return_scores defines it: log_softmax of the logits
   // after steps 1-3, before temperature, top-k and top-p (for greedy the same thing).
-  // A row whose logits are all -inf after steps 1-3 gets the greedy choice (id 0).
+  // A row whose logits are all -inf after steps 1-3 gets the greedy choice (id 0); NaN or
+  // +inf among them is an error (nonfinite_logits).
   int32_t choose(float* logits, const Sequence& history, int generated, float* logprob = nullptr);
   bool sampling() const { return sampling_; }
 
@@ -88,7 +95,7 @@ class TokenChooser {
  private:
   uint64_t next();  // xoroshiro128+
 
-  int vocab_, eos_, topk_, ngram_, min_length_;
+  int vocab_, eos_, row_, topk_, ngram_, min_length_;
   float topp_, temperature_, penalty_;
   bool sampling_;
   uint64_t state_[2];
