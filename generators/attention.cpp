@@ -86,8 +86,8 @@ class Attention : public Generator<Attention> {
   GeneratorParam<int> gpu_v_queries{"gpu_v_queries", 2};
   // The scores: 0, one thread per (key, query) adding into the block's shared memory at
   // every head feature; n > 0, one thread per (key, n queries) summing in registers.
-  // 1 and 2 (V), on an H100: transformer-base's encoder self-attention at batch 32 0.37
-  // -> 0.27 ms per layer (4 and 4: 0.38; fewer queries per thread, more threads busy).
+  // 1 and 2 (V), on an H100: transformer-base's encoder self-attention at batch 32 0.38
+  // -> 0.27-0.28 ms per layer (4 and 4: 0.38; fewer queries per thread, more threads busy).
   GeneratorParam<int> gpu_score_queries{"gpu_score_queries", 1};
 
   Input<Buffer<void, 4>> q{"q"};                 // float, or uint16 (bf16 bits) with q_bf16

@@ -67,7 +67,7 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
   // Many-row path: K walked in chunks of this many steps, each chunk's activations and
   // weights loaded into registers as vectors before its FMAs (schedules/gpu.h); 0, or a
   // chunk that does not divide the (slice's) K: loads per step, gpu_unroll_k unrolled.
-  // 8, on an H100: transformer-base's encoder at batch 8 3.63 -> 3.21 ms, batch 32
+  // 8, on an H100: transformer-base's encoder at batch 8 3.64 -> 3.21 ms, batch 32
   // 11.03 -> 9.15 (4: 3.24 / 9.20; docs/gpu.md).
   GP<int> gpu_stage_k{"gpu_stage_k", 8};
 

@@ -66,22 +66,24 @@ class Argmax : public Generator<Argmax> {
     Var m("m"), u("u");
     // Lane u scans indices u, u + L, ...; strict > keeps the first maximum within a lane,
     // and the combine keeps the lower index on ties, so the result is the first maximum.
-    // NaN or +inf (overflowed activations) takes the lane to (+inf, -1), which no value
-    // replaces and which wins every tie: the row's result is then -1, an error for the
-    // runtime (is_nan / is_inf are evaluated strictly whatever the target's float mode).
+    // NaN or +inf (overflowed activations) sets a lane's index to -1 for good, and -1 wins
+    // the combine: the row's result is then -1, an error for the runtime. Found from the
+    // bits, and no NaN or infinity is ever stored or compared: Halide compiles float
+    // compares assuming neither occurs.
     RDom rs(0, (V + L - 1) / L, "rs");
     Expr idx = rs * L + u;
     Expr val = x(min(idx, V - 1), m);
+    const Expr inf_bits = cast<uint32_t>(0x7f800000), magnitude = reinterpret<uint32_t>(val) & cast<uint32_t>(0x7fffffff);
+    Expr bad = idx < V && (magnitude > inf_bits || (magnitude == inf_bits && reinterpret<int32_t>(val) >= 0));
     Func partial("partial"), best("best");
     partial(u, m) = {std::numeric_limits<float>::lowest(), 0};
-    const float inf = std::numeric_limits<float>::infinity();
-    Expr bad = idx < V && (is_nan(val) || (is_inf(val) && val > 0));
+    Expr flagged = bad || partial(u, m)[1] == -1;
     Expr take = idx < V && val > partial(u, m)[0];
-    partial(u, m) = {select(bad, inf, take, val, partial(u, m)[0]), select(bad, -1, take, idx, partial(u, m)[1])};
+    partial(u, m) = {select(flagged || !take, partial(u, m)[0], val), select(flagged, -1, take, idx, partial(u, m)[1])};
     RDom ru(0, L, "ru");
     best(m) = {std::numeric_limits<float>::lowest(), 0};
-    Expr pv = partial(ru, m)[0], pi = partial(ru, m)[1];
-    Expr better = pv > best(m)[0] || (pv == best(m)[0] && pi < best(m)[1]);
+    Expr pv = partial(ru, m)[0], pi = partial(ru, m)[1], bv = best(m)[0], bi = best(m)[1];
+    Expr better = bi != -1 && (pi == -1 || pv > bv || (pv == bv && pi < bi));
     best(m) = {select(better, pv, best(m)[0]), select(better, pi, best(m)[1])};
     out(m) = best(m)[1];
     x.dim(0).set_bounds(0, V);

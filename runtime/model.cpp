@@ -1289,12 +1289,15 @@ struct Session {
         for (int i = 0; i < int(live[b].size()); ++i) {
           const float* row = lg + size_t(b * K_beam + i) * V;
           double mx = -std::numeric_limits<double>::infinity(), total = 0;
-          for (int v = 0; v < V; ++v) mx = std::max(mx, double(row[v]));
+          for (int v = 0; v < V; ++v) {
+            // NaN or +inf logits (finite weights can still overflow) leave no order to rank by.
+            if (!(row[v] < std::numeric_limits<float>::infinity()))
+              nonfinite_logits("beam search: source " + std::to_string(b) + ", hypothesis " + std::to_string(i), step);
+            mx = std::max(mx, double(row[v]));
+          }
+          if (mx == -std::numeric_limits<double>::infinity()) continue;  // every token impossible: no candidates
           for (int v = 0; v < V; ++v) total += std::exp(double(row[v]) - mx);
           const double lse = mx + std::log(total);
-          // NaN or +inf logits (finite weights can still overflow) leave no order to rank by.
-          if (!std::isfinite(lse))
-            nonfinite_logits("beam search: source " + std::to_string(b) + ", hypothesis " + std::to_string(i), step);
           const auto first = cands.size();
           for (int v = 0; v < V; ++v) {
             const double score = live[b][i].score + (double(row[v]) - lse);

@@ -62,13 +62,13 @@ struct GenerationOptions {
 // value is out of range (or beam search is combined with sampling), or when vocab < 1.
 void validate(const GenerationOptions& options, int vocab);
 
-// One batch row's token choice; holds the row's random generator, so one object per row
-// lives for the whole decode. It copies the options it needs.
 // NaN or +inf among a step's logits (finite weights can still overflow): no token can be
 // chosen or ranked by them. Throws halformer::Error "<where>: the logits at step <step>
 // hold NaN or +infinity (the model's activations overflowed)".
 [[noreturn]] void nonfinite_logits(const std::string& where, int step);
 
+// One batch row's token choice; holds the row's random generator, so one object per row
+// lives for the whole decode. It copies the options it needs.
 class TokenChooser {
  public:
   TokenChooser(const GenerationOptions& options, int vocab, int eos_id, int row);
