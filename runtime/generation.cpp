@@ -175,9 +175,9 @@ int32_t TokenChooser::draw(const float* x) {
   return last;  // rounding left target at the very top: the last id with any weight
 }
 
-void nonfinite_logits(const std::string& where, int step) {
-  throw Error(where + ": the logits at step " + std::to_string(step) +
-              " hold NaN or +infinity (the model's activations overflowed)");
+void nonfinite_logits(const std::string& where, int step, const std::string& what) {
+  throw Error(where + ": the logits at step " + std::to_string(step) + " " + what +
+              " (the model's activations overflowed)");
 }
 
 int32_t TokenChooser::choose(float* x, const Sequence& history, int generated, float* logprob) {

@@ -1289,13 +1289,14 @@ struct Session {
         for (int i = 0; i < int(live[b].size()); ++i) {
           const float* row = lg + size_t(b * K_beam + i) * V;
           double mx = -std::numeric_limits<double>::infinity(), total = 0;
+          // NaN or +inf logits (finite weights can still overflow) leave no order to rank by,
+          // and neither do logits that are all -inf (no processor masks tokens here).
+          const std::string where = "beam search: source " + std::to_string(b) + ", hypothesis " + std::to_string(i);
           for (int v = 0; v < V; ++v) {
-            // NaN or +inf logits (finite weights can still overflow) leave no order to rank by.
-            if (!(row[v] < std::numeric_limits<float>::infinity()))
-              nonfinite_logits("beam search: source " + std::to_string(b) + ", hypothesis " + std::to_string(i), step);
+            if (!(row[v] < std::numeric_limits<float>::infinity())) nonfinite_logits(where, step);
             mx = std::max(mx, double(row[v]));
           }
-          if (mx == -std::numeric_limits<double>::infinity()) continue;  // every token impossible: no candidates
+          if (mx == -std::numeric_limits<double>::infinity()) nonfinite_logits(where, step, "are all -infinity");
           for (int v = 0; v < V; ++v) total += std::exp(double(row[v]) - mx);
           const double lse = mx + std::log(total);
           const auto first = cands.size();

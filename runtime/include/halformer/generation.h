@@ -64,8 +64,8 @@ void validate(const GenerationOptions& options, int vocab);
 
 // NaN or +inf among a step's logits (finite weights can still overflow): no token can be
 // chosen or ranked by them. Throws halformer::Error "<where>: the logits at step <step>
-// hold NaN or +infinity (the model's activations overflowed)".
-[[noreturn]] void nonfinite_logits(const std::string& where, int step);
+// <what> (the model's activations overflowed)".
+[[noreturn]] void nonfinite_logits(const std::string& where, int step, const std::string& what = "hold NaN or +infinity");
 
 // One batch row's token choice; holds the row's random generator, so one object per row
 // lives for the whole decode. It copies the options it needs.
