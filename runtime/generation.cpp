@@ -180,9 +180,12 @@ void nonfinite_logits(const std::string& where, int step, const std::string& wha
               " (the model's activations overflowed)");
 }
 
+bool holds_nan_or_inf(const float* x, int n) {
+  return !std::all_of(x, x + n, [](float v) { return v < std::numeric_limits<float>::infinity(); });
+}
+
 int32_t TokenChooser::choose(float* x, const Sequence& history, int generated, float* logprob) {
-  for (int i = 0; i < vocab_; ++i)
-    if (!(x[i] < std::numeric_limits<float>::infinity())) nonfinite_logits("generation: row " + std::to_string(row_), generated);
+  if (holds_nan_or_inf(x, vocab_)) nonfinite_logits("generation: row " + std::to_string(row_), generated);
   process(x, history, generated);
   if (logprob) processed_.assign(x, x + vocab_);  // the warpers overwrite x
   int32_t id;

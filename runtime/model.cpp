@@ -1291,12 +1291,10 @@ struct Session {
           double mx = -std::numeric_limits<double>::infinity(), total = 0;
           // NaN or +inf logits (finite weights can still overflow) leave no order to rank by,
           // and neither do logits that are all -inf (no processor masks tokens here).
-          const std::string where = "beam search: source " + std::to_string(b) + ", hypothesis " + std::to_string(i);
-          for (int v = 0; v < V; ++v) {
-            if (!(row[v] < std::numeric_limits<float>::infinity())) nonfinite_logits(where, step);
-            mx = std::max(mx, double(row[v]));
-          }
-          if (mx == -std::numeric_limits<double>::infinity()) nonfinite_logits(where, step, "are all -infinity");
+          auto where = [&] { return "beam search: source " + std::to_string(b) + ", hypothesis " + std::to_string(i); };
+          if (holds_nan_or_inf(row, V)) nonfinite_logits(where(), step);
+          for (int v = 0; v < V; ++v) mx = std::max(mx, double(row[v]));
+          if (mx == -std::numeric_limits<double>::infinity()) nonfinite_logits(where(), step, "are all -infinity");
           for (int v = 0; v < V; ++v) total += std::exp(double(row[v]) - mx);
           const double lse = mx + std::log(total);
           const auto first = cands.size();

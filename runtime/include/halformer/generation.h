@@ -66,6 +66,8 @@ void validate(const GenerationOptions& options, int vocab);
 // chosen or ranked by them. Throws halformer::Error "<where>: the logits at step <step>
 // <what> (the model's activations overflowed)".
 [[noreturn]] void nonfinite_logits(const std::string& where, int step, const std::string& what = "hold NaN or +infinity");
+// Whether x[0..n) holds NaN or +inf (-inf is an ordinary, masked logit).
+bool holds_nan_or_inf(const float* x, int n);
 
 // One batch row's token choice; holds the row's random generator, so one object per row
 // lives for the whole decode. It copies the options it needs.
