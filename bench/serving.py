@@ -3,7 +3,7 @@ Triton's own load generator (perf_analyzer: C++, asynchronous gRPC) against the 
 called directly in one process at its best batch size, in the same run.
 
     bench/serving.py [--quick] [--threads 2] [--concurrency 32] [--out DIR] [--only minilm|decode]
-                     [--settings 1:0,64:2000] [--batches 16,32]
+                     [--settings 1:0,64:2000] [--batches 16,32] [--rounds 3]
 
 Two workloads:
   minilm    all-minilm-l6-v2, kind embed_text: one sentence per request (3-15 words),
@@ -11,10 +11,14 @@ Two workloads:
   decode    transformer-base (seeded random weights, bench/halbench/make_weights), kind
             generate: one source of 32 ids per request, greedy, max_new_tokens 32,
             sequences/s.
-For each: the API alone at each batch size, then the server with batching off and with
-dynamic batching, saturated (--concurrency outstanding requests, at least twice the max
-batch size), p50/p99 latency at half the saturated rate of the best batching setting,
-then the API again; 100% = the mean of the two best API rates (the machine drifts).
+For each: the API alone at each batch size, then in each of --rounds rounds the server with
+batching off and with dynamic batching, saturated (--concurrency outstanding requests, at
+least twice the max batch size), and the API again; a server row's 100% is the mean of the
+API's best rates just before and just after it (the machine drifts by 10-20% within
+minutes), and the table gives medians over the rounds. During each saturated row the CPU
+of the model's process, of Triton's processes (tritonserver, backend stubs, pytriton's
+helpers) and of the load generator is read from /proc, as fractions of all cores' time.
+Last, p50/p99 latency at half the median saturated rate of the best batching setting.
 Server logs stay in a temp directory when a step fails.
 
 Run with the project's venv (tritonclient, perf_analyzer; halformer's Python package is
@@ -31,7 +35,9 @@ import importlib.util
 import json
 import os
 import random
+import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -101,43 +107,87 @@ def write_config(path, entry, settings):
                 f"\n    max_batch_size: {mb}\n    max_queue_delay_microseconds: {delay}\n")
 
 
+def cpu_seconds(session):
+    """CPU seconds so far of the server's processes (its session: the model's process first,
+    then tritonserver, the backend stubs and pytriton's helpers), and of the whole machine
+    (busy, idle)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    model, triton = 0.0, 0.0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited meanwhile
+        if int(fields[3]) != session:  # fields[3] is the session id (stat field 6)
+            continue
+        used = (int(fields[11]) + int(fields[12])) / tick
+        if int(pid) == session:
+            model += used
+        else:
+            triton += used
+    with open("/proc/stat") as f:
+        total = [int(x) / tick for x in f.readline().split()[1:]]
+    return model, triton, sum(total) - total[3], total[3]
+
+
 def measure(exe, env, work, name, entry, data, settings, load, params, interval_ms):
-    """A fresh server for one batching setting (max_batch_size, delay), one perf_analyzer run."""
+    """A fresh server for one batching setting (max_batch_size, delay), one perf_analyzer run,
+    with where the machine's CPU went during it: the model's process, Triton's processes,
+    the load generator, idle (fractions of all cores' time)."""
     d = tempfile.mkdtemp(dir=work)
     cfg = os.path.join(d, "serve.yaml")
     write_config(cfg, entry, settings)
     server = Server(cfg, d)
     try:
         server.wait_ready([name])
+        before = cpu_seconds(server.proc.pid), resource.getrusage(resource.RUSAGE_CHILDREN)
         r = perf(exe, env, server, name, data, d, load, params, interval_ms)
+        after = cpu_seconds(server.proc.pid), resource.getrusage(resource.RUSAGE_CHILDREN)
     finally:
         server.kill()
-    r.update(max_batch_size=settings[0], delay_us=settings[1])
+    (m0, t0, busy0, idle0), ru0 = before
+    (m1, t1, busy1, idle1), ru1 = after
+    machine = (busy1 - busy0) + (idle1 - idle0)
+    client = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)  # perf_analyzer, reaped
+    r.update(max_batch_size=settings[0], delay_us=settings[1],
+             cpu={"model": (m1 - m0) / machine, "triton": (t1 - t0) / machine, "client": client / machine,
+                  "idle": (idle1 - idle0) / machine})
     return r
 
 
-def serve_rows(exe, env, name, entry, data, settings, concurrency, params, work, interval_ms):
-    """Saturated throughput for each batching setting, then p99 at half the best one's rate."""
-    rows = []
-    for mb, delay in settings:
-        # Saturation: while one batch runs, the next one queues
-        outstanding = max(concurrency, 2 * mb)
-        r = measure(exe, env, work, name, entry, data, (mb, delay), ("concurrency", outstanding), params, interval_ms)
-        r["load"] = f"{outstanding} outstanding"
-        log(f"{name}: max_batch_size {mb}, delay {delay} us: {r['rps']:.1f} req/s, "
-            f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms")
-        rows.append(r)
-    batched = [r for r in rows if r["max_batch_size"] > 1]
+def serve_rows(exe, env, name, entry, data, settings, concurrency, params, work, interval_ms, rounds, api):
+    """Saturated throughput for each batching setting, `rounds` times, with the API measured
+    (api()) before the first round and after each: each row is compared with the API's best
+    rate just before and just after it, as the machine's speed drifts by 10-20% within
+    minutes. Then p50/p99 at half the best setting's median rate. Returns (API rates in
+    order, saturated rows, half-load row)."""
+    apis, rows = [api()], []
+    for k in range(rounds):
+        for mb, delay in settings:
+            # Saturation: while one batch runs, the next one queues
+            outstanding = max(concurrency, 2 * mb)
+            r = measure(exe, env, work, name, entry, data, (mb, delay), ("concurrency", outstanding), params,
+                        interval_ms)
+            r.update(load=f"{outstanding} outstanding", round=k)
+            log(f"{name}: round {k + 1}/{rounds}, max_batch_size {mb}, delay {delay} us: {r['rps']:.1f} req/s, "
+                f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms; CPU " +
+                ", ".join(f"{key} {100 * v:.0f}%" for key, v in r["cpu"].items()))
+            rows.append(r)
+        apis.append(api())
+    for r in rows:
+        r["api_best"] = (max(apis[r["round"]].values()) + max(apis[r["round"] + 1].values())) / 2
+        r["of_api"] = r["rps"] / r["api_best"]
+    batched = [s for s in settings if s[0] > 1]
     if not batched:
-        return rows
-    best = max(batched, key=lambda r: r["rps"])
-    half = best["rps"] / 2
-    r = measure(exe, env, work, name, entry, data, (best["max_batch_size"], best["delay_us"]), ("rate", half),
-                params, interval_ms)
+        return apis, rows, None
+    median_rps = lambda s: statistics.median(r["rps"] for r in rows if (r["max_batch_size"], r["delay_us"]) == s)
+    best = max(batched, key=median_rps)
+    half = median_rps(best) / 2
+    r = measure(exe, env, work, name, entry, data, best, ("rate", half), params, interval_ms)
     r["load"] = f"{half:.0f} req/s (half)"
     log(f"{name}: at half load ({half:.0f} req/s): p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms")
-    rows.append(r)
-    return rows
+    return apis, rows, r
 
 
 def api_rates(run, batches, min_s):
@@ -155,19 +205,35 @@ def api_rates(run, batches, min_s):
     return rates
 
 
-def table(title, api_before, api_after, rows, unit):
-    """The API is measured before and after the server rows (this machine's speed drifts):
-    each row is compared with the mean of the two best batch sizes' rates."""
+def log_rates(what, rates):
+    log(f"{what}: " + ", ".join(f"b{b} {r:.1f}/s" for b, r in rates.items()))
+    return rates
+
+
+def table(title, apis, rows, half, unit):
+    """One line per batching setting: medians over the rounds of req/s, of its ratio to the
+    API's best rate measured just before and after it (and the ratios' range), of latency
+    and of where the CPU went."""
     fmt = lambda api: ", ".join(f"batch {b} {v:.1f}" for b, v in api.items())
-    best = (max(api_before.values()) + max(api_after.values())) / 2
+    med = statistics.median
     lines = [f"### {title}", "",
-             f"Python API alone ({unit}/s), before the server: {fmt(api_before)}; after: {fmt(api_after)}; "
-             f"best batch size, mean of the two: {best:.1f}", "",
-             "| max_batch_size | max_queue_delay_us | load | req/s | of API best | p50 ms | p99 ms |",
-             "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['max_batch_size']} | {r['delay_us']} | {r['load']} | {r['rps']:.1f} | "
-                     f"{100 * r['rps'] / best:.0f}% | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} |")
+             f"Python API alone ({unit}/s), before round 1 and after each round: " +
+             "; ".join(fmt(a) for a in apis), "",
+             "| max_batch_size | max_queue_delay_us | load | req/s | of API best (range) | p50 ms | p99 ms | "
+             "CPU: model / Triton / load generator / idle |",
+             "|---|---|---|---|---|---|---|---|"]
+    settings = list(dict.fromkeys((r["max_batch_size"], r["delay_us"]) for r in rows))
+    for s in settings:
+        rs = [r for r in rows if (r["max_batch_size"], r["delay_us"]) == s]
+        ratios = [r["of_api"] for r in rs]
+        cpu = " / ".join(f"{100 * med(r['cpu'][k] for r in rs):.0f}%" for k in ("model", "triton", "client", "idle"))
+        lines.append(f"| {s[0]} | {s[1]} | {rs[0]['load']} | {med(r['rps'] for r in rs):.1f} | "
+                     f"{100 * med(ratios):.0f}% ({100 * min(ratios):.0f}-{100 * max(ratios):.0f}%) | "
+                     f"{med(r['p50_ms'] for r in rs):.1f} | {med(r['p99_ms'] for r in rs):.1f} | {cpu} |")
+    if half:
+        lines.append(f"| {half['max_batch_size']} | {half['delay_us']} | {half['load']} | {half['rps']:.1f} | | "
+                     f"{half['p50_ms']:.1f} | {half['p99_ms']:.1f} | |")
+    lines.append(f"\n(medians of {max(r['round'] for r in rows) + 1} rounds)")
     return "\n".join(lines) + "\n"
 
 
@@ -181,6 +247,9 @@ def main():
     ap.add_argument("--settings", help="the server's batching settings to measure, as max_batch_size:delay_us "
                                        "pairs (e.g. 1:0,64:2000; default: the workload's list)")
     ap.add_argument("--batches", help="the API's batch sizes to measure (e.g. 16,32; default: the workload's list)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="measure each setting this many times, the API before and after each round (medians "
+                         "reported; default 3, --quick 1)")
     ap.add_argument("--check-tools", action="store_true",
                     help="only check that perf_analyzer starts (the ctest serving_bench_tools)")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", time.strftime("serving_%Y-%m-%d_%H%M%S")))
@@ -192,9 +261,11 @@ def main():
             raise ValueError
         if api_batches and not all(b >= 1 for b in api_batches):
             raise ValueError
+        if a.rounds < 1:
+            raise ValueError
     except ValueError:
         ap.error(f"--settings wants max_batch_size:delay_us pairs (e.g. 1:0,64:2000), --batches sizes >= 1 "
-                 f"(e.g. 16,32); got {a.settings!r} / {a.batches!r}")
+                 f"(e.g. 16,32), --rounds >= 1; got {a.settings!r} / {a.batches!r} / {a.rounds}")
     exe, env = perf_analyzer_env()
     if a.check_tools:
         print(f"bench/serving: {exe} starts")
@@ -202,6 +273,7 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="halformer-serving-")
     min_s = 3 if a.quick else 10
+    rounds = 1 if a.quick else a.rounds
     report, results = [f"# bench/serving.py, {time.strftime('%Y-%m-%d %H:%M')}, threads {a.threads}, "
                        f"perf_analyzer async gRPC, {os.cpu_count()} cores shared by server and client\n"], {}
 
@@ -212,20 +284,18 @@ def main():
         # What an API user calls: the whole list at once (sorted by length into batches)
         run = lambda b: len(emb.encode(texts, batch_size=b))
         batches = api_batches or ((16,) if a.quick else (8, 16, 32, 64))
-        api = api_rates(run, batches, min_s)
-        log("minilm API: " + ", ".join(f"b{b} {r:.1f}/s" for b, r in api.items()))
+        api = lambda: log_rates("minilm API", api_rates(run, batches, min_s))
         data = os.path.join(work, "minilm.json")
         with open(data, "w") as f:
             json.dump({"data": [{"TEXT": {"content": [t], "shape": [1]}} for t in texts[:64]]}, f)
         entry = {"name": "minilm", "kind": "embed_text", "model_dir": MINILM_DIR, "weights": w, "vocab": v,
                  "threads": a.threads}
         settings = chosen or ([(1, 0), (16, 1000)] if a.quick else [(1, 0), (16, 1000), (32, 1000), (64, 2000)])
-        rows = serve_rows(exe, env, "minilm", entry, data, settings, a.concurrency, (), work, 10000)
-        api_after = api_rates(run, batches, min_s)
+        apis, rows, half = serve_rows(exe, env, "minilm", entry, data, settings, a.concurrency, (), work, 10000,
+                                      rounds, api)
         del emb
-        log("minilm API after: " + ", ".join(f"b{b} {r:.1f}/s" for b, r in api_after.items()))
-        results["minilm"] = {"api_before": api, "api_after": api_after, "server": rows}
-        report.append(table("all-MiniLM-L6-v2, embed_text, one sentence per request", api, api_after, rows,
+        results["minilm"] = {"api": apis, "server": rows, "half_load": half}
+        report.append(table("all-MiniLM-L6-v2, embed_text, one sentence per request", apis, rows, half,
                             "sentences"))
 
     if a.only in (None, "decode"):
@@ -242,8 +312,7 @@ def main():
         new = 8 if a.quick else 32
         run = lambda b: sum(len(model.generate(srcs[i:i + b], max_new_tokens=new)) for i in range(0, len(srcs), b))
         batches = api_batches or ((1, 8) if a.quick else (1, 4, 8, 16))
-        api = api_rates(run, batches, min_s)
-        log("decode API: " + ", ".join(f"b{b} {r:.1f}/s" for b, r in api.items()))
+        api = lambda: log_rates("decode API", api_rates(run, batches, min_s))
         data = os.path.join(work, "decode.json")
         with open(data, "w") as f:
             json.dump({"data": [{"INPUT_IDS": {"content": s, "shape": [len(s)]}} for s in srcs[:16]]}, f)
@@ -251,13 +320,12 @@ def main():
                  "threads": a.threads}
         settings = chosen or ([(1, 0), (8, 1000)] if a.quick else [(1, 0), (8, 1000), (16, 2000)])
         # Batches of a second or more: windows long enough to hold several
-        rows = serve_rows(exe, env, "decode", entry, data, settings, 16, (f"max_new_tokens:{new}:int",), work, 15000)
-        api_after = api_rates(run, batches, min_s)
+        apis, rows, half = serve_rows(exe, env, "decode", entry, data, settings, 16, (f"max_new_tokens:{new}:int",),
+                                      work, 15000, rounds, api)
         del model
-        log("decode API after: " + ", ".join(f"b{b} {r:.1f}/s" for b, r in api_after.items()))
-        results["decode"] = {"api_before": api, "api_after": api_after, "server": rows, "max_new_tokens": new}
+        results["decode"] = {"api": apis, "server": rows, "half_load": half, "max_new_tokens": new}
         report.append(table(f"transformer-base, generate (greedy, {new} new tokens), one source of 32 ids per "
-                            f"request", api, api_after, rows, "sequences"))
+                            f"request", apis, rows, half, "sequences"))
 
     text = "\n".join(report)
     print(text)
