@@ -1291,12 +1291,13 @@ struct Session {
     std::vector<bool> done(B, false);
     IBuf tok(1, R);
     tok.fill(cfg.bos_id);
-    Act logits(V, 1, R, iface), out(V, 1, R, iface);
+    Act logits(V, 1, R, iface);
     for (int step = 0; step < max_new_tokens; ++step) {
       double ts = now_ms();
       Act x = decode_step(st, w, tok);
-      head(x, w, logits, out);
-      // The host ranks candidates from the raw logits: on a GPU they come down once a step.
+      // The host ranks candidates from the raw logits (its own log-softmax per row; the
+      // head kernel's output is not needed): on a GPU they come down once a step.
+      linear(kt.generator, "generator", x.flat(), w.generator, logits.flat());
       std::vector<float> logits_h = iface ? to_host(logits) : std::vector<float>();
       const float* lg = iface ? logits_h.data() : logits.host();
       std::vector<int> parent(R);
