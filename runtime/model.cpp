@@ -1233,7 +1233,9 @@ struct Session {
       } else {
         head(decode_step(st, w, tok), w, logits, out);
       }
-      choose(ch, logits, have_out ? out : logits, next, history, done, step, r);
+      // The CPU ranks the raw logits in every path (so an overflow reads the same in each);
+      // a GPU the head output on the device.
+      choose(ch, logits, iface ? out : logits, next, history, done, step, r);
       if (iface)  // rows still decoding, one device copy per run of them
         for (int b0 = 0, b1; b0 < B; b0 = b1) {
           for (b1 = b0; b1 < B && !done[b1]; ++b1) {}
@@ -1264,6 +1266,51 @@ struct Session {
     }
     if (iface) r.last_logits.data = to_host(last);
     return r;
+  }
+
+  // Beam search's work on one hypothesis' logits (a task of halide_do_par_for): the
+  // log-sum-exp of the row (double) and its best `top` candidates by score, ties to the
+  // lower token; a row with NaN / +inf logits, or all -inf, ranks nothing.
+  struct BeamCand { double score; int hyp, token; };
+  struct BeamRow {
+    const float* logits;
+    double score;  // the hypothesis' score so far
+    int hyp;
+    enum Status { Ranked, NanOrInf, AllMinusInf } status = Ranked;
+    std::vector<BeamCand> best;
+  };
+  struct BeamRows { BeamRow* rows; int V, top; };
+  static int beam_row_task(void*, int r, uint8_t* closure) {
+    const auto& job = *reinterpret_cast<const BeamRows*>(closure);
+    BeamRow& row = job.rows[r];
+    const float* x = row.logits;
+    const int V = job.V;
+    if (holds_nan_or_inf(x, V)) {
+      row.status = BeamRow::NanOrInf;
+      return 0;
+    }
+    double mx = -std::numeric_limits<double>::infinity(), total = 0;
+    for (int v = 0; v < V; ++v) mx = std::max(mx, double(x[v]));
+    if (mx == -std::numeric_limits<double>::infinity()) {
+      row.status = BeamRow::AllMinusInf;
+      return 0;
+    }
+    for (int v = 0; v < V; ++v) total += std::exp(double(x[v]) - mx);
+    const double lse = mx + std::log(total);
+    auto& best = row.best;
+    best.reserve(size_t(job.top));
+    for (int v = 0; v < V; ++v) {
+      const double score = row.score + (double(x[v]) - lse);
+      if (best.size() == size_t(job.top)) {
+        if (!(score > best.back().score)) continue;  // a tie keeps the lower token
+        best.pop_back();
+      }
+      // After the equal scores: they have lower tokens.
+      auto at = std::upper_bound(best.begin(), best.end(), score,
+                                 [](double sc, const BeamCand& c) { return sc > c.score; });
+      best.insert(at, BeamCand{score, row.hyp, v});
+    }
+    return 0;
   }
 
   BeamResult beam_search(const Weights& w, const std::vector<Sequence>& src, int K_beam, double alpha,
@@ -1304,51 +1351,46 @@ struct Session {
       linear(kt.generator, "generator", x.flat(), w.generator, logits.flat());
       std::vector<float> logits_h = iface ? to_host(logits) : std::vector<float>();
       const float* lg = iface ? logits_h.data() : logits.host();
+      // Each live hypothesis' row in parallel (log-sum-exp and its best candidates: the
+      // host's share of a step; transformer-base int8, beam 4 at batch 8: 32 rows of 32000),
+      // then each source's candidates ranked in order.
+      const int top = std::min(2 * K_beam, V);
+      std::vector<BeamRow> rows;
+      for (int b = 0; b < B; ++b)
+        for (int i = 0; !done[b] && i < int(live[b].size()); ++i)
+          rows.push_back({lg + size_t(b * K_beam + i) * V, live[b][i].score, i});
+      BeamRows job{rows.data(), V, top};
+      run(halide_do_par_for(nullptr, beam_row_task, 0, int(rows.size()), reinterpret_cast<uint8_t*>(&job)),
+          "beam search");
       std::vector<int> parent(R);
+      const BeamRow* row = rows.data();
       for (int b = 0; b < B; ++b) {
         for (int k = 0; k < K_beam; ++k) parent[b * K_beam + k] = b * K_beam + k;  // finished sources: rows unused
         if (done[b]) continue;
-        // Candidates (score, hyp, token), best first; ties -> lower hyp, then lower token.
-        // Each hypothesis keeps only its best `top` by the same order: the best 2K over all
-        // hypotheses are among them (within one hypothesis the order is the global one), so
-        // K x 2K candidates are ranked, not K x V (4 x 32000 a step, 2 MB: milliseconds).
-        struct Cand { double score; int hyp, token; };
-        const int top = std::min(2 * K_beam, V);
-        std::vector<Cand> cands;
+        // Candidates, best first; ties -> lower hyp, then lower token. The best 2K over all
+        // hypotheses are among each hypothesis' best `top` (beam_row_task), so K x 2K
+        // candidates are ranked, not K x V (4 x 32000 a step, 2 MB: milliseconds).
+        std::vector<BeamCand> cands;
         cands.reserve(live[b].size() * size_t(top));
-        for (int i = 0; i < int(live[b].size()); ++i) {
-          const float* row = lg + size_t(b * K_beam + i) * V;
-          double mx = -std::numeric_limits<double>::infinity(), total = 0;
+        for (int i = 0; i < int(live[b].size()); ++i, ++row) {
           // NaN or +inf logits (finite weights can still overflow) leave no order to rank by,
           // and neither do logits that are all -inf (no processor masks tokens here).
-          auto where = [&] { return "beam search: source " + std::to_string(b) + ", hypothesis " + std::to_string(i); };
-          if (holds_nan_or_inf(row, V)) nonfinite_logits(where(), step);
-          for (int v = 0; v < V; ++v) mx = std::max(mx, double(row[v]));
-          if (mx == -std::numeric_limits<double>::infinity()) nonfinite_logits(where(), step, "are all -infinity");
-          for (int v = 0; v < V; ++v) total += std::exp(double(row[v]) - mx);
-          const double lse = mx + std::log(total);
-          const auto first = cands.size();
-          for (int v = 0; v < V; ++v) {
-            const double score = live[b][i].score + (double(row[v]) - lse);
-            if (cands.size() - first == size_t(top)) {
-              if (!(score > cands.back().score)) continue;  // a tie keeps the lower token
-              cands.pop_back();
-            }
-            // After the equal scores: they have lower tokens.
-            auto at = std::upper_bound(cands.begin() + first, cands.end(), score,
-                                       [](double sc, const Cand& c) { return sc > c.score; });
-            cands.insert(at, Cand{score, i, v});
+          if (row->status != BeamRow::Ranked) {
+            const std::string where = "beam search: source " + std::to_string(b) + ", hypothesis " + std::to_string(i);
+            if (row->status == BeamRow::NanOrInf) nonfinite_logits(where, step);
+            nonfinite_logits(where, step, "are all -infinity");
           }
+          cands.insert(cands.end(), row->best.begin(), row->best.end());
         }
         const size_t keep = std::min(cands.size(), size_t(2 * K_beam));
-        std::partial_sort(cands.begin(), cands.begin() + keep, cands.end(), [](const Cand& a, const Cand& c) {
+        std::partial_sort(cands.begin(), cands.begin() + keep, cands.end(), [](const BeamCand& a, const BeamCand& c) {
           if (a.score != c.score) return a.score > c.score;
           return a.hyp != c.hyp ? a.hyp < c.hyp : a.token < c.token;
         });
         std::vector<Hyp> next;
         std::vector<int> next_parent;
         for (size_t rank = 0; rank < keep && int(next.size()) < K_beam; ++rank) {
-          const Cand& c = cands[rank];
+          const BeamCand& c = cands[rank];
           Sequence t = live[b][c.hyp].tokens;
           t.push_back(c.token);
           if (c.token == eos) {

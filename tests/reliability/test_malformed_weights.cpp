@@ -472,6 +472,33 @@ TEST(Binary, OverflowingLogitsStopGeneration) {
   }
 }
 
+// Logits that are all -infinity (the last decoder layer's output LayerNorm set to gamma 0,
+// beta 1, so every row is all ones, and every generator weight -3e38: each dot product
+// overflows to -inf) rank nothing either: every mode stops with that reason.
+TEST(Binary, AllMinusInfinityLogitsStopGeneration) {
+  if (model_bin().empty()) GTEST_SKIP() << "HALFORMER_MODEL_BIN not set";
+  Doc d = valid_doc();
+  const float zero = 0.0f, one = 1.0f, huge = -3e38f;
+  for (size_t k = 0; k < 64; ++k) {
+    std::memcpy(&d.data[begin_of(d, "transformer.decoder.layers.1.norm3.weight") + k * 4], &zero, 4);
+    std::memcpy(&d.data[begin_of(d, "transformer.decoder.layers.1.norm3.bias") + k * 4], &one, 4);
+  }
+  for (size_t k = 0; k < 16 * 64; ++k) std::memcpy(&d.data[begin_of(d, "generator.weight") + k * 4], &huge, 4);
+  const std::string path = materialize({"all_minus_inf_logits", Kind::Bytes, [d] { return serialize(d); }, {}});
+  const std::string tail = " the logits at step 0 are all -infinity (the model's activations overflowed)";
+  for (auto [flags, where] : std::vector<std::pair<std::string, std::string>>{
+           {"", "generation: row 0:"},
+           {" --no-cache", "generation: row 0:"},
+           {" --sampling-topk 3 --seed 1", "generation: row 0:"},
+           {" --scores", "generation: row 0:"},
+           {" --repetition-penalty 1.2", "generation: row 0:"},
+           {" --beam 2", "beam search: source 0, hypothesis 0:"}}) {
+    auto r = run("'" + model_bin() + "' --weights '" + path + "' --src '3 7 1 9'" + flags);
+    EXPECT_EQ(r.status, 1) << flags << "\n" << r.output;
+    EXPECT_NE(r.output.find("reverse-tiny: error: " + where + tail), std::string::npos) << flags << "\n" << r.output;
+  }
+}
+
 std::string case_name(const testing::TestParamInfo<Case>& info) { return info.param.name; }
 INSTANTIATE_TEST_SUITE_P(Weights, Reader, testing::ValuesIn(cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Weights, Binary, testing::ValuesIn(cases()), case_name);
