@@ -162,7 +162,9 @@ int32_t TokenChooser::draw(const float* x) {
   const double mx = x[best];
   weight_.resize(vocab_);
   double sum = 0;
-  for (int i = 0; i < vocab_; ++i) sum += weight_[i] = std::exp(double(x[i]) - mx);
+  // Masked tokens (top-k / top-p / processors) weigh exactly 0: no exp for them (top-k 10
+  // of 32000 leaves 10 to compute).
+  for (int i = 0; i < vocab_; ++i) sum += weight_[i] = x[i] > kNegInf ? std::exp(double(x[i]) - mx) : 0.0;
   const double target = u * sum;
   double cum = 0;
   int32_t last = best;

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <exception>
 #include <limits>
 #include <map>
 #include <memory>
@@ -1098,13 +1099,44 @@ struct Session {
       return;
     }
     std::vector<float> h = to_host(logits);
-    const int V = logits.C;
+    // The rows in parallel (each its own chooser; transformer-base int8 at batch 8:
+    // --scores' log-softmax and sampling's top-k over 32000 logits a row took more than
+    // the step's kernels), then their results and the first error in row order.
+    HostChoice job{&ch, h.data(), logits.C, &history, &done, generated,
+                   std::vector<HostChoice::Row>(size_t(logits.B))};
+    run(halide_do_par_for(nullptr, host_choice_task, 0, logits.B, reinterpret_cast<uint8_t*>(&job)), "token choice");
     for (int b = 0; b < logits.B; ++b) {
       if (done[b]) continue;
-      float lp = 0;
-      next(b) = ch.rows[b].choose(h.data() + size_t(b) * V, history[b], generated, &lp);
-      if (ch.o.return_scores) r.token_logprobs[b].push_back(lp);
+      if (job.rows[b].error) std::rethrow_exception(job.rows[b].error);
+      next(b) = job.rows[b].token;
+      if (ch.o.return_scores) r.token_logprobs[b].push_back(job.rows[b].logprob);
     }
+  }
+  struct HostChoice {
+    Chooser* ch;
+    float* logits;
+    int V;
+    const std::vector<Sequence>* history;
+    const std::vector<bool>* done;
+    int generated;
+    struct Row {
+      int32_t token = 0;
+      float logprob = 0;
+      std::exception_ptr error;
+    };
+    std::vector<Row> rows;
+  };
+  static int host_choice_task(void*, int b, uint8_t* closure) {
+    auto& job = *reinterpret_cast<HostChoice*>(closure);
+    if ((*job.done)[b]) return 0;
+    auto& row = job.rows[b];
+    try {
+      row.token = job.ch->rows[b].choose(job.logits + size_t(b) * job.V, (*job.history)[b], job.generated,
+                                         job.ch->o.return_scores ? &row.logprob : nullptr);  // no log-softmax unasked
+    } catch (...) {
+      row.error = std::current_exception();
+    }
+    return 0;
   }
   // Delivers a chosen token; false when the row stops here (eos, or the callback said so).
   static bool deliver(const GenerationOptions& o, int row, int32_t token, float logprob, int eos) {
