@@ -1246,10 +1246,11 @@ struct Session {
     std::vector<bool> done(B, false);
     r.tokens.assign(B, {});
     r.last_logits = Tensor{{B, V}, std::vector<float>(size_t(B) * V)};
-    // Plain greedy decoding on the CPU ranks the raw logits and runs the head (softmax /
-    // log_softmax over the vocabulary) only in the steps where some row ends, for
-    // last_logits: transformer-base at batch 8, 0.15 ms a step of ~5 (int8).
-    const bool head_when_ending = !iface && !ch.on_host;
+    // The CPU chooses from the raw logits (the argmax kernel, or the host's chooser on a
+    // copy) and runs the head (softmax / log_softmax over the vocabulary) only in the
+    // steps where some row ends, for last_logits: transformer-base at batch 8, 0.15 ms a
+    // step of ~5 (int8).
+    const bool head_when_ending = !iface;
     for (int step = 0; step < max_new_tokens; ++step) {
       double ts = decoder_only && step == 0 ? t0 : now_ms();
       bool have_out = true;  // `out` holds this step's head output
