@@ -448,6 +448,23 @@ TEST_P(Binary, ExitsWithClearMessage) {
   EXPECT_EQ(r.output.find("Sanitizer"), std::string::npos) << r.output;
 }
 
+// Every generation mode of the binary on weights `path` stops at step 0 with `what`
+// (greedy through the argmax kernel, no-cache, the host's chooser, beam search).
+void expect_every_mode_stops(const std::string& path, const std::string& what) {
+  const std::string tail = " the logits at step 0 " + what + " (the model's activations overflowed)";
+  for (auto [flags, where] : std::vector<std::pair<std::string, std::string>>{
+           {"", "generation: row 0:"},
+           {" --no-cache", "generation: row 0:"},
+           {" --sampling-topk 3 --seed 1", "generation: row 0:"},
+           {" --scores", "generation: row 0:"},
+           {" --repetition-penalty 1.2", "generation: row 0:"},
+           {" --beam 2", "beam search: source 0, hypothesis 0:"}}) {
+    auto r = run("'" + model_bin() + "' --weights '" + path + "' --src '3 7 1 9'" + flags);
+    EXPECT_EQ(r.status, 1) << flags << "\n" << r.output;
+    EXPECT_NE(r.output.find("reverse-tiny: error: " + where + tail), std::string::npos) << flags << "\n" << r.output;
+  }
+}
+
 // Finite weights whose logits overflow (generator row 5 all 3e38: its dot product with the
 // decoder's normalized output reaches NaN / infinity) load, but no token can be chosen or
 // ranked by such logits: greedy (the argmax kernel), sampling (the host's chooser), beam
@@ -459,17 +476,7 @@ TEST(Binary, OverflowingLogitsStopGeneration) {
   for (size_t k = 0; k < 64; ++k)
     std::memcpy(&d.data[begin_of(d, "generator.weight") + (5 * 64 + k) * 4], &big, 4);
   const std::string path = materialize({"overflowing_logits", Kind::Bytes, [d] { return serialize(d); }, {}});
-  const std::string tail = " the logits at step 0 hold NaN or +infinity (the model's activations overflowed)";
-  for (auto [flags, where] : std::vector<std::pair<std::string, std::string>>{
-           {"", "generation: row 0:"},
-           {" --no-cache", "generation: row 0:"},
-           {" --sampling-topk 3 --seed 1", "generation: row 0:"},
-           {" --scores", "generation: row 0:"},
-           {" --beam 2", "beam search: source 0, hypothesis 0:"}}) {
-    auto r = run("'" + model_bin() + "' --weights '" + path + "' --src '3 7 1 9'" + flags);
-    EXPECT_EQ(r.status, 1) << flags << "\n" << r.output;
-    EXPECT_NE(r.output.find("reverse-tiny: error: " + where + tail), std::string::npos) << flags << "\n" << r.output;
-  }
+  expect_every_mode_stops(path, "hold NaN or +infinity");
 }
 
 // Logits that are all -infinity (the last decoder layer's output LayerNorm set to gamma 0,
@@ -485,18 +492,7 @@ TEST(Binary, AllMinusInfinityLogitsStopGeneration) {
   }
   for (size_t k = 0; k < 16 * 64; ++k) std::memcpy(&d.data[begin_of(d, "generator.weight") + k * 4], &huge, 4);
   const std::string path = materialize({"all_minus_inf_logits", Kind::Bytes, [d] { return serialize(d); }, {}});
-  const std::string tail = " the logits at step 0 are all -infinity (the model's activations overflowed)";
-  for (auto [flags, where] : std::vector<std::pair<std::string, std::string>>{
-           {"", "generation: row 0:"},
-           {" --no-cache", "generation: row 0:"},
-           {" --sampling-topk 3 --seed 1", "generation: row 0:"},
-           {" --scores", "generation: row 0:"},
-           {" --repetition-penalty 1.2", "generation: row 0:"},
-           {" --beam 2", "beam search: source 0, hypothesis 0:"}}) {
-    auto r = run("'" + model_bin() + "' --weights '" + path + "' --src '3 7 1 9'" + flags);
-    EXPECT_EQ(r.status, 1) << flags << "\n" << r.output;
-    EXPECT_NE(r.output.find("reverse-tiny: error: " + where + tail), std::string::npos) << flags << "\n" << r.output;
-  }
+  expect_every_mode_stops(path, "are all -infinity");
 }
 
 std::string case_name(const testing::TestParamInfo<Case>& info) { return info.param.name; }
