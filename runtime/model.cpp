@@ -807,9 +807,13 @@ struct Session {
     });
   }
 
+  // The output projection: hidden rows -> raw logits.
+  void generator(const Act& x, const Weights& w, Act& logits) {
+    linear(kt.generator, "generator", x.flat(), w.generator, logits.flat());
+  }
   // Generator + softmax / log_softmax: `logits` gets the raw generator output, `out` the head's.
   void head(const Act& x, const Weights& w, Act& logits, Act& out) {
-    linear(kt.generator, "generator", x.flat(), w.generator, logits.flat());
+    generator(x, w, logits);
     head_of(logits, out);
   }
   void head_of(const Act& logits, Act& out) {
@@ -1068,8 +1072,9 @@ struct Session {
   }
 
   // The next token of each row still decoding. Plain greedy decoding runs the argmax
-  // kernel on the head output (on a GPU only the ids come down); any other option
-  // brings the step's raw logits to the host for the rows' TokenChoosers.
+  // kernel (on the CPU over the raw logits, on a GPU over the head output, and only the
+  // ids come down); any other option brings the step's raw logits to the host for the
+  // rows' TokenChoosers.
   struct Chooser {
     const GenerationOptions& o;
     std::vector<TokenChooser> rows;
@@ -1082,7 +1087,8 @@ struct Session {
     }
   };
   // `ranked`: the rows the argmax kernel reads (the head output, or on the CPU the raw
-  // logits, whose order within a row the head keeps).
+  // logits: the head keeps a row's order up to rounding, where two top logits closer than
+  // its rounding tied there and the lower id won, the larger raw logit wins here).
   void choose(Chooser& ch, const Act& logits, const Act& ranked, IBuf& next, const std::vector<Sequence>& history,
               const std::vector<bool>& done, int generated, DecodeResult& r) {
     if (!ch.on_host) {
@@ -1261,7 +1267,7 @@ struct Session {
       } else if (decoder_only && step == 0) {
         prefill(st, w, src, logits, out);
       } else if (head_when_ending) {
-        linear(kt.generator, "generator", decode_step(st, w, tok).flat(), w.generator, logits.flat());
+        generator(decode_step(st, w, tok), w, logits);
         have_out = false;
       } else {
         head(decode_step(st, w, tok), w, logits, out);
@@ -1330,8 +1336,7 @@ struct Session {
     }
     for (int v = 0; v < V; ++v) total += std::exp(double(x[v]) - mx);
     const double lse = mx + std::log(total);
-    auto& best = row.best;
-    best.reserve(size_t(job.top));
+    auto& best = row.best;  // capacity `top`, reserved by the caller: no allocation here
     for (int v = 0; v < V; ++v) {
       const double score = row.score + (double(x[v]) - lse);
       if (best.size() == size_t(job.top)) {
@@ -1366,7 +1371,7 @@ struct Session {
     st.src_mask = key_mask(src_rep, s.dim(0).extent());
     // Each source's cross-attention keys and values once, then copied to its K beam rows
     // (projecting the repeated encoder output did the same matmul K times: transformer-base
-    // int8, beam 4 at batch 8, 24.7 ms per layer).
+    // int8, beam 4 at batch 8, 24.7-32.5 ms per layer, 5.3 now).
     for (const auto& L : w.decoder) st.cross.push_back(repeat_rows(cross_kv(L, memory), K_beam));
     r.encoder_ms = now_ms() - t0;
 
@@ -1381,7 +1386,7 @@ struct Session {
       Act x = decode_step(st, w, tok);
       // The host ranks candidates from the raw logits (its own log-softmax per row; the
       // head kernel's output is not needed): on a GPU they come down once a step.
-      linear(kt.generator, "generator", x.flat(), w.generator, logits.flat());
+      generator(x, w, logits);
       std::vector<float> logits_h = iface ? to_host(logits) : std::vector<float>();
       const float* lg = iface ? logits_h.data() : logits.host();
       // Each live hypothesis' row in parallel (log-sum-exp and its best candidates: the
@@ -1390,8 +1395,10 @@ struct Session {
       const int top = std::min(2 * K_beam, V);
       std::vector<BeamRow> rows;
       for (int b = 0; b < B; ++b)
-        for (int i = 0; !done[b] && i < int(live[b].size()); ++i)
+        for (int i = 0; !done[b] && i < int(live[b].size()); ++i) {
           rows.push_back({lg + size_t(b * K_beam + i) * V, live[b][i].score, i});
+          rows.back().best.reserve(size_t(top));  // here: nothing may throw inside the tasks
+        }
       BeamRows job{rows.data(), V, top};
       run(halide_do_par_for(nullptr, beam_row_task, 0, int(rows.size()), reinterpret_cast<uint8_t*>(&job)),
           "beam search");

@@ -43,16 +43,15 @@ void check_model(const halformer::Model& m, const std::string& name, const std::
   const int V = cfg.tgt_vocab;
   halformer::GenerationOptions plain;
   plain.max_new_tokens = max_new;
-  if (!stop_after.empty()) {
+  // Each call counts its own tokens per row.
+  auto stopper = [&] {
     auto seen = std::make_shared<std::vector<int>>(src.size(), 0);
-    plain.on_token = [seen, stop_after](int row, int32_t, float) { return ++(*seen)[row] != stop_after[row]; };
-  }
+    return [seen, stop_after](int row, int32_t, float) { return ++(*seen)[row] != stop_after[row]; };
+  };
+  if (!stop_after.empty()) plain.on_token = stopper();
   const auto a = m.generate(src, plain);
-  halformer::GenerationOptions scored = plain;  // a fresh count for the callback
-  if (!stop_after.empty()) {
-    auto seen = std::make_shared<std::vector<int>>(src.size(), 0);
-    scored.on_token = [seen, stop_after](int row, int32_t, float) { return ++(*seen)[row] != stop_after[row]; };
-  }
+  halformer::GenerationOptions scored = plain;
+  if (!stop_after.empty()) scored.on_token = stopper();
   scored.return_scores = true;
   const auto b = m.generate(src, scored);
   check(a.tokens == b.tokens, name + ": tokens differ with return_scores");
@@ -93,8 +92,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    auto rev = halformer::Model::load(*halformer_model_reverse_tiny(), argv[1], {1, "cpu"});
-    auto gpt = halformer::Model::load(*halformer_model_gpt_tiny(), argv[2], {1, "cpu"});
+    // 2 threads: the host chooser's rows run in parallel.
+    auto rev = halformer::Model::load(*halformer_model_reverse_tiny(), argv[1], {2, "cpu"});
+    auto gpt = halformer::Model::load(*halformer_model_gpt_tiny(), argv[2], {2, "cpu"});
     // reverse-tiny reverses its source, then emits eos: sources of 2, 4 and 6 ids end
     // after 3, 5 and 7 tokens; 6 new tokens cut the longest short.
     check_model(rev, "reverse-tiny", {{3, 7}, {5, 4, 3, 2}, {9, 8, 7, 6, 5, 4}}, 6, false);
