@@ -187,11 +187,12 @@ bool holds_nan_or_inf(const float* x, int n) {
 }
 
 int32_t TokenChooser::choose(float* x, const Sequence& history, int generated, float* logprob) {
-  if (holds_nan_or_inf(x, vocab_)) nonfinite_logits("generation: row " + std::to_string(row_), generated);
+  auto where = [&] { return "generation: row " + std::to_string(row_); };
+  if (holds_nan_or_inf(x, vocab_)) nonfinite_logits(where(), generated);
   // Raw logits that are all -inf rank nothing either (only overflow gives them: the
   // processors below mask tokens, the model does not).
   if (std::all_of(x, x + vocab_, [](float v) { return v == kNegInf; }))
-    nonfinite_logits("generation: row " + std::to_string(row_), generated, "are all -infinity");
+    nonfinite_logits(where(), generated, "are all -infinity");
   process(x, history, generated);
   if (logprob) processed_.assign(x, x + vocab_);  // the warpers overwrite x
   int32_t id;

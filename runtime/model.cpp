@@ -185,6 +185,29 @@ void run(int status, const char* what) {
   g_halide_error.clear();
 }
 
+// body(i) for i in [0, n) on Halide's thread pool (so within the calling model's thread
+// limit). An exception thrown by body is rethrown once all have run: the one of the
+// lowest i, the error the sequential loop would have met first.
+template <typename Body>
+void parallel_for(int n, const char* what, const Body& body) {
+  struct Job {
+    const Body* body;
+    std::vector<std::exception_ptr> errors;
+  } job{&body, std::vector<std::exception_ptr>(size_t(std::max(n, 0)))};
+  auto task = [](void*, int i, uint8_t* closure) -> int {
+    auto& j = *reinterpret_cast<Job*>(closure);
+    try {
+      (*j.body)(i);
+    } catch (...) {
+      j.errors[size_t(i)] = std::current_exception();
+    }
+    return 0;
+  };
+  run(halide_do_par_for(nullptr, task, 0, n, reinterpret_cast<uint8_t*>(&job)), what);
+  for (const auto& e : job.errors)
+    if (e) std::rethrow_exception(e);
+}
+
 struct View;
 
 // Host activations are taken from a cache of freed blocks of the same size (a layer's
@@ -772,28 +795,19 @@ struct Session {
     KernelTimer timer("cross_kv_heads", iface);
     Act out(kv.C, kv.T, kv.B, nullptr, bf16, /*zeroed=*/false);
     out.head_major_hd = cfg.d_model / cfg.heads;
-    HeadMajorCopy c{reinterpret_cast<const uint8_t*>(kv.mem.data()), reinterpret_cast<uint8_t*>(out.mem.data()),
-                    kv.C, kv.T, out.head_major_hd, bf16 ? sizeof(uint16_t) : sizeof(float)};
-    run(halide_do_par_for(nullptr, head_major_task, 0, kv.B, reinterpret_cast<uint8_t*>(&c)),
-        "cross_kv_heads");
+    // One sequence's rows into its head-major blocks, per task: the rows read in order (a
+    // task per (sequence, head) read a piece of every row: 1.6x slower in fp32).
+    const uint8_t* rows = reinterpret_cast<const uint8_t*>(kv.mem.data());
+    uint8_t* heads = reinterpret_cast<uint8_t*>(out.mem.data());
+    const int C = kv.C, T = kv.T, hd = out.head_major_hd;
+    const size_t elem = bf16 ? sizeof(uint16_t) : sizeof(float), piece = size_t(hd) * elem, block = size_t(T) * piece;
+    parallel_for(kv.B, "cross_kv_heads", [&](int b) {
+      const uint8_t* src = rows + int64_t(b) * T * C * elem;
+      uint8_t* dst = heads + int64_t(b) * T * C * elem;
+      for (int t = 0; t < T; ++t)
+        for (int h = 0; h < C / hd; ++h) std::memcpy(dst + h * block + t * piece, src + (int64_t(t) * C + h * hd) * elem, piece);
+    });
     return out;
-  }
-  // One sequence's rows into its head-major blocks, per task: the rows read in order (a
-  // task per (sequence, head) read a piece of every row: 1.6x slower in fp32).
-  struct HeadMajorCopy {
-    const uint8_t* rows;
-    uint8_t* heads;
-    int C, T, hd;
-    size_t elem;
-  };
-  static int head_major_task(void*, int b, uint8_t* closure) {
-    const auto& c = *reinterpret_cast<const HeadMajorCopy*>(closure);
-    const size_t piece = size_t(c.hd) * c.elem, block = size_t(c.T) * piece;
-    const uint8_t* src = c.rows + int64_t(b) * c.T * c.C * c.elem;
-    uint8_t* dst = c.heads + int64_t(b) * c.T * c.C * c.elem;
-    for (int t = 0; t < c.T; ++t)
-      for (int h = 0; h < c.C / c.hd; ++h) std::memcpy(dst + h * block + t * piece, src + (int64_t(t) * c.C + h * c.hd) * c.elem, piece);
-    return 0;
   }
 
   void cross_block(Act& x, const LayerWeights& L, const Act& kv, const Act& src_mask) {
@@ -1086,12 +1100,13 @@ struct Session {
                 opts.min_length > 0 || opts.return_scores;
     }
   };
-  // `ranked`: the rows the argmax kernel reads (the head output, or on the CPU the raw
-  // logits: the head keeps a row's order up to rounding, where two top logits closer than
-  // its rounding tied there and the lower id won, the larger raw logit wins here).
-  void choose(Chooser& ch, const Act& logits, const Act& ranked, IBuf& next, const std::vector<Sequence>& history,
+  // Plain greedy ranks with the argmax kernel: on the CPU the raw logits (the head keeps a
+  // row's order up to rounding: where two top logits closer than its rounding tied there
+  // and the lower id won, the larger raw logit wins here), on a GPU the head output `out`.
+  void choose(Chooser& ch, const Act& logits, const Act& out, IBuf& next, const std::vector<Sequence>& history,
               const std::vector<bool>& done, int generated, DecodeResult& r) {
     if (!ch.on_host) {
+      const Act& ranked = iface ? out : logits;
       argmax(ranked, next);
       for (int b = 0; b < ranked.B; ++b) {
         if (done[b]) continue;
@@ -1107,42 +1122,17 @@ struct Session {
     std::vector<float> h = to_host(logits);
     // The rows in parallel (each its own chooser; transformer-base int8 at batch 8:
     // --scores' log-softmax and sampling's top-k over 32000 logits a row took more than
-    // the step's kernels), then their results and the first error in row order.
-    HostChoice job{&ch, h.data(), logits.C, &history, &done, generated,
-                   std::vector<HostChoice::Row>(size_t(logits.B))};
-    run(halide_do_par_for(nullptr, host_choice_task, 0, logits.B, reinterpret_cast<uint8_t*>(&job)), "token choice");
-    for (int b = 0; b < logits.B; ++b) {
-      if (done[b]) continue;
-      if (job.rows[b].error) std::rethrow_exception(job.rows[b].error);
-      next(b) = job.rows[b].token;
-      if (ch.o.return_scores) r.token_logprobs[b].push_back(job.rows[b].logprob);
-    }
-  }
-  struct HostChoice {
-    Chooser* ch;
-    float* logits;
-    int V;
-    const std::vector<Sequence>* history;
-    const std::vector<bool>* done;
-    int generated;
-    struct Row {
-      int32_t token = 0;
-      float logprob = 0;
-      std::exception_ptr error;
-    };
-    std::vector<Row> rows;
-  };
-  static int host_choice_task(void*, int b, uint8_t* closure) {
-    auto& job = *reinterpret_cast<HostChoice*>(closure);
-    if ((*job.done)[b]) return 0;
-    auto& row = job.rows[b];
-    try {
-      row.token = job.ch->rows[b].choose(job.logits + size_t(b) * job.V, (*job.history)[b], job.generated,
-                                         job.ch->o.return_scores ? &row.logprob : nullptr);  // no log-softmax unasked
-    } catch (...) {
-      row.error = std::current_exception();
-    }
-    return 0;
+    // the step's kernels); no log-softmax unless scores are asked.
+    const int V = logits.C;
+    std::vector<float> logprob(size_t(logits.B));
+    parallel_for(logits.B, "token choice", [&](int b) {
+      if (done[b]) return;
+      next(b) = ch.rows[b].choose(h.data() + size_t(b) * V, history[b], generated,
+                                  ch.o.return_scores ? &logprob[size_t(b)] : nullptr);
+    });
+    if (ch.o.return_scores)
+      for (int b = 0; b < logits.B; ++b)
+        if (!done[b]) r.token_logprobs[b].push_back(logprob[size_t(b)]);
   }
   // Delivers a chosen token; false when the row stops here (eos, or the callback said so).
   static bool deliver(const GenerationOptions& o, int row, int32_t token, float logprob, int eos) {
@@ -1252,11 +1242,6 @@ struct Session {
     std::vector<bool> done(B, false);
     r.tokens.assign(B, {});
     r.last_logits = Tensor{{B, V}, std::vector<float>(size_t(B) * V)};
-    // The CPU chooses from the raw logits (the argmax kernel, or the host's chooser on a
-    // copy) and runs the head (softmax / log_softmax over the vocabulary) only in the
-    // steps where some row ends, for last_logits: transformer-base at batch 8, 0.15 ms a
-    // step of ~5 (int8).
-    const bool head_when_ending = !iface;
     for (int step = 0; step < max_new_tokens; ++step) {
       double ts = decoder_only && step == 0 ? t0 : now_ms();
       bool have_out = true;  // `out` holds this step's head output
@@ -1266,15 +1251,17 @@ struct Session {
         decoder_forward(w, history, st.cross, st.src_mask, decoder_only ? "prompt" : "target", &logits, &out);
       } else if (decoder_only && step == 0) {
         prefill(st, w, src, logits, out);
-      } else if (head_when_ending) {
+      } else if (!iface) {
+        // The CPU chooses from the raw logits (the argmax kernel, or the host's chooser on
+        // a copy) and runs the head (softmax / log_softmax over the vocabulary) only in the
+        // steps where some row ends, for last_logits: transformer-base at batch 8, 0.15 ms
+        // a step of ~5 (int8).
         generator(decode_step(st, w, tok), w, logits);
         have_out = false;
       } else {
         head(decode_step(st, w, tok), w, logits, out);
       }
-      // The CPU ranks the raw logits in every path (so an overflow reads the same in each);
-      // a GPU the head output on the device.
-      choose(ch, logits, iface ? out : logits, next, history, done, step, r);
+      choose(ch, logits, out, next, history, done, step, r);
       if (iface)  // rows still decoding, one device copy per run of them
         for (int b0 = 0, b1; b0 < B; b0 = b1) {
           for (b1 = b0; b1 < B && !done[b1]; ++b1) {}
@@ -1307,48 +1294,31 @@ struct Session {
     return r;
   }
 
-  // Beam search's work on one hypothesis' logits (a task of halide_do_par_for): the
-  // log-sum-exp of the row (double) and its best `top` candidates by score, ties to the
-  // lower token; a row with NaN / +inf logits, or all -inf, ranks nothing.
+  // Beam search's work on one hypothesis' logits: the log-sum-exp of the row (double) and
+  // its best `top` candidates by score, ties to the lower token, into `best`. NaN / +inf
+  // logits (finite weights can still overflow) leave no order to rank by, and neither do
+  // logits that are all -inf (no processor masks tokens here): an error naming `where`.
   struct BeamCand { double score; int hyp, token; };
-  struct BeamRow {
-    const float* logits;
-    double score;  // the hypothesis' score so far
-    int hyp;
-    enum Status { Ranked, NanOrInf, AllMinusInf } status = Ranked;
-    std::vector<BeamCand> best;
-  };
-  struct BeamRows { BeamRow* rows; int V, top; };
-  static int beam_row_task(void*, int r, uint8_t* closure) {
-    const auto& job = *reinterpret_cast<const BeamRows*>(closure);
-    BeamRow& row = job.rows[r];
-    const float* x = row.logits;
-    const int V = job.V;
-    if (holds_nan_or_inf(x, V)) {
-      row.status = BeamRow::NanOrInf;
-      return 0;
-    }
+  static void beam_candidates(const float* x, int V, double score_so_far, int hyp, int top, int step,
+                              const std::function<std::string()>& where, std::vector<BeamCand>& best) {
+    if (holds_nan_or_inf(x, V)) nonfinite_logits(where(), step);
     double mx = -std::numeric_limits<double>::infinity(), total = 0;
     for (int v = 0; v < V; ++v) mx = std::max(mx, double(x[v]));
-    if (mx == -std::numeric_limits<double>::infinity()) {
-      row.status = BeamRow::AllMinusInf;
-      return 0;
-    }
+    if (mx == -std::numeric_limits<double>::infinity()) nonfinite_logits(where(), step, "are all -infinity");
     for (int v = 0; v < V; ++v) total += std::exp(double(x[v]) - mx);
     const double lse = mx + std::log(total);
-    auto& best = row.best;  // capacity `top`, reserved by the caller: no allocation here
+    best.reserve(size_t(top));
     for (int v = 0; v < V; ++v) {
-      const double score = row.score + (double(x[v]) - lse);
-      if (best.size() == size_t(job.top)) {
+      const double score = score_so_far + (double(x[v]) - lse);
+      if (best.size() == size_t(top)) {
         if (!(score > best.back().score)) continue;  // a tie keeps the lower token
         best.pop_back();
       }
       // After the equal scores: they have lower tokens.
       auto at = std::upper_bound(best.begin(), best.end(), score,
                                  [](double sc, const BeamCand& c) { return sc > c.score; });
-      best.insert(at, BeamCand{score, row.hyp, v});
+      best.insert(at, BeamCand{score, hyp, v});
     }
-    return 0;
   }
 
   BeamResult beam_search(const Weights& w, const std::vector<Sequence>& src, int K_beam, double alpha,
@@ -1393,35 +1363,27 @@ struct Session {
       // host's share of a step; transformer-base int8, beam 4 at batch 8: 32 rows of 32000),
       // then each source's candidates ranked in order.
       const int top = std::min(2 * K_beam, V);
-      std::vector<BeamRow> rows;
+      std::vector<std::pair<int, int>> rows;  // (source, hypothesis), in order
       for (int b = 0; b < B; ++b)
-        for (int i = 0; !done[b] && i < int(live[b].size()); ++i) {
-          rows.push_back({lg + size_t(b * K_beam + i) * V, live[b][i].score, i});
-          rows.back().best.reserve(size_t(top));  // here: nothing may throw inside the tasks
-        }
-      BeamRows job{rows.data(), V, top};
-      run(halide_do_par_for(nullptr, beam_row_task, 0, int(rows.size()), reinterpret_cast<uint8_t*>(&job)),
-          "beam search");
+        for (int i = 0; !done[b] && i < int(live[b].size()); ++i) rows.emplace_back(b, i);
+      std::vector<std::vector<BeamCand>> best(rows.size());
+      parallel_for(int(rows.size()), "beam search", [&](int n) {
+        const auto [b, i] = rows[size_t(n)];
+        beam_candidates(lg + size_t(b * K_beam + i) * V, V, live[b][i].score, i, top, step, [b = b, i = i] {
+          return "beam search: source " + std::to_string(b) + ", hypothesis " + std::to_string(i);
+        }, best[size_t(n)]);
+      });
       std::vector<int> parent(R);
-      const BeamRow* row = rows.data();
+      size_t n = 0;
       for (int b = 0; b < B; ++b) {
         for (int k = 0; k < K_beam; ++k) parent[b * K_beam + k] = b * K_beam + k;  // finished sources: rows unused
         if (done[b]) continue;
         // Candidates, best first; ties -> lower hyp, then lower token. The best 2K over all
-        // hypotheses are among each hypothesis' best `top` (beam_row_task), so K x 2K
+        // hypotheses are among each hypothesis' best `top` (beam_candidates), so K x 2K
         // candidates are ranked, not K x V (4 x 32000 a step, 2 MB: milliseconds).
         std::vector<BeamCand> cands;
         cands.reserve(live[b].size() * size_t(top));
-        for (int i = 0; i < int(live[b].size()); ++i, ++row) {
-          // NaN or +inf logits (finite weights can still overflow) leave no order to rank by,
-          // and neither do logits that are all -inf (no processor masks tokens here).
-          if (row->status != BeamRow::Ranked) {
-            const std::string where = "beam search: source " + std::to_string(b) + ", hypothesis " + std::to_string(i);
-            if (row->status == BeamRow::NanOrInf) nonfinite_logits(where, step);
-            nonfinite_logits(where, step, "are all -infinity");
-          }
-          cands.insert(cands.end(), row->best.begin(), row->best.end());
-        }
+        for (size_t i = 0; i < live[b].size(); ++i, ++n) cands.insert(cands.end(), best[n].begin(), best[n].end());
         const size_t keep = std::min(cands.size(), size_t(2 * K_beam));
         std::partial_sort(cands.begin(), cands.begin() + keep, cands.end(), [](const BeamCand& a, const BeamCand& c) {
           if (a.score != c.score) return a.score > c.score;
