@@ -22,6 +22,11 @@ using namespace Halide;
 // * On a CPU with a bf16 dot product (bf16_dot_product: AVX-512 BF16) the activations
 //   are rounded to bf16 too, once per call, and each fp32 lane sums a pair of bf16
 //   products per instruction (vdpbf16ps, K paired in the weights): twice the FMA's rate.
+//   With AMX (Sapphire Rapids and later: amx_tiles) calls of more than 8 rows multiply
+//   16 rows x 16 features x 32 k at a time in tile registers (tdpbf16ps; a 16-feature
+//   panel's 16 pairs of k are one 1 KB tile), fp32 sums as vdpbf16ps's (another order).
+//   Paired weights are typed bfloat16 (the tile matcher wants bf16 loads): the runtime
+//   hands them over as such (halformer/packed_layout.h, bf16_weight_type).
 // * Elsewhere each weight is widened in registers by a 16-bit shift and the arithmetic
 //   is fp32's.
 template <Epilogue kEpilogue, bool kBf16 = false>
@@ -30,7 +35,8 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
   template <typename T> using GP = GeneratorParam<T>;
   template <typename T> using In = typename Generator<Linear<kEpilogue, kBf16>>::template Input<T>;
   template <typename T> using Out = typename Generator<Linear<kEpilogue, kBf16>>::template Output<T>;
-  using WeightType = std::conditional_t<kBf16, uint16_t, float>;
+  // bf16: uint16 bits, or bfloat16 where K is paired (configure()).
+  using WeightBuffer = std::conditional_t<kBf16, Buffer<void, 3>, Buffer<float, 3>>;
 
   // Algorithm parameters.
   GP<int> in_features{"in_features", 64};    // K
@@ -70,18 +76,26 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
   // 8, on an H100: transformer-base's encoder at batch 8 3.64 -> 3.21 ms, batch 32
   // 11.03 -> 9.15 (4: 3.24 / 9.20; docs/gpu.md).
   GP<int> gpu_stage_k{"gpu_stage_k", 8};
+  // bf16 with K paired: AMX tiles for more than 8 rows where the target has them.
+  GP<bool> amx{"amx", true};
 
   In<Buffer<float, 2>> x{"x"};        // (K, M)
-  // fp32 (panel, K, panels); bf16 (pair, panel, K / pair, panels): halformer/packed_layout.h
-  In<Buffer<WeightType, kBf16 ? 4 : 3>> w{"w"};
+  // fp32 (panel, K, panels); bf16 (pair, panel, K / pair * panels): halformer/packed_layout.h
+  In<WeightBuffer> w{"w"};
   In<Buffer<float, 1>> b{"b"};        // (N)
   Out<Buffer<void, 2>> out{"out"};    // (N, M): float, or uint16 (bf16 bits) with out_bf16
   In<Buffer<float, 2>>* residual = nullptr;  // (N, M), linear_residual / linear_gated only
   static constexpr bool kResidual = kEpilogue != Epilogue::None;
 
   bool bf16_out() const { return out_bf16 && !this->get_target().has_gpu_feature(); }
+  bool gpu_schedule() const { return this->get_target().has_gpu_feature() && !this->using_autoscheduler(); }
+  // bf16 pairs of K (a CPU with a bf16 dot product).
+  bool paired() const {
+    return kBf16 && !gpu_schedule() && weight_layout(this->get_target().to_string()).bf16_pairs;
+  }
   void configure() {
     out.set_type(bf16_out() ? UInt(16) : Float(32));
+    if (kBf16) w.set_type(bf16_weight_type(paired()));
     if (kResidual) residual = this->template add_input<Buffer<float, 2>>("residual");
   }
 
@@ -92,10 +106,10 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
 
     // Rows beyond M are computed by the last partial tile and discarded: clamp reads.
     Expr M = x.dim(1).extent();
-    const bool gpu = this->get_target().has_gpu_feature() && !this->using_autoscheduler();
+    const bool gpu = gpu_schedule();
     // bf16 pairs: K walked as `pairs` pairs (the last one zero-padded when K is odd).
     const WeightLayout layout = weight_layout(this->get_target().to_string());
-    const bool paired = kBf16 && !gpu && layout.bf16_pairs;
+    const bool paired = this->paired();
     const int pairs = bf16_pairs_of(K);
     const int panel = panel_width > 0 ? int(panel_width) : kBf16 ? layout.bf16_panel() : layout.panel;
     const int P = panel_count(N, panel);
@@ -109,14 +123,17 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
     const int feature_bytes = K * (kBf16 ? 2 : 4);
     const bool overhang = gpu || matmul_widths(N, knobs, panel, feature_bytes).overhangs(N);
     Expr wpanel = overhang ? min(n / panel, P - 1) : n / panel;
+    // bf16 panels are rows of one 3-D buffer: panel p's k (pair) step j is row p * steps + j
+    // (the AMX tile matcher wants the panel's offset in the row index, not a 4th dimension).
+    const int steps = paired ? pairs : K;
     Func wpair("w_pair"), xpair("x_bf16");
     RDom rp(0, kBf16Pair, 0, pairs, "rp");
     if (paired) {
-      // The activations as bf16 bits, zero past K.
-      xpair(k, m) = select(k < K, to_bf16_bits(xc(min(k, K - 1), m)), cast<uint16_t>(0));
-      wpair(s, n, k) = w(s, n % panel, k, wpanel);
+      // The activations rounded to bf16, zero past K.
+      xpair(k, m) = reinterpret(BFloat(16), select(k < K, to_bf16_bits(xc(min(k, K - 1), m)), cast<uint16_t>(0)));
+      wpair(s, n, k) = w(s, n % panel, wpanel * steps + k);
     } else if (kBf16) {
-      wf(n, k) = from_bf16_bits(w(0, n % panel, k, wpanel));
+      wf(n, k) = from_bf16_bits(w(0, n % panel, wpanel * steps + k));
     } else {
       wf(n, k) = w(n % panel, k, wpanel);
     }
@@ -144,8 +161,7 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
     if (paired) {
       // A bf16 x bf16 product is exact in fp32: the pair sum is what vdpbf16ps computes.
       acc(n, m) = bc(n);
-      acc(n, m) += cast<float>(reinterpret(BFloat(16), xpair(kBf16Pair * rp.y + rp.x, m))) *
-                   cast<float>(reinterpret(BFloat(16), wpair(rp.x, n, rp.y)));
+      acc(n, m) += cast<float>(xpair(kBf16Pair * rp.y + rp.x, m)) * cast<float>(wpair(rp.x, n, rp.y));
     } else if (!gpu) {
       acc(n, m) = bc(n);
       acc(n, m) += xc(r, m) * wf(n, r);
@@ -177,7 +193,20 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
       acc(n, m) = select(few_rows, small(n, m), big(n, m));
     }
 
-    Expr y = apply_epilogue(kEpilogue, apply_activation(activation, acc(n, m)), kResidual ? (*residual)(n, m) : Expr());
+    // AMX: the same sum over k = 0 .. 2 * pairs in one flat reduction (as the tile matcher
+    // wants it), accumulated in a tile register and stored to a 16 x 16 block.
+    const int amx_k = paired && panel == kAmxTile ? amx_k_step(pairs * kBf16Pair, kBf16Pair) : 0;
+    const bool use_amx = amx_k > 0 && amx && amx_tiles(this->get_target()) && !this->using_autoscheduler();
+    Func acc_amx("acc_amx"), acc_block("acc_block");
+    RDom ra(0, pairs * kBf16Pair, "ra");
+    Expr amx_rows = M > kAmxMinRows;
+    if (use_amx) {
+      acc_amx(n, m) = 0.0f;
+      acc_amx(n, m) += cast<float>(xpair(ra, m)) * cast<float>(w(ra % kBf16Pair, n % panel, (n / panel) * steps + ra / kBf16Pair));
+      acc_block(n, m) = acc_amx(n, m);
+    }
+    Expr acc_nm = use_amx ? select(amx_rows, acc_block(n, m) + bc(n), acc(n, m)) : acc(n, m);
+    Expr y = apply_epilogue(kEpilogue, apply_activation(activation, acc_nm), kResidual ? (*residual)(n, m) : Expr());
     out(n, m) = bf16_out() ? to_bf16_bits(y) : y;
 
     // ---- shapes the runtime must honour
@@ -188,8 +217,7 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
     if (kBf16) {
       const Bf16WeightShape ws = bf16_weight_shape(K, N, panel, paired);
       w.dim(0).set_bounds(0, ws.pair).dim(1).set_bounds(0, panel).set_stride(ws.pair);
-      w.dim(2).set_bounds(0, ws.steps).set_stride(ws.pair * panel);
-      w.dim(3).set_bounds(0, P).set_stride(ws.pair * panel * ws.steps);
+      w.dim(2).set_bounds(0, ws.steps * P).set_stride(ws.pair * panel);
     } else {
       w.dim(0).set_bounds(0, panel).dim(1).set_bounds(0, K).set_stride(panel);
       w.dim(2).set_bounds(0, P).set_stride(panel * K);
@@ -204,7 +232,7 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
       x.set_estimates({{0, K}, {0, 128}});
       if (kBf16) {
         const Bf16WeightShape ws = bf16_weight_shape(K, N, panel, paired);
-        w.set_estimates({{0, ws.pair}, {0, panel}, {0, ws.steps}, {0, P}});
+        w.set_estimates({{0, ws.pair}, {0, panel}, {0, ws.steps * P}});
       } else {
         w.set_estimates({{0, panel}, {0, K}, {0, P}});
       }
@@ -227,6 +255,7 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
       Var mo("mo");
       xpair.compute_root().split(m, mo, m, 8, TailStrategy::GuardWithIf).vectorize(k, 16, TailStrategy::GuardWithIf);
       if (parallel) xpair.parallel(mo);
+      if (use_amx) schedule_amx_matmul(out, acc_block, acc_amx, n, m, ra, N, amx_rows, parallel, amx_k);
       schedule_cpu_matmul(out, acc, n, m, rp.y, N, M, knobs, panel, feature_bytes, &rp.x);
       return;
     }

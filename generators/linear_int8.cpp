@@ -23,10 +23,19 @@
 //
 // Weights are quantized per output channel at load (runtime/weights.cpp,
 // halformer/packed_layout.h: quantize_row_int8) and stored as panels of kInt8Panel
-// features whose K is walked in groups of G (2 or 4): w(j, n % kInt8Panel, k / G, panel),
-// j = k % G, so that the product of a k group is one multiply-add per int32 lane. The
-// weights travel as bytes (4x fewer than fp32: decode is bandwidth-bound), the
-// activations are quantized once per call.
+// features whose K is walked in groups of G (2 or 4): w(j, n % kInt8Panel, panel *
+// groups + k / G), j = k % G, so that the product of a k group is one multiply-add per
+// int32 lane. The weights travel as bytes (4x fewer than fp32: decode is
+// bandwidth-bound), the activations are quantized once per call. (The panels are one 3-D
+// buffer of rows, not a 4th dimension: Halide's AMX matcher wants the panel's offset
+// folded into the row index.)
+//
+// AMX (Sapphire Rapids and later: Halide's avx512_sapphirerapids), more than 8 rows: the
+// same quads, multiplied 16 rows x 16 features x up to 64 k at a time by tdpbusd in tile
+// registers (a panel's 16 features over 16 k groups are exactly one 1 KB B tile); the sum
+// is the same integer, so the output is bit-identical to vpdpbusd's. Fewer rows keep
+// vpdpbusd (decode streams weights: a 16-row tile would mostly multiply padding). The
+// runtime asks Linux for the tile state first (request_amx_tile_state).
 //
 // The per-channel scale rides in the bias input, b(n, 0) = bias, b(n, 1) = weight scale
 // (quads: b(n, 2) = the channel's sum of quantized weights), so that the kernel's
@@ -61,9 +70,11 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
   GP<bool> parallel{"parallel", true};
   // true: the output stored as bf16 bits (uint16), as linear's out_bf16.
   GP<bool> out_bf16{"out_bf16", false};
+  // true: AMX tiles for more than 8 rows where the target has them (see above).
+  GP<bool> amx{"amx", true};
 
   In<Buffer<float, 2>> x{"x"};         // (K, M)
-  In<Buffer<int8_t, 4>> w{"w"};        // (G, kInt8Panel, groups, panels)
+  In<Buffer<int8_t, 3>> w{"w"};        // (G, kInt8Panel, groups * panels)
   In<Buffer<float, 2>> b{"b"};         // (N, 2 or 3): bias, weight scale (, channel sum)
   Out<Buffer<void, 2>> out{"out"};     // (N, M): float, or uint16 (bf16 bits) with out_bf16
   In<Buffer<float, 2>>* residual = nullptr;  // (N, M), _residual / _gated only
@@ -121,14 +132,30 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
     // A last register tile that reaches past N (its extra outputs are not stored) reads a
     // clamped panel index (panels are zero-padded) and bias / scale.
     const MatmulKnobs knobs = matmul_knobs_for(this->get_target(), true, MatmulKnobs{vec, tile_n, tile_m, parallel});
+    const int amx_k = quads ? amx_k_step(int8_groups(K, G) * G, G) : 0;
+    const bool use_amx = amx_k > 0 && amx && amx_tiles(this->get_target()) && !this->using_autoscheduler();
     const bool overhang = matmul_widths(N, knobs, kInt8Panel, K).overhangs(N);
-    Expr wv = w(j, n % kInt8Panel, k, overhang ? min(n / kInt8Panel, P - 1) : n / kInt8Panel);
+    Expr panel = overhang ? min(n / kInt8Panel, P - 1) : n / kInt8Panel;
+    Expr wv = w(j, n % kInt8Panel, panel * groups + k);
     wf(j, n, k) = quads ? wv : cast<int16_t>(wv);
     acc(n, m) = 0;
     acc(n, m) += cast<int32_t>(xq(r.x, r.y, m)) * cast<int32_t>(wf(r.x, n, r.y));
 
+    // AMX: the same sum over k = 0 .. groups * 4 (one flat reduction, as the tile matcher
+    // wants it), accumulated in a tile register and stored to a 16 x 16 block.
+    Func acc_amx("acc_amx"), acc_block("acc_block");
+    RDom ra(0, groups * G, "ra");
+    Expr amx_rows = M > kAmxMinRows;
+    if (use_amx) {
+      acc_amx(n, m) = 0;
+      acc_amx(n, m) += cast<int32_t>(xq(ra % G, ra / G, m)) *
+                       cast<int32_t>(w(ra % G, n % kInt8Panel, (n / kInt8Panel) * groups + ra / G));
+      acc_block(n, m) = acc_amx(n, m);
+    }
+    Expr acc_nm = use_amx ? select(amx_rows, acc_block(n, m), acc(n, m)) : acc(n, m);
+
     Expr nc = overhang ? min(n, N - 1) : n, mc = min(m, M - 1);
-    Expr sum = quads ? acc(n, m) - zp(mc) * cast<int32_t>(b(nc, 2)) : acc(n, m);
+    Expr sum = quads ? acc_nm - zp(mc) * cast<int32_t>(b(nc, 2)) : acc_nm;
     Expr scale = substitute(m.name(), mc, scale_x) * b(nc, 1);
     Expr y = apply_epilogue(kEpilogue, apply_activation(activation, cast<float>(sum) * scale + b(nc, 0)),
                             kResidual ? (*residual)(n, m) : Expr());
@@ -139,8 +166,7 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
     x.dim(0).set_bounds(0, K);
     x.dim(1).set_min(0);
     w.dim(0).set_bounds(0, G).dim(1).set_bounds(0, kInt8Panel).set_stride(G);
-    w.dim(2).set_bounds(0, groups).set_stride(G * kInt8Panel);
-    w.dim(3).set_bounds(0, P).set_stride(G * kInt8Panel * groups);
+    w.dim(2).set_bounds(0, groups * P).set_stride(G * kInt8Panel);
     b.dim(0).set_bounds(0, N).dim(1).set_bounds(0, b_cols).set_stride(N);
     out.dim(0).set_bounds(0, N);
     out.dim(1).set_min(0);
@@ -148,7 +174,7 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
     // ---- schedule
     if (this->using_autoscheduler()) {
       x.set_estimates({{0, K}, {0, 128}});
-      w.set_estimates({{0, G}, {0, kInt8Panel}, {0, groups}, {0, P}});
+      w.set_estimates({{0, G}, {0, kInt8Panel}, {0, groups * P}});
       b.set_estimates({{0, N}, {0, b_cols}});
       if (kResidual) residual->set_estimates({{0, N}, {0, 128}});
       out.set_estimates({{0, N}, {0, 128}});
@@ -171,6 +197,7 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
         .vectorize(jk, quads ? 32 : 16, TailStrategy::GuardWithIf);
     if (parallel) xq.parallel(mo);
     inv.compute_root();
+    if (use_amx) schedule_amx_matmul(out, acc_block, acc_amx, n, m, ra, N, amx_rows, parallel, amx_k);
     // The k group is reduced inside each lane: vectorising r.x (atomic, as the group's
     // sum is associative in int32) is what turns into vpmaddwd / vpdpwssd / vpdpbusd.
     schedule_cpu_matmul(out, acc, n, m, r.y, N, M, knobs, kInt8Panel, K, &r.x);

@@ -3,8 +3,14 @@
 // on a CPU without them, the first kernel would die of SIGILL. Model::load asks first.
 #include "cpu_features.h"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <map>
+#include <mutex>
 #include <sstream>
 
 namespace halformer {
@@ -30,7 +36,8 @@ const std::map<std::string, std::vector<const char*>>& x86_features() {
       {"avx512", {"avx512f", "avx512cd"}},
       {"avx512_skylake", skylake},
       {"avx512_cannonlake", cannonlake},
-      {"avx512_sapphirerapids", with(cannonlake, {"avx512vnni", "avx512bf16", "avxvnni"})},
+      {"avx512_sapphirerapids",
+       with(cannonlake, {"avx512vnni", "avx512bf16", "avxvnni", "amx-tile", "amx-int8", "amx-bf16"})},
       {"avx512_zen4", zen4},
       {"avx512_zen5", with(zen4, {"avxvnni"})},
       {"avxvnni", {"avxvnni"}},
@@ -47,6 +54,7 @@ bool cpu_has(const std::string& f) {
   HF_CHECK("avx512f") HF_CHECK("avx512cd") HF_CHECK("avx512vl") HF_CHECK("avx512bw") HF_CHECK("avx512dq")
   HF_CHECK("avx512ifma") HF_CHECK("avx512vbmi") HF_CHECK("avx512vnni") HF_CHECK("avx512bf16")
   HF_CHECK("avx512vbmi2") HF_CHECK("avx512bitalg") HF_CHECK("avx512vpopcntdq") HF_CHECK("avxvnni")
+  HF_CHECK("amx-tile") HF_CHECK("amx-int8") HF_CHECK("amx-bf16")
 #undef HF_CHECK
   return false;
 }
@@ -78,6 +86,21 @@ std::vector<std::string> missing_cpu_features(const std::string& halide_target) 
     }
   }
   return missing;
+}
+
+std::string request_amx_tile_state() {
+  // Linux keeps the 8 KB of tile registers out of a process's state until it asks
+  // (arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA); the grant covers every thread.
+  static std::once_flag once;
+  static std::string why;
+  std::call_once(once, [] {
+    if (!cpu_has("amx-tile")) return;
+    constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    if (syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) != 0)
+      why = std::string("Linux refused the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM: ") + std::strerror(errno) +
+            ")";
+  });
+  return why;
 }
 
 }  // namespace halformer

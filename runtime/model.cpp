@@ -59,26 +59,22 @@ struct WeightBuffers {
     }
     return b->raw_buffer();
   }
-  // An int8 linear's weights (G, kInt8Panel, groups, panels), G its k group; CPU only.
+  // An int8 linear's weights (G, kInt8Panel, groups * panels), G its k group; CPU only.
   halide_buffer_t* get_int8(const LinearWeights& w) {
-    const int G = w.int8_group, groups = int8_groups(w.in, G);
-    return view(int8_bufs, w.q, {{0, G, 1},
-                                 {0, kInt8Panel, G},
-                                 {0, groups, G * kInt8Panel},
-                                 {0, int8_panel_count(w.out), G * kInt8Panel * groups}});
+    const int G = w.int8_group, rows = int8_groups(w.in, G) * int8_panel_count(w.out);
+    return view(int8_bufs, w.q, {{0, G, 1}, {0, kInt8Panel, G}, {0, rows, G * kInt8Panel}});
   }
   // An int8 embedding table: rows of d int8 values and their 4-byte scale, (d + 4, vocab).
   halide_buffer_t* get_int8_table(const WeightVector<int8_t>& q, int d, int vocab) {
     const int stride = d + kInt8RowScaleBytes;
     return view(int8_bufs, q, {{0, stride, 1}, {0, vocab, stride}});
   }
-  // A bf16 linear's weights, bf16 bits, as bf16_weight_shape.
+  // A bf16 linear's weights, as bf16_weight_shape and bf16_weight_type.
   halide_buffer_t* get_bf16(const LinearWeights& w) {
     const Bf16WeightShape s = bf16_weight_shape(w.in, w.out, w.panel, w.bf16_pairs);
-    return view(bf16_bufs, w.h, {{0, s.pair, 1},
-                                 {0, s.panel, s.pair},
-                                 {0, s.steps, s.pair * s.panel},
-                                 {0, s.panels, s.pair * s.panel * s.steps}});
+    halide_buffer_t* b = view(bf16_bufs, w.h, {{0, s.pair, 1}, {0, s.panel, s.pair}, {0, s.rows(), s.pair * s.panel}});
+    b->type = bf16_weight_type(w.bf16_pairs);
+    return b;
   }
   // The buffer over v's data with `dims`, made on first use.
   template <typename T>
@@ -1529,6 +1525,9 @@ Model Model::load(const ModelDescriptor& desc, const std::string& weights_path, 
     throw Error("model '" + std::string(cfg.name) + "' was compiled for " + target + ", but this CPU lacks " + list +
                 ": rebuild it on this machine (halformer build) to run it here");
   }
+  if (target.find("avx512_sapphirerapids") != std::string::npos)
+    if (std::string why = request_amx_tile_state(); !why.empty())
+      throw Error("model '" + std::string(cfg.name) + "' was compiled for " + target + " (AMX tiles), but " + why);
   reserve_threads(options.threads);
   Model m(desc, std::make_unique<Weights>(load_weights(cfg, weights_path, weight_layout(target))), device,
           std::max(0, options.threads));

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <random>
 
+#include "amx_tile_state.h"
 #include "layer_checks.h"
 #include "halformer/packed_layout.h"
 #include "reference/layers.h"
@@ -63,7 +64,7 @@ void check(Fn fn, int K, int N, const char* act, Second second, bool bf16_out = 
     Halide::Runtime::Buffer<uint16_t> obits(out_bits.data(), {N, M});
     halide_buffer_t* o = bf16_out ? obits.raw_buffer() : ob.raw_buffer();
     const hf::Bf16WeightShape ws = hf::bf16_weight_shape(K, N, kPanel, kLayout.bf16_pairs);
-    Halide::Runtime::Buffer<uint16_t> wb(wh.data(), {ws.pair, ws.panel, ws.steps, ws.panels});
+    Halide::Runtime::Buffer<void> wb(hf::bf16_weight_type(kLayout.bf16_pairs), wh.data(), {ws.pair, ws.panel, ws.rows()});
     for (halide_buffer_t* in : {xb.raw_buffer(), wb.raw_buffer(), bb.raw_buffer(), rb.raw_buffer()})
       in->set_host_dirty();  // so GPU builds copy them to the device
     int rc;

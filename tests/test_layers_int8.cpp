@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <random>
 
+#include "amx_tile_state.h"
 #include "layer_checks.h"
 #include "halformer/packed_layout.h"
 #include "reference/layers.h"
@@ -55,7 +56,7 @@ struct Int8Weights {
     bias_scale = bias;
     bias_scale.insert(bias_scale.end(), scales.begin(), scales.end());
     if (quads) bias_scale.insert(bias_scale.end(), sums.begin(), sums.end());
-    w = Halide::Runtime::Buffer<int8_t>(packed.data(), {group, hf::kInt8Panel, hf::int8_groups(K, group), hf::int8_panel_count(N)});
+    w = Halide::Runtime::Buffer<int8_t>(packed.data(), {group, hf::kInt8Panel, hf::int8_groups(K, group) * hf::int8_panel_count(N)});
     b = Buf(bias_scale.data(), {N, hf::int8_bias_columns(group)});
   }
 };
@@ -124,11 +125,12 @@ TEST(LinearInt8, WholePanelsK40N192) { check(KERNEL(test_linear_int8_panels), 40
 TEST(LinearInt8, WideTasksK40N264) { check(KERNEL(test_linear_int8_tasks), 40, 264, "relu", Second::None); }
 TEST(LinearInt8, WideTasksWholeK40N512) { check(KERNEL(test_linear_int8_tasks_whole), 40, 512, "none", Second::None); }
 TEST(LinearInt8, NarrowK40N3) { check(KERNEL(test_linear_int8_narrow), 40, 3, "none", Second::None); }
-TEST(LinearInt8, ResidualK60N36) { check(KERNEL(test_linear_int8_residual), 60, 36, "none", Second::Residual); }
-TEST(LinearInt8, GatedK60N36) { check(KERNEL(test_linear_int8_gated), 60, 36, "none", Second::Gate); }
+// K = 40 (padded: 10 quads, an even count): on AMX CPUs these epilogues also run after tiles.
+TEST(LinearInt8, ResidualK40N36) { check(KERNEL(test_linear_int8_residual), 40, 36, "none", Second::Residual); }
+TEST(LinearInt8, GatedK40N36) { check(KERNEL(test_linear_int8_gated), 40, 36, "none", Second::Gate); }
 // The keys/values projection of an int8 model's cross-attention cache (kv_cache bf16).
-TEST(LinearInt8, Bf16OutputRoundsToNearestK60N36) {
-  check(KERNEL(test_linear_int8_out_bf16), 60, 36, "none", Second::None, kGroup, true);
+TEST(LinearInt8, Bf16OutputRoundsToNearestK40N36) {
+  check(KERNEL(test_linear_int8_out_bf16), 40, 36, "none", Second::None, kGroup, true);
 }
 TEST(LinearInt8, Int16ActivationsForcedK60N36) {
   check(KERNEL(test_linear_int8_int16), 60, 36, "relu", Second::None, hf::kInt8Pair);

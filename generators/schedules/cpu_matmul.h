@@ -178,4 +178,75 @@ inline void schedule_cpu_matmul(Halide::Func out, Halide::Func acc, const Halide
   acc.update(0).reorder(*rk_group, n, m, rk).atomic().vectorize(*rk_group).vectorize(n, vec).unroll(n).unroll(m);
 }
 
+// ---- AMX (Intel Sapphire Rapids and later)
+// A tile register holds 16 rows of 64 bytes: a 16 x 16 block of int32 / fp32 sums, a 16-row
+// x 64-byte block of activations, or 16 k groups of a 16-feature weight panel.
+constexpr int kAmxTile = 16;
+// More rows than this take the AMX path; fewer keep the vector kernels (decode).
+constexpr int kAmxMinRows = 8;
+
+// Does the target have AMX tiles (and does Halide emit them)? Halide's
+// avx512_sapphirerapids includes AMX-TILE, AMX-INT8 and AMX-BF16.
+inline bool amx_tiles(const Halide::Target& t) {
+  return t.arch == Halide::Target::X86 && t.has_feature(Halide::Target::AVX512_SapphireRapids);
+}
+
+// The k of one tile multiply over a flat reduction of k_extent (a multiple of `group`, the
+// k one 32-bit lane holds: 4 int8, 2 bf16): the largest power-of-two divisor up to
+// 64 bytes (a tile row), or 0 -- no AMX -- below two groups (Halide's matcher does not see
+// a tile in a B operand of one row).
+inline int amx_k_step(int k_extent, int group) {
+  int step = 16 * group;
+  while (step > 2 * group && k_extent % step) step /= 2;
+  return k_extent % step ? 0 : step;
+}
+
+// out(n, m) = epilogue(block(n, m)), block = tile(n, m) stored from a tile register, tile
+// the sum over the flat reduction `rk` of a 16 x 16 block, `k_step` k per multiply
+// (amx_k_step). Applies where `big` holds (a
+// specialisation declared before the vector schedule's, which covers the other rows).
+// A task is up to 4 panels x 8 row blocks: the A block (16 rows x K) is reused from L1 over
+// the task's panels, each panel from L2 over its row blocks.
+// Halide's tile matcher (ExtractTileOperations) wants exactly this shape: the block
+// zero-initialised and stored whole (bound_extent, rows not dense), the reduction's inner `k_step` and
+// the block's two dimensions vectorised, k innermost (atomic: integer / tile sums).
+inline void schedule_amx_matmul(Halide::Func out, Halide::Func block, Halide::Func tile, const Halide::Var& n,
+                                const Halide::Var& m, const Halide::RDom& rk, int N, Halide::Expr big,
+                                bool parallel, int k_step) {
+  using namespace Halide;
+  const int T = kAmxTile;
+  const int panels = (N + T - 1) / T, task_panels = std::min(4, panels);
+  // Blocks of 16 features, none past the last panel (a partial last block's stores are
+  // guarded; its weights are the zero-padded panel), tasks of task_panels blocks.
+  Var no("no"), nt("nt"), nio("nio"), nii("nii"), mo("mo"), moo("moo"), moi("moi"), mi("mi"), task("tile");
+  Stage s = out.specialize(big);
+  s.split(n, nt, nii, T, N % T == 0 ? TailStrategy::RoundUp : TailStrategy::GuardWithIf)
+      .split(nt, no, nio, task_panels, panels % task_panels == 0 ? TailStrategy::RoundUp : TailStrategy::GuardWithIf)
+      .split(m, mo, mi, T, TailStrategy::GuardWithIf)
+      .split(mo, moo, moi, 8, TailStrategy::GuardWithIf)
+      .reorder(nii, mi, nio, moi, moo, no)
+      .vectorize(nii);
+  if (parallel) s.fuse(moo, no, task).parallel(task);
+  Var bn("bn"), bm("bm"), tn("tn"), tm("tm");
+  // Rows of the stored block padded to 2T: a dense 16 x 16 store is one flat ramp, which
+  // the matcher cannot read as a tile store.
+  block.compute_at(out, nio)
+      .bound_extent(n, T)
+      .bound_extent(m, T)
+      .align_storage(n, 2 * T)
+      .tile(n, m, bn, bm, T, T)
+      .vectorize(bn)
+      .vectorize(bm);
+  tile.compute_at(block, n).store_in(MemoryType::AMXTile).tile(n, m, tn, tm, T, T).vectorize(tn).vectorize(tm);
+  RVar rko("rko"), rki("rki");
+  tile.update()
+      .tile(n, m, tn, tm, T, T, TailStrategy::RoundUp)
+      .split(rk.x, rko, rki, k_step)
+      .reorder(rki, tn, tm, rko, n, m)
+      .atomic()
+      .vectorize(rki)
+      .vectorize(tn)
+      .vectorize(tm);
+}
+
 }  // namespace halformer

@@ -7,6 +7,7 @@
 // the hand schedule's output (run on the CPU), and timed interleaved with the hand
 // schedule (medians of several samples).
 #include "Halide.h"
+#include "cpu_features.h"  // request_amx_tile_state
 
 #include <CLI/CLI.hpp>
 
@@ -177,6 +178,8 @@ struct InputSpec {
   int32_t scalar = 0;  // Scalar
   std::string alias;   // same buffer as this input
   std::vector<int> storage_order;  // dimensions innermost first (empty: as listed)
+  // Bf16: the element type the kernel reads (paired linear weights: bfloat16).
+  halide_type_t bf16_type = halide_type_of<uint16_t>();
 };
 
 // A buffer of the spec's extents, laid out in its storage order.
@@ -231,7 +234,8 @@ IoPlan io_plan(const PlannedKernel& k, const Shape& s, const Halide::Target& tar
     if (g.rfind("linear_bf16", 0) == 0) {
       io.inputs["w"].kind = InputSpec::Bf16;
       const halformer::Bf16WeightShape s = halformer::bf16_weight_shape(K, N, layout.bf16_panel(), layout.bf16_pairs);
-      io.inputs["w"].extents = {s.pair, s.panel, s.steps, s.panels};
+      io.inputs["w"].extents = {s.pair, s.panel, s.rows()};
+      io.inputs["w"].bf16_type = halformer::bf16_weight_type(layout.bf16_pairs);
     }
     io.inputs["b"] = uni({N}, 0.1f);
     io.inputs["residual"] = uni({N, M});
@@ -242,7 +246,7 @@ IoPlan io_plan(const PlannedKernel& k, const Shape& s, const Halide::Target& tar
     InputSpec w;  // halformer/packed_layout.h
     w.kind = InputSpec::Int8;
     const int G = halformer::int8_group(target.to_string(), getb(p, "int16_activations"));
-    w.extents = {G, halformer::kInt8Panel, halformer::int8_groups(K, G), halformer::int8_panel_count(N)};
+    w.extents = {G, halformer::kInt8Panel, halformer::int8_groups(K, G) * halformer::int8_panel_count(N)};
     io.inputs["w"] = w;
     // bias | per-channel scale (| channel sum, quads) (signed here: any values work)
     io.inputs["b"] = uni({N, halformer::int8_bias_columns(G)}, 0.1f);
@@ -583,6 +587,7 @@ bool Tuner::prepare(Job& j) {
           std::uniform_real_distribution<float> u(-1.0f, 1.0f);
           b.for_each_value([&](uint16_t& v) { v = halformer::to_bf16(u(rng) * spec.scale); });
           a.buf = b;
+          a.buf.raw_buffer()->type = spec.bf16_type;
         } else if (spec.kind == InputSpec::Tokens) {
           Buffer<int32_t> b = allocate<int32_t>(spec);
           std::uniform_int_distribution<int> u(0, std::max(1, spec.range) - 1);
@@ -1086,6 +1091,11 @@ int main(int argc, char** argv) {
   app.add_option("--sample-seconds", o.sample_seconds, "timing per shape and candidate, about (default 0.2)");
   app.add_option("--tolerance", o.tolerance, "max relative error vs the hand schedule (default 1e-5)");
   CLI11_PARSE(app, argc, argv);
+  // Candidates built for AMX (Sapphire Rapids hosts) multiply in tile registers.
+  if (std::string why = halformer::request_amx_tile_state(); !why.empty()) {
+    std::cerr << "halformer tune: " << why << "\n";
+    return 1;
+  }
 
   halformer::ParseResult r = halformer::parse_spec_file(o.spec_path);
   for (const auto& d : r.diagnostics) std::cerr << d.str() << "\n";

@@ -15,6 +15,8 @@
 // 128x512x1536 1.39 -> 1.15 ms with 16-wide panels). GPU kernels read 64-wide panels.
 #pragma once
 
+#include <HalideRuntime.h>  // halide_type_t (bf16_weight_type)
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -130,13 +132,21 @@ inline WeightLayout weight_layout(const std::string& halide_target) {
   return {weight_panel(halide_target), bf16_dot_product(halide_target), int8_group(halide_target)};
 }
 
-// The 4-D shape linear_bf16 reads either layout as (dense, innermost first): (pair,
-// panel, K / pair, panels), pair = kBf16Pair where K is paired, else 1. A separate panel
-// dimension (not one of 2 * panel) is what lets Halide prove a register tile's weight
-// loads dense (with `2 * (n % panel) + s` it gathered them 16 bits at a time).
+// The 3-D shape linear_bf16 reads either layout as (dense, innermost first): (pair,
+// panel, K / pair * panels), pair = kBf16Pair where K is paired, else 1: panel p's step j
+// is row p * steps + j. A separate panel dimension (not one of 2 * panel) is what lets
+// Halide prove a register tile's weight loads dense (with `2 * (n % panel) + s` it
+// gathered them 16 bits at a time); the panels as rows, not a 4th dimension, are what
+// Halide's AMX tile matcher reads.
 struct Bf16WeightShape {
   int pair, panel, steps, panels;
+  int rows() const { return steps * panels; }
 };
+// The element type of a bf16 linear's weight buffer: bfloat16 where K is paired (the AMX
+// tile matcher wants bf16 loads), else the raw 16-bit pattern (uint16).
+inline halide_type_t bf16_weight_type(bool pairs) {
+  return pairs ? halide_type_t(halide_type_bfloat, 16) : halide_type_t(halide_type_uint, 16);
+}
 inline Bf16WeightShape bf16_weight_shape(int in_features, int out_features, int panel, bool pairs) {
   return {pairs ? kBf16Pair : 1, panel, pairs ? bf16_pairs_of(in_features) : in_features,
           panel_count(out_features, panel)};
