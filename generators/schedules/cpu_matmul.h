@@ -203,13 +203,15 @@ inline int amx_k_step(int k_extent, int group) {
 
 // out(n, m) = epilogue(block(n, m)), block = tile(n, m) stored from a tile register, tile
 // the sum over the flat reduction `rk` of a 16 x 16 block, `k_step` k per multiply
-// (amx_k_step). Applies where `big` holds (a
-// specialisation declared before the vector schedule's, which covers the other rows).
-// A task is up to 4 panels x 8 row blocks: the A block (16 rows x K) is reused from L1 over
-// the task's panels, each panel from L2 over its row blocks.
-// Halide's tile matcher (ExtractTileOperations) wants exactly this shape: the block
-// zero-initialised and stored whole (bound_extent, rows not dense), the reduction's inner `k_step` and
-// the block's two dimensions vectorised, k innermost (atomic: integer / tile sums).
+// (amx_k_step). Applies where `big` holds (a specialisation declared before the vector
+// schedule's, which covers the other rows). A task is up to 4 panels x 8 row blocks: the
+// A block (16 rows x K) is reused over the task's panels, each panel over its row blocks
+// (row blocks innermost, 1-4 panels or 4-16 row blocks a task: within the noise at
+// 1024 x 512 x 2048 and 1024 x 2048 x 512 on Sapphire Rapids). Each multiply loads its two
+// tiles: Halide's AMX support keeps one accumulator tile per Func, so no 2 x 2 register
+// blocking. Halide's tile matcher (ExtractTileOperations) wants exactly this shape: the
+// block zero-initialised and stored whole (bound_extent, rows not dense), the reduction's
+// inner `k_step` and the block's two dimensions vectorised, k innermost (atomic).
 inline void schedule_amx_matmul(Halide::Func out, Halide::Func block, Halide::Func tile, const Halide::Var& n,
                                 const Halide::Var& m, const Halide::RDom& rk, int N, Halide::Expr big,
                                 bool parallel, int k_step) {
