@@ -37,17 +37,21 @@ const std::map<std::string, std::vector<Knob>>& cpu_table() {
                              {"tile_n", ints({1, 2, 3, 4}), "0"},
                              {"tile_m", ints({1, 2, 4, 5, 6, 8, 12}), "0"},
                              {"parallel", {"false", "true"}, "true"}};
+    // Reduced-precision linears: also whether calls of more than 8 rows use AMX tiles
+    // (generators/schedules/cpu_matmul.h; searched only on AMX CPUs, below).
+    std::vector<Knob> matmul_amx = matmul;
+    matmul_amx.push_back({"amx", {"false", "true"}, "true"});
     std::vector<Knob> vec_only{{"vec", ints({4, 8, 16, 32}), "16"}};
     return std::map<std::string, std::vector<Knob>>{
         {"linear", matmul},
         {"linear_residual", matmul},
         {"linear_gated", matmul},
-        {"linear_int8", matmul},
-        {"linear_int8_residual", matmul},
-        {"linear_int8_gated", matmul},
-        {"linear_bf16", matmul},
-        {"linear_bf16_residual", matmul},
-        {"linear_bf16_gated", matmul},
+        {"linear_int8", matmul_amx},
+        {"linear_int8_residual", matmul_amx},
+        {"linear_int8_gated", matmul_amx},
+        {"linear_bf16", matmul_amx},
+        {"linear_bf16_residual", matmul_amx},
+        {"linear_bf16_gated", matmul_amx},
         {"attention",
          {{"vec", ints({4, 8, 16, 32}), "0"},
           {"tile_q", ints({1, 2, 4, 6, 8, 16, 32}), "0"},
