@@ -6,6 +6,9 @@
 //      {"isa": "avx512", "fma_gflops": {"1": {"best": .., "median": ..}, "2": {...}},
 //       "int8_instruction": "vpmaddwd", "int8_gops": {...},
 //       "bf16_instruction": "vdpbf16ps", "bf16_gflops": {...},   (AVX-512 BF16 CPUs only)
+//       "amx_int8_gops": {...}, "amx_bf16_gflops": {...},         (AMX CPUs only: tdpbusd /
+//                                                                 tdpbf16ps, the int8 and
+//                                                                 bf16 kernels over 8 rows)
 //       "read_gbs": {"1": {...}, "2": {...}}, "buffer_bytes": N}
 //
 // Design decisions
@@ -27,6 +30,8 @@
 //   shared machine. bench/run divides by "best" (the conservative choice: it makes every
 //   percentage lower, never higher).
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -179,6 +184,45 @@ float bf16_loop(int64_t iters) {
 }
 #endif
 
+// AMX (Sapphire Rapids and later; generators/schedules/cpu_matmul.h): the int8 and bf16
+// kernels' tile multiply for calls of more than 8 rows. 4 accumulator tiles fed by 2 A and
+// 2 B operand tiles (zeros), registers only. One tdpbusd = 16 x 16 x 64 products, one
+// tdpbf16ps 16 x 16 x 32 (x 2: multiply and add). Linux grants the tile registers on
+// request (arch_prctl ARCH_REQ_XCOMP_PERM); refused, the AMX figures are left out.
+#if defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__AMX_BF16__)
+bool amx_granted() {
+  constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  static const bool granted = syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+  return granted;
+}
+struct alignas(64) TileConfig {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+#define HF_AMX_OPS(OP) \
+  OP " %%tmm6, %%tmm4, %%tmm0\n " OP " %%tmm7, %%tmm4, %%tmm1\n " OP " %%tmm6, %%tmm5, %%tmm2\n " OP " %%tmm7, %%tmm5, %%tmm3\n"
+template <bool kBf16>
+float amx_loop(int64_t iters) {
+  TileConfig c{};
+  c.palette = 1;
+  for (int i = 0; i < 8; ++i) c.colsb[i] = 64, c.rows[i] = 16;
+  _tile_loadconfig(&c);
+  __asm__ volatile(
+      "tilezero %%tmm0\n tilezero %%tmm1\n tilezero %%tmm2\n tilezero %%tmm3\n"
+      "tilezero %%tmm4\n tilezero %%tmm5\n tilezero %%tmm6\n tilezero %%tmm7\n" ::: "memory");
+  for (int64_t it = 0; it < iters; ++it) {
+    if constexpr (kBf16)
+      __asm__ volatile(HF_AMX_OPS("tdpbf16ps") ::: "memory");
+    else
+      __asm__ volatile(HF_AMX_OPS("tdpbusd") ::: "memory");
+  }
+  _tile_release();
+  return 0;
+}
+constexpr double kAmxOps = 4.0 * 16 * 16 * 2;  // per iteration, times the k of one multiply
+#endif
+
 // Sum of floats in [p, p + n): vector loads, 4 accumulators.
 float read_sum(const float* p, size_t n) {
 #if defined(__AVX512F__)
@@ -284,6 +328,15 @@ Stat measure_bf16(int threads, double seconds, int samples) {
 }
 #endif
 
+#if defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__AMX_BF16__)
+Stat measure_amx_int8(int threads, double seconds, int samples) {
+  return measure_compute(amx_loop<false>, kAmxOps * 64, threads, seconds, samples);
+}
+Stat measure_amx_bf16(int threads, double seconds, int samples) {
+  return measure_compute(amx_loop<true>, kAmxOps * 32, threads, seconds, samples);
+}
+#endif
+
 Stat measure_read(int threads, const float* buf, size_t n, int samples) {
   std::vector<double> gbs;
   std::vector<float> sink(threads);
@@ -340,7 +393,7 @@ int main(int argc, char** argv) {
   }
   for (size_t i = 0; i < n; ++i) buf[i] = float(i & 1023) * 1e-3f;  // touch every page
 
-  std::string fma = "{", i8 = "{", rd = "{", bf = "{";
+  std::string fma = "{", i8 = "{", rd = "{", bf = "{", ai8 = "{", abf = "{";
   auto add = [](std::string& json, size_t k, int t, Stat st) {
     char tmp[256];
     std::snprintf(tmp, sizeof tmp, "%s\"%d\": {\"best\": %.3f, \"median\": %.3f}", k ? ", " : "", t, st.best,
@@ -354,10 +407,17 @@ int main(int argc, char** argv) {
 #if defined(__AVX512BF16__)
     add(bf, k, t, measure_bf16(t, seconds, samples));
 #endif
+#if defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__AMX_BF16__)
+    if (amx_granted()) {
+      add(ai8, k, t, measure_amx_int8(t, seconds, samples));
+      add(abf, k, t, measure_amx_bf16(t, seconds, samples));
+    }
+#endif
     add(rd, k, t, measure_read(t, buf, n, samples));
   }
   std::free(buf);
-  const std::string bf16 = bf.size() > 1 ? ", \"bf16_instruction\": \"vdpbf16ps\", \"bf16_gflops\": " + bf + "}" : "";
+  std::string bf16 = bf.size() > 1 ? ", \"bf16_instruction\": \"vdpbf16ps\", \"bf16_gflops\": " + bf + "}" : "";
+  if (ai8.size() > 1) bf16 += ", \"amx_int8_gops\": " + ai8 + "}, \"amx_bf16_gflops\": " + abf + "}";
   std::printf("{\"isa\": \"%s\", \"lanes\": %d, \"chains\": %d, \"fma_gflops\": %s}, "
               "\"int8_instruction\": \"%s\", \"int8_gops\": %s}%s, \"read_gbs\": %s}, \"buffer_bytes\": %zu}\n",
               kIsa, kLanes, kChains, fma.c_str(), kInt8Instruction, i8.c_str(), bf16.c_str(), rd.c_str(),

@@ -271,6 +271,11 @@ def run_peak(cfg, quick: bool, threads: int) -> Dict[str, Any]:
         peak["int8_peak_gops"] = max(peak["int8_gops"][t]["best"], peak["int8_gops"]["1"]["best"])
     if "bf16_gflops" in peak:  # vdpbf16ps (AVX-512 BF16 CPUs): the denominator of bf16 rows
         peak["bf16_peak_gflops"] = max(peak["bf16_gflops"][t]["best"], peak["bf16_gflops"]["1"]["best"])
+    # AMX CPUs: tdpbusd / tdpbf16ps, the denominators of the int8 and bf16 encoder rows
+    # (calls of more than 8 rows multiply in tiles; decode rows keep the vector peaks).
+    for key in ("amx_int8_gops", "amx_bf16_gflops"):
+        if key in peak:
+            peak[key.replace("amx_", "amx_peak_")] = max(peak[key][t]["best"], peak[key]["1"]["best"])
     if peak["gflops"] > peak["fma_gflops"][t]["best"] or peak["gbs"] > peak["read_gbs"][t]["best"]:
         peak["note"] = (f"{threads}-thread measurement below the 1-thread one (machine busy): "
                         f"the 1-thread figure is used")
@@ -278,6 +283,9 @@ def run_peak(cfg, quick: bool, threads: int) -> Dict[str, Any]:
     int8 = f", int8 {peak['int8_peak_gops']:.0f} GOP/s ({peak['int8_instruction']})" if "int8_peak_gops" in peak else ""
     if "bf16_peak_gflops" in peak:
         int8 += f", bf16 {peak['bf16_peak_gflops']:.0f} GFLOP/s ({peak['bf16_instruction']})"
+    if "amx_peak_int8_gops" in peak:
+        int8 += (f", AMX int8 {peak['amx_peak_int8_gops']:.0f} GOP/s (tdpbusd), "
+                 f"bf16 {peak['amx_peak_bf16_gflops']:.0f} GFLOP/s (tdpbf16ps)")
     log(f"peak ({peak['isa']}): {peak['gflops']:.0f} GFLOP/s fp32{int8}, {peak['gbs']:.1f} GB/s read at {threads} threads "
         f"(1 thread: {peak['fma_gflops']['1']['best']:.0f} GFLOP/s, {peak['read_gbs']['1']['best']:.1f} GB/s)")
     return peak

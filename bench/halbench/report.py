@@ -10,7 +10,8 @@ Columns (docs/bench.md explains each):
   GFLOP/s     counted matmul FLOPs / time (common.encoder_flops, decode_step_flops, 2MKN)
   % peak      GFLOP/s / the measured peak of the system's precision at the same thread count:
               fp32 FMA loop; int8 systems: the int8 kernels' instruction loop (vpdpbusd /
-              vpdpwssd / vpmaddwd, bench/cpp/peak.cpp), GOP/s
+              vpdpwssd / vpmaddwd, bench/cpp/peak.cpp), GOP/s; bf16: vdpbf16ps; on AMX
+              CPUs the int8 / bf16 encoder rows: the tile multiply's (tdpbusd / tdpbf16ps)
   % BW bound  decode and M <= 8 matmuls: (weight bytes read / measured read bandwidth) / time
 """
 from __future__ import annotations
@@ -66,6 +67,8 @@ def assemble(*, spec, spec_path, weights, weights_bytes, settings, machine, git,
         precision = system.rsplit("-", 1)[-1] if system.endswith(("-int8", "-bf16")) else "fp32"
         compute_peak = {"int8": peak.get("int8_peak_gops"), "bf16": peak.get("bf16_peak_gflops")}.get(precision)
         if scenario == "encoder":
+            compute_peak = {"int8": peak.get("amx_peak_int8_gops"),
+                            "bf16": peak.get("amx_peak_bf16_gflops")}.get(precision) or compute_peak
             return _row(system, "encoder", b, scen_enc[b], samples, encoder_flops(sz, b, S), peak, tokens=b * S,
                         compute_peak=compute_peak, **extra)
         return _row(system, "decode", b, scen_dec[b], samples, decode_step_flops(sz, b, S, N), peak,
@@ -194,6 +197,8 @@ def table(res: Dict[str, Any]) -> str:
         f"({pk['isa']} FMA)"
         + (f", {pk['int8_peak_gops']:.0f} GOP/s int8 ({pk['int8_instruction']})" if pk.get("int8_peak_gops") else "")
         + (f", {pk['bf16_peak_gflops']:.0f} GFLOP/s bf16 ({pk['bf16_instruction']})" if pk.get("bf16_peak_gflops") else "")
+        + (f", AMX {pk['amx_peak_int8_gops']:.0f} GOP/s int8 (tdpbusd) / {pk['amx_peak_bf16_gflops']:.0f} GFLOP/s bf16 "
+           "(tdpbf16ps)" if pk.get("amx_peak_int8_gops") else "")
         + f", {pk['gbs']:.1f} GB/s read; load average {m.get('loadavg_start', ['?'])[0]:.2f} -> "
         f"{m.get('loadavg_end', ['?'])[0]:.2f}",
         f"decode bound: {res['work']['decode_weight_bytes_per_step'] / 1e6:.3g} MB of weights per step / "
