@@ -23,7 +23,7 @@ using namespace Halide;
 //   are rounded to bf16 too, once per call, and each fp32 lane sums a pair of bf16
 //   products per instruction (vdpbf16ps, K paired in the weights): twice the FMA's rate.
 //   With AMX (Sapphire Rapids and later: amx_tiles) calls of more than 8 rows multiply
-//   16 rows x 16 features x 32 k at a time in tile registers (tdpbf16ps; a 16-feature
+//   16 rows x 16 features x 32 (or 16) k at a time in tile registers (tdpbf16ps; a 16-feature
 //   panel's 16 pairs of k are one 1 KB tile), fp32 sums as vdpbf16ps's (another order).
 //   Paired weights are typed bfloat16 (the tile matcher wants bf16 loads): the runtime
 //   hands them over as such (halformer/packed_layout.h, bf16_weight_type).

@@ -31,7 +31,7 @@
 // folded into the row index.)
 //
 // AMX (Sapphire Rapids and later: Halide's avx512_sapphirerapids), more than 8 rows: the
-// same quads, multiplied 16 rows x 16 features x up to 64 k at a time by tdpbusd in tile
+// same quads, multiplied 16 rows x 16 features x 64 (or 32) k at a time by tdpbusd in tile
 // registers (a panel's 16 features over 16 k groups are exactly one 1 KB B tile); the sum
 // is the same integer, so the output is bit-identical to vpdpbusd's. Fewer rows keep
 // vpdpbusd (decode streams weights: a 16-row tile would mostly multiply padding). The

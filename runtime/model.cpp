@@ -37,7 +37,7 @@ struct WeightBuffers {
   std::mutex lock;
   std::map<std::pair<const float*, int>, std::unique_ptr<Halide::Runtime::Buffer<float>>> bufs;
   template <typename T>
-  using Views = std::map<const T*, std::unique_ptr<Halide::Runtime::Buffer<T>>>;
+  using Views = std::map<const T*, std::unique_ptr<Halide::Runtime::Buffer<void>>>;
   Views<int8_t> int8_bufs;
   Views<uint16_t> bf16_bufs;
   // A float input a kernel does not read where the real tensor has another type (an
@@ -72,17 +72,19 @@ struct WeightBuffers {
   // A bf16 linear's weights, as bf16_weight_shape and bf16_weight_type.
   halide_buffer_t* get_bf16(const LinearWeights& w) {
     const Bf16WeightShape s = bf16_weight_shape(w.in, w.out, w.panel, w.bf16_pairs);
-    halide_buffer_t* b = view(bf16_bufs, w.h, {{0, s.pair, 1}, {0, s.panel, s.pair}, {0, s.rows(), s.pair * s.panel}});
-    b->type = bf16_weight_type(w.bf16_pairs);
-    return b;
+    return view(bf16_bufs, w.h, {{0, s.pair, 1}, {0, s.panel, s.pair}, {0, s.rows(), s.pair * s.panel}},
+                bf16_weight_type(w.bf16_pairs));
   }
-  // The buffer over v's data with `dims`, made on first use.
+  // The buffer over v's data with `dims`, made on first use; `type`: the element type the
+  // kernel reads, where not T's (paired bf16 weights: bfloat16).
   template <typename T>
-  halide_buffer_t* view(Views<T>& views, const WeightVector<T>& v, std::vector<halide_dimension_t> dims) {
+  halide_buffer_t* view(Views<T>& views, const WeightVector<T>& v, std::vector<halide_dimension_t> dims,
+                        halide_type_t type = halide_type_of<T>()) {
     std::lock_guard<std::mutex> guard(lock);
     auto& b = views[v.data()];
     if (!b) {
-      b = std::make_unique<Halide::Runtime::Buffer<T>>(const_cast<T*>(v.data()), int(dims.size()), dims.data());
+      b = std::make_unique<Halide::Runtime::Buffer<void>>(type, const_cast<T*>(v.data()), int(dims.size()),
+                                                           dims.data());
       b->set_host_dirty();
     }
     return b->raw_buffer();
@@ -1519,15 +1521,17 @@ Model Model::load(const ModelDescriptor& desc, const std::string& weights_path, 
                 " (add it to the spec's targets, e.g. targets: [host, cuda], and rebuild)");
   // Refuse, naming what is missing, rather than die of an illegal instruction in a kernel.
   const std::string target = kernels->metadata()->target;
-  if (auto missing = missing_cpu_features(target); !missing.empty()) {
+  // AMX tiles, where the build used them ("amx": cpu_features.cpp), on top of the target.
+  const bool amx = cfg.amx_tiles && device == "cpu";
+  if (auto missing = missing_cpu_features(amx ? target + "-amx" : target); !missing.empty()) {
     std::string list;
     for (const auto& f : missing) list += (list.empty() ? "" : ", ") + f;
     throw Error("model '" + std::string(cfg.name) + "' was compiled for " + target + ", but this CPU lacks " + list +
                 ": rebuild it on this machine (halformer build) to run it here");
   }
-  if (target.find("avx512_sapphirerapids") != std::string::npos)
+  if (amx)
     if (std::string why = request_amx_tile_state(); !why.empty())
-      throw Error("model '" + std::string(cfg.name) + "' was compiled for " + target + " (AMX tiles), but " + why);
+      throw Error("model '" + std::string(cfg.name) + "' was compiled with AMX tiles, but " + why);
   reserve_threads(options.threads);
   Model m(desc, std::make_unique<Weights>(load_weights(cfg, weights_path, weight_layout(target))), device,
           std::max(0, options.threads));

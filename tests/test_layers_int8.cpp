@@ -121,16 +121,17 @@ void check(Fn fn, int K, int N, const char* act, Second second, int group = kGro
 
 TEST(LinearInt8, ReluK60N36) { check(KERNEL(test_linear_int8_relu), 60, 36, "relu", Second::None); }
 TEST(LinearInt8, GeluOddK17N100) { check(KERNEL(test_linear_int8_gelu), 17, 100, "gelu", Second::None); }
-TEST(LinearInt8, WholePanelsK40N192) { check(KERNEL(test_linear_int8_panels), 40, 192, "none", Second::None); }
+TEST(LinearInt8, WholePanelsK96N192) { check(KERNEL(test_linear_int8_panels), 96, 192, "none", Second::None); }
 TEST(LinearInt8, WideTasksK40N264) { check(KERNEL(test_linear_int8_tasks), 40, 264, "relu", Second::None); }
 TEST(LinearInt8, WideTasksWholeK40N512) { check(KERNEL(test_linear_int8_tasks_whole), 40, 512, "none", Second::None); }
 TEST(LinearInt8, NarrowK40N3) { check(KERNEL(test_linear_int8_narrow), 40, 3, "none", Second::None); }
-// K = 40 (padded: 10 quads, an even count): on AMX CPUs these epilogues also run after tiles.
-TEST(LinearInt8, ResidualK40N36) { check(KERNEL(test_linear_int8_residual), 40, 36, "none", Second::Residual); }
-TEST(LinearInt8, GatedK40N36) { check(KERNEL(test_linear_int8_gated), 40, 36, "none", Second::Gate); }
+// K = 96 (32 bytes a tile step: schedules/cpu_matmul.h, amx_k_step): on AMX CPUs these
+// (and the whole panels above) run on tiles, their epilogues after them.
+TEST(LinearInt8, ResidualK96N36) { check(KERNEL(test_linear_int8_residual), 96, 36, "none", Second::Residual); }
+TEST(LinearInt8, GatedK96N36) { check(KERNEL(test_linear_int8_gated), 96, 36, "none", Second::Gate); }
 // The keys/values projection of an int8 model's cross-attention cache (kv_cache bf16).
-TEST(LinearInt8, Bf16OutputRoundsToNearestK40N36) {
-  check(KERNEL(test_linear_int8_out_bf16), 40, 36, "none", Second::None, kGroup, true);
+TEST(LinearInt8, Bf16OutputRoundsToNearestK96N36) {
+  check(KERNEL(test_linear_int8_out_bf16), 96, 36, "none", Second::None, kGroup, true);
 }
 TEST(LinearInt8, Int16ActivationsForcedK60N36) {
   check(KERNEL(test_linear_int8_int16), 60, 36, "relu", Second::None, hf::kInt8Pair);

@@ -18,6 +18,7 @@
 #pragma once
 
 #include "Halide.h"
+#include "halformer/amx.h"  // amx_usable_here
 
 #include <algorithm>
 
@@ -185,29 +186,36 @@ constexpr int kAmxTile = 16;
 // More rows than this take the AMX path; fewer keep the vector kernels (decode).
 constexpr int kAmxMinRows = 8;
 
-// Does the target have AMX tiles (and does Halide emit them)? Halide's
-// avx512_sapphirerapids includes AMX-TILE, AMX-INT8 and AMX-BF16.
+// Does the target have AMX tiles (Halide's avx512_sapphirerapids includes AMX-TILE, -INT8
+// and -BF16)? A host that Halide credits with Sapphire Rapids (from AVX-VNNI and AVX512-BF16
+// alone) but whose tiles are off -- Linux before 5.16, a hypervisor hiding them -- builds
+// without: its own models could not run them.
 inline bool amx_tiles(const Halide::Target& t) {
-  return t.arch == Halide::Target::X86 && t.has_feature(Halide::Target::AVX512_SapphireRapids);
+  using Halide::Target;
+  if (t.arch != Target::X86 || !t.has_feature(Target::AVX512_SapphireRapids)) return false;
+  static const bool host_claims = Halide::get_host_target().has_feature(Target::AVX512_SapphireRapids);
+  return !host_claims || amx_usable_here();
 }
 
 // The k of one tile multiply over a flat reduction of k_extent (a multiple of `group`, the
-// k one 32-bit lane holds: 4 int8, 2 bf16): the largest power-of-two divisor up to
-// 64 bytes (a tile row), or 0 -- no AMX -- below two groups (Halide's matcher does not see
-// a tile in a B operand of one row).
+// k one 32-bit lane holds: 4 int8, 2 bf16): 64 bytes (a tile row) where it divides, else
+// 32; below that 0 -- no AMX. Steps of 8 bytes were no faster than the vector kernel (int8
+// 256 x 1000 x 512 on Sapphire Rapids: 0.48 vs 0.47 ms; K = 992, 32-byte steps, 0.25 vs
+// 0.50; K = 1024 0.26 vs 0.53), and Halide's matcher sees no tile in a B operand of one
+// k group row.
 inline int amx_k_step(int k_extent, int group) {
-  int step = 16 * group;
-  while (step > 2 * group && k_extent % step) step /= 2;
-  return k_extent % step ? 0 : step;
+  for (int step = 16 * group; step >= 8 * group; step /= 2)
+    if (k_extent % step == 0) return step;
+  return 0;
 }
 
 // out(n, m) = epilogue(block(n, m)), block = tile(n, m) stored from a tile register, tile
 // the sum over the flat reduction `rk` of a 16 x 16 block, `k_step` k per multiply
 // (amx_k_step). Applies where `big` holds (a specialisation declared before the vector
-// schedule's, which covers the other rows). A task is up to 4 panels x 8 row blocks: the
-// A block (16 rows x K) is reused over the task's panels, each panel over its row blocks
-// (row blocks innermost, 1-4 panels or 4-16 row blocks a task: within the noise at
-// 1024 x 512 x 2048 and 1024 x 2048 x 512 on Sapphire Rapids). Each multiply loads its two
+// schedule's, which covers the other rows). A task is up to 4 panels x 8 row blocks, panels
+// innermost: the A block (16 rows x K) is reused over the task's panels, each panel over its
+// row blocks (row blocks innermost instead, 1-4 panels or 4-16 row blocks a task: within
+// the noise at 1024 x 512 x 2048 and 1024 x 2048 x 512 on Sapphire Rapids). Each multiply loads its two
 // tiles: Halide's AMX support keeps one accumulator tile per Func, so no 2 x 2 register
 // blocking. Halide's tile matcher (ExtractTileOperations) wants exactly this shape: the
 // block zero-initialised and stored whole (bound_extent, rows not dense), the reduction's

@@ -1,5 +1,7 @@
 #include "plan.h"
 
+#include "halformer/amx.h"  // amx_usable_here: ModelConfig::amx_tiles
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -401,6 +403,9 @@ std::unique_ptr<SpecModelConfig> model_config(const Spec& s) {
   c.int16_activations = s.int16_activations;
   c.cross_kv_bf16 = s.architecture == Architecture::EncoderDecoder && s.cache_precision() == Precision::Bf16;
   c.self_cache_bf16 = s.architecture != Architecture::Encoder && s.cache_precision() == Precision::Bf16;
+  // The kernels for this host use AMX tiles where its CPU and OS offer them (the generators
+  // ask the same, schedules/cpu_matmul.h amx_tiles).
+  c.amx_tiles = s.precision != Precision::Fp32 && amx_usable_here();
   const bool relative = s.positions == Positions::Relative;
   c.relative_buckets = relative ? int(s.relative_buckets) : 0;
   c.relative_distance = relative ? int(s.relative_distance) : 0;
@@ -494,7 +499,7 @@ void write_plan(const Spec& spec, const Plan& plan, const std::string& dir) {
     << "      /*embedding_weights*/ halformer::WeightFormat::" << weight_format(cfg.embedding_weights)
     << ", /*int16_activations*/ " << b(cfg.int16_activations) << ",\n"
     << "      /*cross_kv_bf16*/ " << b(cfg.cross_kv_bf16) << ", /*self_cache_bf16*/ " << b(cfg.self_cache_bf16)
-    << ",\n      /*relative_buckets*/ " << cfg.relative_buckets << ", /*relative_distance*/ " << cfg.relative_distance
+    << ", /*amx_tiles*/ " << b(cfg.amx_tiles) << ",\n      /*relative_buckets*/ " << cfg.relative_buckets << ", /*relative_distance*/ " << cfg.relative_distance
     << ", /*generator_input_scale*/ " << Planner::format_float(cfg.generator_input_scale)
     << ", /*parallel_residual*/ " << b(cfg.parallel_residual) << ", /*embedding_size*/ " << cfg.embedding_size
     << ", /*shared_layers*/ " << b(cfg.shared_layers) << "};\n\n";

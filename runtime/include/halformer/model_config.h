@@ -108,6 +108,10 @@ struct ModelConfig {
   // The decoder's self-attention cache (its fused QKV rows) stored as bf16 on the CPU: the
   // kernels' qkv_cache (out_bf16) writes it, decoder_self_attention (q_bf16, kv_bf16) reads it.
   bool self_cache_bf16;
+  // The reduced-precision linears multiply in AMX tiles for calls of more than 8 rows (built
+  // on a host whose CPU and OS offer AMX; generators/schedules/cpu_matmul.h): Model::load
+  // then needs AMX and asks Linux for the tile state.
+  bool amx_tiles;
   // Relative positions (T5): each stack's self-attention adds bias[bucket(j - i)][head], a
   // table of relative_buckets rows (bidirectional buckets in the encoder, causal ones in
   // the decoder) that saturates at relative_distance; the kernels read it expanded to
@@ -160,7 +164,7 @@ inline int relative_table_distance(int relative_distance, int max_len) {
   return relative_distance < reach ? relative_distance : reach;
 }
 
-constexpr int kDescriptorVersion = 12;  // bumped when ModelConfig / KernelTable change
+constexpr int kDescriptorVersion = 13;  // bumped when ModelConfig / KernelTable change
 struct ModelDescriptor {
   int version;              // kDescriptorVersion of the halformer that generated it
   const ModelConfig* config;
