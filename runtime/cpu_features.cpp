@@ -3,6 +3,8 @@
 // on a CPU without them, the first kernel would die of SIGILL. Model::load asks first.
 #include "cpu_features.h"
 
+#include "halformer/amx.h"
+
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -49,6 +51,7 @@ const std::map<std::string, std::vector<const char*>>& x86_features() {
 
 // __builtin_cpu_supports needs a string literal per call: one switch over the names above.
 bool cpu_has(const std::string& f) {
+  if (f.rfind("amx-", 0) == 0) return amx_usable_here();  // the three together, OS included
   __builtin_cpu_init();
 #define HF_CHECK(name) \
   if (f == name) return __builtin_cpu_supports(name);
@@ -56,7 +59,6 @@ bool cpu_has(const std::string& f) {
   HF_CHECK("avx512f") HF_CHECK("avx512cd") HF_CHECK("avx512vl") HF_CHECK("avx512bw") HF_CHECK("avx512dq")
   HF_CHECK("avx512ifma") HF_CHECK("avx512vbmi") HF_CHECK("avx512vnni") HF_CHECK("avx512bf16")
   HF_CHECK("avx512vbmi2") HF_CHECK("avx512bitalg") HF_CHECK("avx512vpopcntdq") HF_CHECK("avxvnni")
-  HF_CHECK("amx-tile") HF_CHECK("amx-int8") HF_CHECK("amx-bf16")
 #undef HF_CHECK
   return false;
 }
@@ -96,7 +98,7 @@ std::string request_amx_tile_state() {
   static std::once_flag once;
   static std::string why;
   std::call_once(once, [] {
-    if (!cpu_has("amx-tile")) return;
+    if (!amx_usable_here()) return;
     constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
     if (syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) != 0)
       why = std::string("Linux refused the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM: ") + std::strerror(errno) +
