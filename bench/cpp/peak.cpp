@@ -30,8 +30,6 @@
 //   shared machine. bench/run divides by "best" (the conservative choice: it makes every
 //   percentage lower, never higher).
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -43,6 +41,9 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "cpu_features.h"     // request_amx_tile_state
+#include "halformer/amx.h"  // amx_usable_here
 
 namespace {
 
@@ -188,13 +189,10 @@ float bf16_loop(int64_t iters) {
 // kernels' tile multiply for calls of more than 8 rows. 4 accumulator tiles fed by 2 A and
 // 2 B operand tiles (zeros), registers only. One tdpbusd = 16 x 16 x 64 products, one
 // tdpbf16ps 16 x 16 x 32 (x 2: multiply and add). Linux grants the tile registers on
-// request (arch_prctl ARCH_REQ_XCOMP_PERM); refused, the AMX figures are left out.
+// request (runtime/cpu_features.cpp: request_amx_tile_state, as Model::load asks); where
+// the CPU or OS offers no AMX, or the request is refused, the AMX figures are left out.
 #if defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__AMX_BF16__)
-bool amx_granted() {
-  constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-  static const bool granted = syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
-  return granted;
-}
+bool amx_granted() { return halformer::amx_usable_here() && halformer::request_amx_tile_state().empty(); }
 struct alignas(64) TileConfig {
   uint8_t palette, start_row, reserved[14];
   uint16_t colsb[16];

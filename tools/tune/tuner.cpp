@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "halformer/packed_layout.h"
+#include "schedules/cpu_matmul.h"  // amx_tiles
 #include "plan.h"
 #include "spec.h"
 #include "tuning_db.h"
@@ -1245,8 +1246,8 @@ int main(int argc, char** argv) {
   for (auto& j : t.jobs_) {
     const auto& table = t.gpu_ ? gpu_knobs(j.k->generator) : cpu_knobs(j.k->generator);
     for (const auto& kn : table) {
-      // The AMX knob changes nothing where the target has no tiles.
-      if (kn.name == "amx" && !t.host_.has_feature(Target::AVX512_SapphireRapids)) continue;
+      // The AMX knob changes nothing where the kernels get no tiles.
+      if (kn.name == "amx" && !halformer::amx_tiles(t.target_)) continue;
       try {
         auto gen = Internal::GeneratorRegistry::create(j.k->generator, GeneratorContext(t.host_));
         if (!gen) break;
