@@ -3,7 +3,7 @@
 // or sampling with temperature, top-k and top-p from a seeded generator).
 //
 // The semantics are those of Hugging Face transformers 4.30.2's LogitsProcessor /
-// LogitsWarper classes (checked against them by tests/check_generation.py), with
+// LogitsWarper classes (checked against them by tests/generation/check_generation.py), with
 // CTranslate2's option names; per step, on one row of V raw logits:
 //   1. repetition_penalty (RepetitionPenaltyLogitsProcessor): every id in the row's
 //      history, once however often it occurs: logit < 0 is multiplied by the penalty,

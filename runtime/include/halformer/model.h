@@ -103,7 +103,7 @@ class Model {
   // blocking, minimum length, per-token scores, a callback per token). Beam search
   // (options.beam_size > 1) is beam_search(), which takes the options' sizes.
   DecodeResult generate(const std::vector<Sequence>& src, const GenerationOptions& options) const;
-  // Beam search (encoder-decoder), the algorithm of tools/halformer_torch.py beam_search().
+  // Beam search (encoder-decoder), the algorithm of tests/reference/halformer_torch beam_search().
   BeamResult beam_search(const std::vector<Sequence>& src, int beam_size, double length_penalty,
                          int max_new_tokens) const;
 

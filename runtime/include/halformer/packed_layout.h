@@ -1,5 +1,5 @@
 // The linear weight layout shared by the generators (generators/linear.cpp) and the code
-// that fills it (runtime/weights.cpp, tests, bench).
+// that fills it (runtime/weight_packing.cpp, tests, bench).
 //
 // Linear weights are stored as panels of `panel` output features: Halide w(n % panel, k,
 // n / panel), i.e. [panels][K][panel] row-major, N zero-padded to whole panels. A
@@ -239,7 +239,7 @@ inline void put_int8_table_row(int8_t* row, int d, const int8_t* q, float scale)
 // A torch-layout [N][K] weight, quantized per channel (quantize_row_int8) into the packed
 // int8 layout of `group`; `scales` gets N per-channel scales and `sums` their channel
 // sums. The runtime's loader does the same one channel at a time as it reads a file
-// (runtime/weights.cpp, LinearBuilder).
+// (runtime/weight_packing.cpp, LinearBuilder).
 inline std::vector<int8_t> pack_linear_int8(const float* torch_w, int out_features, int in_features, int group,
                                             std::vector<float>& scales, std::vector<float>& sums) {
   std::vector<int8_t> q(packed_int8_size(in_features, out_features, group), 0);

@@ -1,0 +1,148 @@
+// Activations: the arrays [B][T][C] that pass between layers (Array), host or device
+// resident, the host block cache they are drawn from, and the non-owning views (View) by
+// which kernels read and write them -- also how the KV cache is addressed (strided rows of
+// a [B][T_max][W] array). Halide dims are innermost first: x(c, t, b), or x(c, m) with
+// m = b*T + t.
+#pragma once
+
+#include <HalideBuffer.h>
+#include <HalideRuntime.h>
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "halformer/error.h"
+#include "halformer/weights.h"
+#include "halide_status.h"
+
+namespace halformer {
+
+using Buf = Halide::Runtime::Buffer<float>;
+using IBuf = Halide::Runtime::Buffer<int32_t>;
+constexpr float kMasked = -1e30f;  // additive mask for padded keys (see attention.cpp)
+// Kernel arguments that start inside an activation (KV-cache rows) become OpenCL
+// sub-buffers, whose offset must be a multiple of CL_DEVICE_MEM_BASE_ADDR_ALIGN (128
+// bytes on PoCL, up to 512 on GPUs); on a GPU device such rows are padded to this.
+constexpr int64_t kDeviceAlignFloats = 128;
+
+struct View;
+
+// Host activations are taken from a cache of freed blocks of the same size (a layer's
+// buffers repeat in every layer and every call): fresh pages from mmap fault and zero on
+// first touch. Up to kMaxCachedBytes stay cached. See docs/performance-log.md#runtime-host-block-cache.
+class HostBlockCache {
+ public:
+  static HostBlockCache& instance() {
+    static HostBlockCache* cache = new HostBlockCache;  // never destroyed: blocks may outlive statics
+    return *cache;
+  }
+  std::shared_ptr<float> take(size_t floats) {
+    const size_t bytes = floats * sizeof(float);
+    float* p = nullptr;
+    {
+      std::lock_guard<std::mutex> guard(lock_);
+      if (auto it = free_.find(bytes); it != free_.end()) {
+        p = it->second;
+        free_.erase(it);
+        cached_ -= bytes;
+      }
+    }
+    if (!p) p = CacheLineAllocator<float>().allocate(floats);
+    return std::shared_ptr<float>(p, [this, bytes](float* q) { give(q, bytes); });
+  }
+
+ private:
+  static constexpr size_t kMaxCachedBytes = size_t(128) << 20;
+  void give(float* p, size_t bytes) {
+    {
+      std::lock_guard<std::mutex> guard(lock_);
+      if (cached_ + bytes <= kMaxCachedBytes) {
+        free_.emplace(bytes, p);
+        cached_ += bytes;
+        return;
+      }
+    }
+    CacheLineAllocator<float>().deallocate(p, bytes / sizeof(float));
+  }
+  std::mutex lock_;
+  std::multimap<size_t, float*> free_;
+  size_t cached_ = 0;
+};
+
+// An activation [B][T][C] (or, for the KV cache, [B][T][C] rows of which a prefix of
+// each is used). It owns one 1-D buffer of C*T*B floats: host memory on the CPU
+// (zeroed, as before), device memory only on a GPU device -- no host allocation at
+// all, so a host round trip of an intermediate cannot happen silently.
+// bf16: elements of 2 bytes (bf16 bits), host only -- the attention caches of a
+// reduced-precision model (ModelConfig::cross_kv_bf16, self_cache_bf16), which kernels
+// alone read and write (and copy_elems copies).
+struct Array {
+  int C = 0, T = 0, B = 0;
+  bool bf16 = false;
+  // Stored head by head ([B][C / hd heads][T][hd] instead of [B][T][C]): a CPU
+  // cross-attention cache (Model::cross_kv); only heads(hd) views it.
+  int head_major_hd = 0;
+  std::shared_ptr<float> host_block;  // CPU: the storage `mem` views (HostBlockCache)
+  Buf mem;
+  const halide_device_interface_t* iface = nullptr;  // the device it lives on (null: host)
+  Array() = default;
+  // zeroed = false: host memory left as it is (every element about to be written).
+  Array(int c, int t, int b, const halide_device_interface_t* device, bool bf16_elems = false, bool zeroed = true)
+      : C(c), T(t), B(b), bf16(bf16_elems), iface(device) {
+    const int64_t n = size();
+    if (n == 0) return;
+    if (!iface) {
+      const int64_t floats = bf16 ? (n + 1) / 2 : n;
+      host_block = HostBlockCache::instance().take(size_t(floats));
+      mem = Buf(host_block.get(), int(floats));
+      if (zeroed) std::memset(mem.data(), 0, size_t(floats) * sizeof(float));
+      return;
+    }
+    if (bf16) throw Error("internal: bf16 activations live on the host");
+    mem = Buf(static_cast<float*>(nullptr), int(n));
+    check_kernel(mem.device_malloc(iface), "device allocation");
+  }
+  Array(Array&&) = default;
+  Array& operator=(Array&&) = default;
+  Array(const Array&) = delete;  // copies share storage: copy explicitly (copy_elems)
+  Array& operator=(const Array&) = delete;
+  int64_t size() const { return int64_t(C) * T * B; }
+  // Host memory: the CPU only.
+  float* host() const {
+    if (iface) throw Error("internal: host access to a device-resident activation");
+    if (bf16) throw Error("internal: float access to a bf16 activation");
+    return const_cast<Buf&>(mem).data();
+  }
+  uint16_t* bits() const {  // a bf16 activation's elements
+    if (!bf16) throw Error("internal: bf16 access to a float activation");
+    return reinterpret_cast<uint16_t*>(const_cast<Buf&>(mem).data());
+  }
+  View flat() const;
+  View heads(int hd) const;
+};
+
+// A kernel argument over an activation: `dims` from element `offset`. On the CPU a
+// plain host view. On a GPU device the view shares the activation's device memory:
+// `keep` holds the allocation (or a device crop of it starting at `offset`), `buf`
+// has the wanted shape on the same device handle, with no host memory and clean
+// dirty bits, so Halide neither copies it in nor out.
+struct View {
+  Buf keep;
+  Halide::Runtime::Buffer<void> buf;
+  halide_buffer_t* raw() { return buf.raw_buffer(); }
+};
+
+// kernel_arg: the view is passed to a kernel, where OpenCL makes a sub-buffer of it
+// (offset must be aligned); views only copied between need no alignment.
+View make_view(const Array& a, int64_t offset, int dims, const halide_dimension_t* d, bool kernel_arg = true);
+// (c, rows) with rows `row_stride` apart.
+View view2(const Array& a, int64_t offset, int c, int rows, int64_t row_stride);
+// (d, head, t, b) view of rows holding `nh` heads of `hd` features each (heads `h_stride`
+// apart: 0, next to each other in a row).
+View view4(const Array& a, int64_t offset, int hd, int nh, int t, int b, int64_t t_stride, int64_t b_stride,
+           int64_t h_stride = 0);
+
+}  // namespace halformer

@@ -1,0 +1,142 @@
+// The layer blocks of one call into a model: embedding, norms, the attention block, the
+// feed-forward block, cross-attention, the head -- each a call of a kernel from the
+// model's KernelTable on activations (activations.h) -- and the stacks built of them: the
+// encoder, the decoder over whole sequences and the decoder step over its KV cache
+// (DecoderState). Definitions: layers.cpp (blocks), stacks.cpp (stacks, cache, encode /
+// pooled / score). Decoding (token choice, prefill, greedy, sampling, beam) is decoding.h.
+#pragma once
+
+#include <algorithm>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "activations.h"
+#include "device.h"
+#include "halformer/model.h"
+#include "halformer/weights.h"
+
+namespace halformer {
+
+// Decoder state for incremental decoding over B rows: per layer, the QKV rows of every
+// position so far ([B][Tmax][3d], the self-attention KV cache; on a GPU device each
+// row padded to `row` = a multiple of kDeviceAlignFloats so that the rows of a step
+// start aligned) and, for an encoder-decoder, the cross-attention keys/values of the
+// memory.
+// A batch of decoder-only prompts of different lengths is left-aligned: row b's prompt
+// fills cache positions [shift[b], Pmax), so every step writes one cache position for
+// all rows at once; row b's token at cache position t sits at sequence position
+// t - shift[b], and self_mask hides positions before shift[b].
+struct DecoderState {
+  int B = 0, Tmax = 0, len = 0, row = 0;
+  std::vector<Array> cache, cross;
+  Array src_mask;   // (S, B) additive, encoder-decoder only
+  Array self_mask;  // (Tmax, B): 0, or kMasked before a row's shift
+  std::vector<int> shift;  // per row; all 0 unless prompts differ in length
+  Array zero_mask;  // (Tmax, 1) zeros: one row's own positions (rotary attention per row)
+  std::vector<uint8_t> reorder_scratch;  // beam search: the parents' cache rows (CPU)
+  bool shifted() const { return std::any_of(shift.begin(), shift.end(), [](int s) { return s != 0; }); }
+};
+
+// One call into a Model: its config, kernels, weight buffers and device, passed to
+// every step explicitly (a Model is a value: nothing about it lives in globals).
+struct Stack : DeviceContext {
+  const ModelConfig& cfg;
+  const KernelTable& kt;
+
+  Stack(const DeviceContext& device, const ModelConfig& c, const KernelTable& k) : DeviceContext(device), cfg(c), kt(k) {}
+
+  // ---- layer blocks (layers.cpp)
+  // A linear's weight and bias buffers (fp32, int8 or bf16 layouts).
+  std::pair<halide_buffer_t*, halide_buffer_t*> linear_args(const LinearWeights& w);
+  void linear(LinearFn fn, const char* name, View x, const LinearWeights& w, View out);
+  void linear_residual(LinearResidualFn fn, const char* name, View x, const LinearWeights& w, View residual,
+                       View out);
+  // fn: the norm kernel of n's width (kt.layer_norm: d_model).
+  void layer_norm(const Array& x, const NormWeights& n, Array& out, LayerNormFn fn = nullptr);
+  // bias: a stack's relative position table (position_bias).
+  void attention(AttentionFn fn, const char* name, View q, View kv, View mask, halide_buffer_t* bias, View out);
+  // The decoder's self-attention of T new positions after `len` earlier ones (layers.cpp).
+  static constexpr int kCausalChunk = 32;  // queries per call, causal, CPU (docs/performance-log.md)
+  void decoder_self_attention(const Array& kv, int len, int T, int B, int64_t t_stride, int64_t b_stride,
+                              const Array& mask, int64_t m_stride, halide_buffer_t* bias, Array& out);
+  halide_buffer_t* position_bias(const WeightVector<float>& table);
+  // Validates ids and lengths, then right-pads with pad_id into a (T, B) buffer.
+  IBuf pad_batch(const std::vector<Sequence>& seqs, int vocab, const std::string& what);
+  // Additive key mask (T, B) for the padding pad_batch added.
+  Array key_mask(const std::vector<Sequence>& seqs, int T);
+  Array embed(EmbeddingFn fn, const IBuf& tokens, bool tgt, const Weights& w, int pos_offset);
+  int embedding_width(bool tgt) const;
+  Array embed_rows(EmbeddingFn fn, const IBuf& tokens, const Weights& w, const std::vector<int>& pos);
+  void embed_into(EmbeddingFn fn, const IBuf& tokens, bool tgt, const Weights& w, int pos_offset, Array& x,
+                  int64_t offset);
+  Array embedding_norm(Array x, const Weights& w, bool tgt);
+  // x <- norm(x + f(x)) or x + f(norm(x)) (below).
+  template <typename F>
+  void residual_block(Array& x, const NormWeights& n, F sublayer, const Array* normed = nullptr, bool last_row = false);
+  Array parallel_input(const Array& x, const LayerWeights& L, bool last_row = false);
+  void feed_forward(Array& x, const LayerWeights& L, const Array& parallel_in = Array());
+  bool positions_in_attention() const;
+  int qkv_width() const;
+  bool self_cache_bf16() const;
+  using KeepQkv = std::function<void(const Array&)>;
+  void self_attention_block(Array& x, const LayerWeights& L, const Array& mask, halide_buffer_t* bias,
+                            bool decoder = false, const KeepQkv& keep = nullptr, bool last_row = false);
+  void final_norm(Array& x, const NormWeights& n);
+  Array cross_kv(const LayerWeights& L, const Array& memory);
+  void cross_block(Array& x, const LayerWeights& L, const Array& kv, const Array& src_mask);
+  // The output projection: hidden rows -> raw logits.
+  void generator(const Array& x, const Weights& w, Array& logits);
+  // Generator + softmax / log_softmax: `logits` gets the raw generator output, `out` the head's.
+  void head(const Array& x, const Weights& w, Array& logits, Array& out);
+  void head_of(const Array& logits, Array& out);
+  // Row-wise argmax of `rows` into `next`, which is then read on the host.
+  void argmax(const Array& rows, IBuf& next);
+
+  // ---- stacks (stacks.cpp)
+  Array run_encoder(const Weights& w, const IBuf& src, const Array& src_mask);
+  Tensor to_tensor(const Array& a);
+  DecoderState decoder_state(const Weights& w, int B, int Tmax, std::vector<int> shift = {});
+  Array decode_step(DecoderState& st, const Weights& w, const IBuf& tokens, bool last_row = false);
+  // Beam search: row b continues from row parent[b].
+  void reorder(DecoderState& st, const std::vector<int>& parent);
+  Array last_rows(const Array& x, const std::vector<int>& last);
+  Array last_positions(const Array& x);
+  Array decoder_hidden(const Weights& w, const std::vector<Sequence>& tgt, const std::vector<Array>& cross,
+                       const Array& smask, const char* what,
+                       const std::function<void(size_t, const Array&)>& keep = nullptr, bool last_row = false);
+  Array decoder_forward(const Weights& w, const std::vector<Sequence>& tgt, const std::vector<Array>& cross,
+                        const Array& smask, const char* what, Array* last_logits = nullptr, Array* last_out = nullptr);
+  Array repeat_rows(const Array& a, int k);
+  Tensor encode(const Weights& w, const std::vector<Sequence>& src);
+  Tensor pooled(const Weights& w, const std::vector<Sequence>& src);
+  Tensor score(const Weights& w, const std::vector<Sequence>& src, const std::vector<Sequence>& tgt);
+};
+
+// x <- norm(x + f(x)) (post-norm) or x <- x + f(norm(x)) (pre-norm); `sublayer` writes
+// f(input) + residual into its output buffer.
+// normed: the sublayer's input already normalised (parallel_residual: the layer's input).
+// last_row: only each sequence's last position goes on (the last layer of a prefill):
+// the sublayer gets every row as input, but the residual and its output are (C, 1, B),
+// and so is x after.
+template <typename F>
+void Stack::residual_block(Array& x, const NormWeights& n, F sublayer, const Array* normed, bool last_row) {
+  Array last = last_row ? last_positions(x) : Array();
+  const Array& res = last_row ? last : x;
+  Array y(x.C, res.T, x.B, iface);
+  if (cfg.pre_norm && normed) {
+    sublayer(*normed, res, y);
+    x = std::move(y);
+  } else if (cfg.pre_norm) {
+    Array h(x.C, x.T, x.B, iface);
+    layer_norm(x, n, h);
+    sublayer(h, res, y);
+    x = std::move(y);
+  } else {
+    sublayer(x, res, y);
+    if (last_row) x = Array(y.C, y.T, y.B, iface);
+    layer_norm(y, n, x);
+  }
+}
+
+}  // namespace halformer
