@@ -10,6 +10,9 @@ include_guard(GLOBAL)
 # tools/ptxas_check.py, for the CUDA kernels' ptxas check (found from here at call time).
 get_filename_component(HALFORMER_PTXAS_CHECK "${CMAKE_CURRENT_LIST_DIR}/../tools/ptxas_check.py" ABSOLUTE)
 set(HALFORMER_PTXAS_CHECK "${HALFORMER_PTXAS_CHECK}" CACHE INTERNAL "")
+# The check's modules (tools/ptxas/): a change to any of them re-runs it.
+file(GLOB HALFORMER_PTXAS_MODULES "${CMAKE_CURRENT_LIST_DIR}/../tools/ptxas/*.py")
+set(HALFORMER_PTXAS_MODULES "${HALFORMER_PTXAS_MODULES}" CACHE INTERNAL "")
 
 if (NOT TARGET Halide::Generator)
   find_package(Halide 21 REQUIRED)
@@ -119,7 +122,7 @@ function(halformer_add_model NAME)
                          COMMAND "${HALFORMER_PYTHON3}" "${HALFORMER_PTXAS_CHECK}" --quiet --skip-ok
                                  --ptxas "${ptxas}" --sm ${HALFORMER_PLAN_CUDA_SM} --extent ${max_len}
                                  --stmt-dir "${CMAKE_CURRENT_BINARY_DIR}" --json "${ptxas_json}" ${files}
-                         DEPENDS ${cuda_kernels} ${cuda_stmts} "${HALFORMER_PTXAS_CHECK}"
+                         DEPENDS ${cuda_kernels} ${cuda_stmts} "${HALFORMER_PTXAS_CHECK}" ${HALFORMER_PTXAS_MODULES}
                          COMMENT "ptxas: ${NAME}'s CUDA kernels for sm_${HALFORMER_PLAN_CUDA_SM}" VERBATIM)
       add_custom_target(${NAME}_ptxas ALL DEPENDS "${ptxas_json}")
     endif ()

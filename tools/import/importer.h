@@ -5,9 +5,10 @@
 // Each config field is either mapped to a spec field (the spec says which in a comment),
 // known not to change the outputs (dropout, use_cache, ...), or refused: a value the
 // spec cannot express is an error naming the field and the value, never a silently
-// different model. Every problem is reported at once. The family tables (model_type ->
-// preset, architectures -> head) are in importer.cpp; docs/import.md lists what is
-// refused and why.
+// different model. Every problem is reported at once. The family table (model_type ->
+// preset, architectures -> head) is in families.cpp, each group's reader in encoders.cpp,
+// decoders.cpp, llama.cpp or seq2seq.cpp (import_internal.h lists the files); docs/import.md lists
+// what is refused and why.
 #pragma once
 
 #include <stdexcept>
@@ -19,7 +20,10 @@ namespace halformer::import {
 struct Imported {
   std::string yaml;                 // the spec, commented, ready for `halformer build`
   std::string weights;              // the safetensors file the spec's preset reads
-  std::string family;               // "bert", "roberta", "distilbert", "gpt2"
+  // config.json's model_type, one of the 19 supported: bert, roberta, xlm-roberta, electra,
+  // albert, distilbert (encoders); gpt2, gptj, opt, gpt_neox, llama, mistral, qwen2, gemma
+  // (decoders); bart, marian, mbart, t5, mt5 (encoder-decoders).
+  std::string family;
   std::string preset;               // e.g. "huggingface-bert"
   std::vector<std::string> inputs;  // every file read (the output must be none of them)
 };
