@@ -3,8 +3,8 @@
 // or at least one diagnostic with a message, never a crash, hang or sanitizer report.
 //
 //   clang++ -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -I tools/spec -I runtime/include \
-//     fuzz/spec_parser_fuzzer.cpp tools/spec/spec.cpp tools/spec/plan.cpp -lyaml-cpp -o fuzz_spec_parser
-//   ./fuzz_spec_parser -dict=fuzz/spec.dict NEW_CORPUS fuzz/corpus/spec_parser models tests/spec/broken
+//     fuzz/spec_parser_fuzzer.cpp tools/spec/*.cpp -lyaml-cpp -o fuzz_spec_parser
+//   ./fuzz_spec_parser -dict=fuzz/spec.dict NEW_CORPUS fuzz/corpus/spec_parser models tests/tools/spec/broken
 //
 // Also built without libFuzzer (fuzz/replay_main.cpp) to replay fuzz/regressions/ in the
 // unit tests.

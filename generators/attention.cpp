@@ -76,9 +76,8 @@ class Attention : public Generator<Attention> {
   GeneratorParam<int> gpu_tile_q{"gpu_tile_q", 8};   // queries per block
   GeneratorParam<int> gpu_key_lanes{"gpu_key_lanes", 32};  // threads across keys
   // Softmax max and sum per query: 0 walked by one thread per query; L > 0: each query's
-  // keys split across L threads (partials in shared memory), then combined. 32 with 32
-  // LayerNorm threads, on an H200: transformer-base encoder b8 3.64 -> 3.48 ms, b32
-  // 11.34 -> 10.78, decode step b1 1.55 -> 1.47 ms (docs/gpu.md).
+  // keys split across L threads (partials in shared memory), then combined. 32: measured
+  // faster than one thread per query (docs/performance-log.md#attention).
   GeneratorParam<int> gpu_reduce_lanes{"gpu_reduce_lanes", 32};
   // The V product: 0, one thread per (feature, query) adding into the block's shared
   // memory at every key; n > 0, one thread per (feature, n queries), its n sums held in
@@ -86,8 +85,8 @@ class Attention : public Generator<Attention> {
   GeneratorParam<int> gpu_v_queries{"gpu_v_queries", 2};
   // The scores: 0, one thread per (key, query) adding into the block's shared memory at
   // every head feature; n > 0, one thread per (key, n queries) summing in registers.
-  // 1 and 2 (V), on an H100: transformer-base's encoder self-attention at batch 32 0.38
-  // -> 0.27-0.28 ms per layer (4 and 4: 0.38; fewer queries per thread, more threads busy).
+  // 1 and 2 (V): fewer queries per thread keep more threads busy
+  // (docs/performance-log.md#attention).
   GeneratorParam<int> gpu_score_queries{"gpu_score_queries", 1};
 
   Input<Buffer<void, 4>> q{"q"};                 // float, or uint16 (bf16 bits) with q_bf16
@@ -123,8 +122,7 @@ class Attention : public Generator<Attention> {
     // constant tables computed here with the same float arithmetic (the angle's product in
     // float, cosf / sinf: the values the kernel computed, bit for bit); else each call
     // computes its positions' once. Per call they were scalar libm calls on one thread
-    // (Llama-style of bench/decoders.py at batch 1: __cosf + __sinf 1.7% of a run, as much
-    // as the attention's own work) -- tables of up to 2^20 entries each.
+    // (docs/performance-log.md#attention) -- tables of up to 2^20 entries each.
     Func inv_freq("inv_freq"), rope_cos("rope_cos"), rope_sin("rope_sin");
     Var f("f"), pos("pos");
     const int P = rotary_positions;
@@ -187,8 +185,8 @@ class Attention : public Generator<Attention> {
     }
     // Keys transposed per (head, batch) so the score loop vectorises over keys. On the
     // CPU they are first copied to a compact (d, j) block: gathering straight from kv's
-    // rows, 3 * d_model floats apart, hits one cache set per row (4-KiB aliasing) and
-    // made the transpose 90% of a decode step's attention.
+    // rows, 3 * d_model floats apart, hits one cache set per row (4-KiB aliasing;
+    // docs/performance-log.md#attention).
     Func kc("k_compact"), kt("k_transposed");
     {
       Expr jc = min(j, Tk - 1);  // whole key blocks: clamp reads
@@ -289,8 +287,8 @@ class Attention : public Generator<Attention> {
       // with threads along the head features (coalesced) and stored key-major with one
       // float of padding per row, so that the score loop's lanes (one key each) and the
       // staging stores both hit distinct banks. Read straight from kv, each lane walked
-      // its own key row 3 * d_model floats from its neighbour's: 1.9 ms per layer at
-      // batch 32, length 128 on an H100, half of the encoder.
+      // its own key row 3 * d_model floats from its neighbour's
+      // (docs/performance-log.md#attention).
       kc.compute_inline();
       masked.compute_inline();
       const int sq = std::min(int(gpu_score_queries), int(gpu_tile_q));
@@ -344,10 +342,8 @@ class Attention : public Generator<Attention> {
     // The score block (vec keys x tile_q queries) stays in registers over d, and so does the
     // V product's (v_features x v_queries). AVX-512's 32 zmm: 8 queries x 1 vector of 16
     // keys; V 4 queries x the whole head. AVX2's 16 ymm: 6 queries x 2 ymm of keys and V 6
-    // queries x 2 ymm of features, 12 accumulators each. The V block of the whole head
-    // (8 ymm x 2 queries with the former 32 keys x 2 queries) spilled 37 ymm stack accesses
-    // per key (transformer-base encoder self-attention alone, 2-core Zen 3, batch 8 / 1:
-    // 3.1-3.9 / 0.36-0.49 ms -> 2.1-2.4 / 0.25-0.29 ms; 4 x 2 ymm both: 2.1-3.1 / 0.30-0.34).
+    // queries x 2 ymm of features, 12 accumulators each: the whole head's V block spilled
+    // there (docs/performance-log.md#attention).
     struct Blocks {
       int tile_q, v_queries, v_features;  // v_features 0: the whole head
     };
@@ -361,10 +357,8 @@ class Attention : public Generator<Attention> {
     // Rotated rows: the feature loop split at R/2 (unrolled regions: first halves, second
     // halves, the features past R), so that within a region each partner read is a dense
     // vector at a fixed offset; one loop over d made Halide clamp the partner index lane
-    // by lane (265 vpinsrd / vinsertps element loads in the kernel, 25 now). Llama-style
-    // model of bench/decoders.py (head size 64), 128-token prompt + 63 decode steps, all
-    // its self-attention calls (HALFORMER_PROFILE, 2-core Zen 4): 144 -> 82 ms (no rotary:
-    // 38 ms). The interleaved layout's partner still clamps at one end of each region.
+    // by lane (docs/performance-log.md#attention). The interleaved layout's partner still
+    // clamps at one end of each region.
     // Regions need R/2 to divide the head size and hold whole vectors of 4 or more.
     auto vectorize_rotated = [&](Func f) {
       const int half = R / 2, rv = pow2_divisor(half, vec_);
@@ -377,14 +371,12 @@ class Attention : public Generator<Attention> {
       // Tq == 1: a task per (group of up to 4 heads, batch): scores, softmax and the V
       // product of the group's heads in one sweep over the keys each, so that each key
       // and value row is read as one contiguous run of the group's features (per head
-      // they were 256-byte pieces 3 * d_model floats apart; batch-8 cross-attention of
-      // transformer-base, in the model: 0.14 -> 0.12 ms per call, 55 -> 30 us warm). The
-      // CPU's cross-attention cache is since stored head by head (Model::cross_kv): there
-      // each head of the group is its own contiguous stream.
+      // they were 256-byte pieces 3 * d_model floats apart). The CPU's cross-attention
+      // cache is since stored head by head (Model::cross_kv): there each head of the group
+      // is its own contiguous stream.
       // An even number of groups where one exists, so that a single sequence's groups
       // split evenly over 2 (or 4) threads: 12 heads go in 4 groups of 3, not 3 of 4
-      // (Llama-style model of bench/decoders.py, 128-token prompt + 63 steps, its
-      // self-attention calls, 2-core Zen 4, three runs each: 81-86 -> 70-75 ms).
+      // (docs/performance-log.md#attention).
       int hg = 0;
       for (int even = 1; even >= 0 && hg == 0; --even)
         for (int c = std::min(4, H); c >= 1 && hg == 0; --c)
@@ -406,12 +398,9 @@ class Attention : public Generator<Attention> {
       // Per key and head: dvec-wide partial sums along d, then one horizontal add. Keys
       // (and below, values) decode_prefetch rows ahead are prefetched: in rows that hold
       // every head each key's row is a short run (the group's heads) a whole cache row
-      // apart, which the hardware prefetchers did not follow. Batch-8 cross-attention of
-      // transformer-base with its 4.2 MB of keys and values cold, rows then (2-core Zen
-      // 4): bf16 0.17 -> 0.09 ms, fp32 unchanged at 0.14 (8 or 16 rows ahead: bf16 0.11 /
-      // 0.13, fp32 slower). Head by head, the same prefetches slowed it (2-core Zen 3, in
-      // the model, HALFORMER_PROFILE, per call at batch 8: bf16 0.13-0.15 -> 0.09-0.12
-      // ms without them, fp32 0.17-0.21 -> 0.15-0.16; 16 or 32 rows ahead 0.11-0.14).
+      // apart, which the hardware prefetchers did not follow. Head by head (the CPU's
+      // cross-attention cache) the same prefetches slowed it: decode_prefetch 0 there
+      // (docs/performance-log.md#attention).
       Func partial = dot.update().split(rd1.x, rdo, rdi, dvec).rfactor(rdi, lane);
       dot.update().reorder(rdi, h, j);
       if (decode_prefetch > 0) dot.update().prefetch(kv, j, j, int(decode_prefetch));

@@ -1,4 +1,6 @@
 // Shared vocabulary of the layer generators: shape letters and enum GeneratorParams.
+// The enums the spec shares (NormKind, Positions, HeadKind, Pooling) are in
+// halformer/enums.h; param_names() turns their spellings into GeneratorParam maps.
 //
 // Layout convention (Halide dims are innermost first):
 //   activations  x(c, m)        c = feature (contiguous), m = row = token (batch*time flattened)
@@ -9,18 +11,32 @@
 
 #include "Halide.h"
 
+#include <initializer_list>
 #include <map>
 #include <string>
 
+#include "halformer/enums.h"
+
 namespace halformer {
 
-enum class Act { None, Relu, Gelu, GeluTanh, Tanh, Silu };
-inline const std::map<std::string, Act> kActNames = {{"none", Act::None},
-                                                     {"relu", Act::Relu},
-                                                     {"gelu", Act::Gelu},
-                                                     {"gelu_tanh", Act::GeluTanh},
-                                                     {"tanh", Act::Tanh},
-                                                     {"silu", Act::Silu}};
+// A shared enum's GeneratorParam map: the spec's names of `values` (halformer/enums.h).
+template <class E>
+std::map<std::string, E> param_names(std::initializer_list<E> values) {
+  std::map<std::string, E> m;
+  for (E v : values) m.emplace(enum_name(v), v);
+  return m;
+}
+
+// The pointwise function a linear applies to its output before the epilogue (the
+// GeneratorParam `activation`): not the spec's Activation, whose gated kinds the planner
+// splits into a gate (ff1 with its PointwiseFn) and an up projection (ff_up).
+enum class PointwiseFn { None, Relu, Gelu, GeluTanh, Tanh, Silu };
+inline const std::map<std::string, PointwiseFn> kPointwiseFnNames = {{"none", PointwiseFn::None},
+                                                                     {"relu", PointwiseFn::Relu},
+                                                                     {"gelu", PointwiseFn::Gelu},
+                                                                     {"gelu_tanh", PointwiseFn::GeluTanh},
+                                                                     {"tanh", PointwiseFn::Tanh},
+                                                                     {"silu", PointwiseFn::Silu}};
 
 // What a matmul's epilogue does with its second (N, M) input (linear*.cpp).
 enum class Epilogue { None, AddResidual, MultiplyGate };
@@ -33,9 +49,9 @@ inline Halide::Expr apply_epilogue(Epilogue e, Halide::Expr y, const Halide::Exp
 }
 
 // tanh(x) = 1 - 2 / (exp(2x) + 1): Halide's own tanh is a scalar library call per lane on
-// x86, which made GPT-2's gelu_tanh 768x3072 feed-forward at 128 rows take 11.5 instead
-// of 6.4 ms (2-core Zen 3). Absolute error about 1e-7 near 0; |x| >= 9 is within 6e-8
-// of +-1 (and keeps exp's argument in range). A NaN stays NaN (the clamp would hide it).
+// x86 (docs/performance-log.md#common-activations). Absolute error about 1e-7 near 0;
+// |x| >= 9 is within 6e-8 of +-1 (and keeps exp's argument in range). A NaN stays NaN
+// (the clamp would hide it).
 inline Halide::Expr tanh_by_exp(Halide::Expr x) {
   using namespace Halide;
   Expr e = exp(2.0f * clamp(x, -9.0f, 9.0f));
@@ -43,15 +59,15 @@ inline Halide::Expr tanh_by_exp(Halide::Expr x) {
 }
 
 // erf-based GELU (torch's default) and its tanh approximation (torch approximate="tanh").
-inline Halide::Expr apply_activation(Act act, Halide::Expr v) {
+inline Halide::Expr apply_pointwise(PointwiseFn fn, Halide::Expr v) {
   using namespace Halide;
-  switch (act) {
-    case Act::None: return v;
-    case Act::Relu: return max(v, 0.0f);
-    case Act::Gelu: return 0.5f * v * (1.0f + erf(v * 0.70710678118654752f));
-    case Act::Tanh: return tanh_by_exp(v);  // BERT's pooler
-    case Act::Silu: return v / (1.0f + exp(-v));  // x * sigmoid(x) (swish; Marian)
-    case Act::GeluTanh: {
+  switch (fn) {
+    case PointwiseFn::None: return v;
+    case PointwiseFn::Relu: return max(v, 0.0f);
+    case PointwiseFn::Gelu: return 0.5f * v * (1.0f + erf(v * 0.70710678118654752f));
+    case PointwiseFn::Tanh: return tanh_by_exp(v);  // BERT's pooler
+    case PointwiseFn::Silu: return v / (1.0f + exp(-v));  // x * sigmoid(x) (swish; Marian)
+    case PointwiseFn::GeluTanh: {
       Expr inner = 0.79788456080286536f * (v + 0.044715f * v * v * v);
       return 0.5f * v * (1.0f + tanh_by_exp(inner));
     }

@@ -18,8 +18,6 @@
 namespace halformer {
 using namespace Halide;
 
-enum class PosKind { Sinusoidal, Learned, None, SinusoidalSplit };
-
 template <bool kInt8>
 class Embedding : public Generator<Embedding<kInt8>> {
  public:
@@ -33,11 +31,10 @@ class Embedding : public Generator<Embedding<kInt8>> {
   GeneratorParam<int> vocab{"vocab", 16};
   GeneratorParam<int> max_len{"max_len", 64};
   GeneratorParam<bool> scale{"scale", true};  // multiply by sqrt(channels)
-  GeneratorParam<PosKind> positions{"positions", PosKind::Sinusoidal,
-                                    {{"sinusoidal", PosKind::Sinusoidal},
-                                     {"learned", PosKind::Learned},
-                                     {"none", PosKind::None},
-                                     {"sinusoidal_split", PosKind::SinusoidalSplit}}};
+  // The positions an embedding adds (rotary and relative ones are the attention's: "none").
+  GeneratorParam<Positions> positions{"positions", Positions::Sinusoidal,
+                                      param_names({Positions::Sinusoidal, Positions::Learned, Positions::None,
+                                                   Positions::SinusoidalSplit})};
   GeneratorParam<int> type_vocab{"type_vocab", 0};  // > 0: add token type embeddings
   GeneratorParam<int> vec{"vec", 16};
 
@@ -68,10 +65,10 @@ class Embedding : public Generator<Embedding<kInt8>> {
     Expr p = pos_offset + t;
     Func freq("freq");  // per feature, not per element
     freq(c) = exp(cast<float>((c / 2) * 2) * float(-std::log(10000.0) / C));
-    if (positions == PosKind::Sinusoidal) {
+    if (positions == Positions::Sinusoidal) {
       Expr angle = cast<float>(p) * freq(c);
       e = e + select(c % 2 == 0, sin(angle), cos(angle));
-    } else if (positions == PosKind::SinusoidalSplit) {
+    } else if (positions == Positions::SinusoidalSplit) {
       const int h = (C + 1) / 2;
       Expr j = select(c < h, c, c - h);
       // fp64 where the target has it; OpenCL without cl_khr_fp64: fp32 (within the layer
@@ -80,7 +77,7 @@ class Embedding : public Generator<Embedding<kInt8>> {
       const Type ft = f64 ? Float(64) : Float(32);
       Expr angle = cast(ft, p) / pow(Internal::make_const(ft, 10000.0), cast(ft, 2 * j) / Internal::make_const(ft, C));
       e = e + cast<float>(select(c < h, sin(angle), cos(angle)));
-    } else if (positions == PosKind::Learned) {
+    } else if (positions == Positions::Learned) {
       e = e + pos_table(c, clamp(p, 0, int(max_len) - 1));
     }
     if (type_vocab > 0) e = e + type_table(c, clamp(type_ids(t, b), 0, int(type_vocab) - 1));
@@ -110,7 +107,7 @@ class Embedding : public Generator<Embedding<kInt8>> {
     }
     // Tasks of 8 tokens: a single sequence (batch 1) still uses every core.
     Var tb("tb");
-    if (positions == PosKind::Sinusoidal) freq.compute_root().vectorize(c, pow2_divisor(C, vec));
+    if (positions == Positions::Sinusoidal) freq.compute_root().vectorize(c, pow2_divisor(C, vec));
     out.vectorize(c, pow2_divisor(C, vec)).fuse(t, b, tb).parallel(tb, 8, TailStrategy::GuardWithIf);
   }
 };

@@ -9,19 +9,16 @@
 namespace halformer {
 using namespace Halide;
 
-enum class NormKind { Standard, Annotated, Rms };
-
 class LayerNorm : public Generator<LayerNorm> {
  public:
   GeneratorParam<int> channels{"channels", 64};
   GeneratorParam<float> eps{"eps", 1e-5f};
   GeneratorParam<NormKind> kind{"kind", NormKind::Standard,
-                                {{"standard", NormKind::Standard}, {"annotated", NormKind::Annotated}, {"rms", NormKind::Rms}}};
+                                param_names({NormKind::Standard, NormKind::Annotated, NormKind::Rms})};
   GeneratorParam<int> vec{"vec", 16};
   GeneratorParam<int> rows_per_task{"rows_per_task", 8};
-  // Threads per row on GPUs. 32 (one warp, the width of the reductions): on an H200
-  // `halformer tune --target cuda` measured transformer-base's LayerNorm 1.4-1.9x faster
-  // than with 128 (tools/gpu/results/2026-11-26-h200).
+  // Threads per row on GPUs. 32 (one warp, the width of the reductions): measured faster
+  // than 128 (docs/performance-log.md#layernorm).
   GeneratorParam<int> gpu_threads{"gpu_threads", 32};
 
   Input<Buffer<float, 2>> x{"x"};  // (C, M)

@@ -41,7 +41,7 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
   // Algorithm parameters.
   GP<int> in_features{"in_features", 64};    // K
   GP<int> out_features{"out_features", 64};  // N
-  GP<Act> activation{"activation", Act::None, kActNames};
+  GP<PointwiseFn> activation{"activation", PointwiseFn::None, kPointwiseFnNames};
   // Schedule knobs (the tuner sets these; schedules/cpu_matmul.h). 0 = the register tile
   // chosen for the target's ISA (matmul_knobs_for: AVX-512 6 rows x 4 vectors of 16, AVX2
   // 6 rows x 16).
@@ -67,14 +67,13 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
   GP<int> gpu_unroll_k{"gpu_unroll_k", 4};
   // Many-row path: K cut into slices of about this many steps (at most kGpuMaxKSplit),
   // each walked by its own thread and summed through shared memory; 0: every thread
-  // walks all of K. 512 (K > 512 split): transformer-base's encoder at batch 8 on an
-  // H200 5.06 -> 3.66 ms, batch 1 / 32 and decode unchanged (docs/gpu.md).
+  // walks all of K. 512: K > 512 split, shorter chains where few long tiles would leave
+  // the GPU latency-bound (docs/performance-log.md#linear).
   GP<int> gpu_k_slice{"gpu_k_slice", 512};
   // Many-row path: K walked in chunks of this many steps, each chunk's activations and
   // weights loaded into registers as vectors before its FMAs (schedules/gpu.h); 0, or a
   // chunk that does not divide the (slice's) K: loads per step, gpu_unroll_k unrolled.
-  // 8, on an H100: transformer-base's encoder at batch 8 3.64 -> 3.21 ms, batch 32
-  // 11.03 -> 9.15 (4: 3.24 / 9.20; docs/gpu.md).
+  // 8: fewer load instructions through L1 (docs/performance-log.md#linear).
   GP<int> gpu_stage_k{"gpu_stage_k", 8};
   // bf16 with K paired: AMX tiles for more than 8 rows where the target has them.
   GP<bool> amx{"amx", true};
@@ -206,7 +205,7 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
       acc_block(n, m) = acc_amx(n, m);
     }
     Expr acc_nm = use_amx ? select(amx_rows, acc_block(n, m) + bc(n), acc(n, m)) : acc(n, m);
-    Expr y = apply_epilogue(kEpilogue, apply_activation(activation, acc_nm), kResidual ? (*residual)(n, m) : Expr());
+    Expr y = apply_epilogue(kEpilogue, apply_pointwise(activation, acc_nm), kResidual ? (*residual)(n, m) : Expr());
     out(n, m) = bf16_out() ? to_bf16_bits(y) : y;
 
     // ---- shapes the runtime must honour

@@ -17,11 +17,10 @@
 //   out(n, m) = epilogue(acc(n, m) * sx(m) * sw(n) + b(n))
 // vpdpbusd multiplies uint8 by int8 four at a time into each int32 lane: twice
 // vpdpwssd's rate. Asymmetric, because 8 bits are scarce: a row's levels span its own
-// range (post-GELU rows are mostly positive), not +-max|x| -- all-MiniLM-L6-v2's worst
-// cosine against fp32 was 0.981 with symmetric 8-bit activations, 0.992 with these
-// (docs/precision.md).
+// range (post-GELU rows are mostly positive), not +-max|x| (accuracy measured:
+// docs/performance-log.md#linear-int8, docs/precision.md).
 //
-// Weights are quantized per output channel at load (runtime/weights.cpp,
+// Weights are quantized per output channel at load (runtime/weight_packing.cpp,
 // halformer/packed_layout.h: quantize_row_int8) and stored as panels of kInt8Panel
 // features whose K is walked in groups of G (2 or 4): w(j, n % kInt8Panel, panel *
 // groups + k / G), j = k % G, so that the product of a k group is one multiply-add per
@@ -59,7 +58,7 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
 
   GP<int> in_features{"in_features", 64};    // K
   GP<int> out_features{"out_features", 64};  // N
-  GP<Act> activation{"activation", Act::None, kActNames};
+  GP<PointwiseFn> activation{"activation", PointwiseFn::None, kPointwiseFnNames};
   // true: int16 pairs even where the target has vpdpbusd (precision_overrides.int16_activations).
   GP<bool> int16_activations{"int16_activations", false};
   // Schedule knobs, as linear's (0 = the target's tile, schedules/cpu_matmul.h); vec
@@ -155,7 +154,7 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
     Expr nc = overhang ? min(n, N - 1) : n, mc = min(m, M - 1);
     Expr sum = quads ? acc_nm - zp(mc) * cast<int32_t>(b(nc, 2)) : acc_nm;
     Expr scale = substitute(m.name(), mc, scale_x) * b(nc, 1);
-    Expr y = apply_epilogue(kEpilogue, apply_activation(activation, cast<float>(sum) * scale + b(nc, 0)),
+    Expr y = apply_epilogue(kEpilogue, apply_pointwise(activation, cast<float>(sum) * scale + b(nc, 0)),
                             kResidual ? (*residual)(n, m) : Expr());
     out(n, m) = out_bf16 ? to_bf16_bits(y) : y;
 
@@ -180,8 +179,7 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
     }
     // Activations quantized once per call (rows in parallel), before the matmul's tiles.
     // (The row ranges are also the epilogue's scales: their own root pass, rows in
-    // parallel -- serial, with min and max in two passes, it took 35% of a 1024 x 2048
-    // call's time on Sapphire Rapids.)
+    // parallel, min and max in one pass; docs/performance-log.md#linear-int8.)
     Var mo("mo"), jk("jk");
     row.compute_root().split(m, mo, m, 8, TailStrategy::GuardWithIf);
     if (parallel) row.parallel(mo);

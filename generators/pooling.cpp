@@ -8,12 +8,10 @@
 namespace halformer {
 using namespace Halide;
 
-enum class PoolKind { Cls, Mean };
-
-class Pooling : public Generator<Pooling> {
+class PoolingGenerator : public Generator<PoolingGenerator> {
  public:
   GeneratorParam<int> channels{"channels", 64};
-  GeneratorParam<PoolKind> kind{"kind", PoolKind::Mean, {{"cls", PoolKind::Cls}, {"mean", PoolKind::Mean}}};
+  GeneratorParam<Pooling> kind{"kind", Pooling::Mean, param_names({Pooling::Cls, Pooling::Mean})};
   GeneratorParam<bool> normalize{"normalize", false};
   GeneratorParam<int> vec{"vec", 16};
 
@@ -27,7 +25,7 @@ class Pooling : public Generator<Pooling> {
     RDom t(0, x.dim(1).extent(), "t");
     RDom r(0, C, "r");
     Func total("total"), count("count"), pooled("pooled"), sq("sq");
-    if (kind == PoolKind::Cls) {
+    if (kind == Pooling::Cls) {
       pooled(c, b) = x(c, 0, b);
     } else {
       total(c, b) = 0.0f;
@@ -52,7 +50,7 @@ class Pooling : public Generator<Pooling> {
       out.set_estimates({{0, C}, {0, 8}});
       return;
     }
-    const bool mean = kind == PoolKind::Mean;
+    const bool mean = kind == Pooling::Mean;
     if (get_target().has_gpu_feature()) {
       // One block per sequence, threads across features (each sums its feature over time).
       const int threads = std::min(C, 128);
@@ -86,4 +84,4 @@ class Pooling : public Generator<Pooling> {
 
 }  // namespace halformer
 
-HALIDE_REGISTER_GENERATOR(halformer::Pooling, pooling)
+HALIDE_REGISTER_GENERATOR(halformer::PoolingGenerator, pooling)

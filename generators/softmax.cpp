@@ -10,14 +10,11 @@
 namespace halformer {
 using namespace Halide;
 
-enum class SoftmaxKind { Softmax, LogSoftmax };
-
 class Softmax : public Generator<Softmax> {
  public:
   GeneratorParam<int> classes{"classes", 16};
-  GeneratorParam<SoftmaxKind> kind{"kind", SoftmaxKind::LogSoftmax,
-                                   {{"softmax", SoftmaxKind::Softmax},
-                                    {"log_softmax", SoftmaxKind::LogSoftmax}}};
+  // The spec's head kinds this kernel computes.
+  GeneratorParam<HeadKind> kind{"kind", HeadKind::LogSoftmax, param_names({HeadKind::Softmax, HeadKind::LogSoftmax})};
   GeneratorParam<int> vec{"vec", 16};
 
   Input<Buffer<float, 2>> x{"x"};  // (V, M)
@@ -32,7 +29,7 @@ class Softmax : public Generator<Softmax> {
     mx(m) = max(mx(m), x(r, m));
     total(m) = 0.0f;
     total(m) += exp(x(r, m) - mx(m));
-    if (kind == SoftmaxKind::LogSoftmax) {
+    if (kind == HeadKind::LogSoftmax) {
       out(v, m) = x(v, m) - mx(m) - log(total(m));
     } else {
       out(v, m) = exp(x(v, m) - mx(m)) / total(m);
@@ -70,7 +67,8 @@ class Argmax : public Generator<Argmax> {
     // for the runtime. Found from the bits with two integer maxima per lane, independent of
     // the scan: of the bits as int32 (>= +inf's: +inf or a NaN of positive sign) and of the
     // magnitude's (> +inf's: any NaN). Halide compiles float compares assuming neither
-    // occurs; a flag folded into the index serialised the scan (32000 logits 3 -> 17 us).
+    // occurs; a flag folded into the index serialised the scan
+    // (docs/performance-log.md#softmax-and-argmax).
     RDom rs(0, (V + L - 1) / L, "rs");
     Expr idx = rs * L + u;
     Expr val = x(min(idx, V - 1), m);
@@ -107,7 +105,7 @@ class Argmax : public Generator<Argmax> {
       return;
     }
     // The lanes are one vector: each step compares `lanes` consecutive values at once
-    // (a scalar scan of 32000 logits took 18 us, 11x what an autoscheduler found).
+    // (a scalar scan was far slower: docs/performance-log.md#softmax-and-argmax).
     out.parallel(m);
     best.compute_at(out, m);
     partial.compute_at(out, m).vectorize(u);

@@ -1,5 +1,5 @@
 // halformer._native: the generic Python binding of the runtime (halformer/model.h).
-// The pure-Python halformer/__init__.py wraps it; users never call this directly.
+// The pure-Python halformer/model.py wraps it; users never call this directly.
 //
 // Design:
 //  - One Model type for every model: it dlopen()s a built model's lib<name>.so
@@ -8,7 +8,7 @@
 //    halformer::Model::load. Its Halide calls bind to the libhalformer_rt.so this module
 //    links. The library is never dlclose()d: the Halide runtime may keep pointers into
 //    it (GPU module caches), and dlopen of the same path again just returns it (Python
-//    loads a rebuilt file from a private copy, see halformer/__init__.py).
+//    loads a rebuilt file from a private copy, see halformer/library.py).
 //  - Inputs arrive already checked and packed by Python (a flat int32 array of token ids
 //    plus int64 row offsets, B + 1 of them): one conversion path for lists and numpy.
 //  - The GIL is released around every runtime call, so Python threads run models in
@@ -66,37 +66,6 @@ FloatArray to_numpy(halformer::Tensor&& t) {
   return FloatArray(data->data(), shape.size(), shape.data(), owner);
 }
 
-const char* arch_name(halformer::Arch a) {
-  switch (a) {
-    case halformer::Arch::EncoderDecoder: return "encoder_decoder";
-    case halformer::Arch::Encoder: return "encoder";
-    case halformer::Arch::Decoder: return "decoder";
-  }
-  return "?";
-}
-const char* head_name(halformer::HeadOutput h) {
-  switch (h) {
-    case halformer::HeadOutput::LogSoftmax: return "log_softmax";
-    case halformer::HeadOutput::Softmax: return "softmax";
-    case halformer::HeadOutput::Logits: return "logits";
-    case halformer::HeadOutput::Classifier: return "classifier";
-    case halformer::HeadOutput::Embedding: return "embedding";
-    case halformer::HeadOutput::Hidden: return "hidden";
-  }
-  return "?";
-}
-const char* positions_name(halformer::PositionKind p) {
-  switch (p) {
-    case halformer::PositionKind::Sinusoidal: return "sinusoidal";
-    case halformer::PositionKind::Learned: return "learned";
-    case halformer::PositionKind::None: return "none";
-    case halformer::PositionKind::SinusoidalSplit: return "sinusoidal_split";
-    case halformer::PositionKind::Rotary: return "rotary";
-    case halformer::PositionKind::Relative: return "relative";
-  }
-  return "?";
-}
-
 // dlopen()s a model library (once: dlopen of a loaded path returns it) and returns its
 // descriptor; Error naming the file when it is not a halformer model library.
 const halformer::ModelDescriptor* open_library(const std::string& library) {
@@ -127,18 +96,18 @@ class NativeModel {
     nb::dict d;
     d["name"] = c.name;
     d["spec_file"] = c.spec_file;
-    d["arch"] = arch_name(c.arch);
+    d["arch"] = halformer::enum_name(c.arch);
     d["d_model"] = c.d_model, d["heads"] = c.heads, d["d_ff"] = c.d_ff;
     d["encoder_layers"] = c.encoder_layers, d["decoder_layers"] = c.decoder_layers;
     d["src_vocab"] = c.src_vocab, d["tgt_vocab"] = c.tgt_vocab, d["max_len"] = c.max_len;
     d["type_vocab"] = c.type_vocab;
     d["pre_norm"] = c.pre_norm, d["final_norm"] = c.final_norm;
-    d["positions"] = positions_name(c.positions);
+    d["positions"] = halformer::enum_name(c.positions);
     d["embedding_norm"] = c.embedding_norm;
     d["embedding_size"] = c.embedding_size, d["shared_layers"] = c.shared_layers;
     d["share_src_tgt"] = c.share_src_tgt, d["share_tgt_output"] = c.share_tgt_output;
     d["causal"] = c.causal, d["padding_mask"] = c.padding_mask;
-    d["head"] = head_name(c.head);
+    d["head"] = halformer::enum_name(c.head);
     d["mean_pooling"] = c.mean_pooling, d["pooler"] = c.pooler, d["num_classes"] = c.num_classes;
     d["pad_id"] = c.pad_id, d["bos_id"] = c.bos_id, d["eos_id"] = c.eos_id;
     d["max_new_tokens"] = c.max_new_tokens;

@@ -45,7 +45,7 @@ void beam_candidates(const float* x, int V, double score_so_far, int hyp, int to
 
 BeamResult beam_search(Stack& stack, const Weights& w, const std::vector<Sequence>& src, int K_beam, double alpha,
                        int max_new_tokens) {
-  if (stack.cfg.arch != Arch::EncoderDecoder) throw Error("beam search needs an encoder-decoder model");
+  if (stack.cfg.arch != Architecture::EncoderDecoder) throw Error("beam search needs an encoder-decoder model");
   if (K_beam < 1) throw Error("beam size " + std::to_string(K_beam) + " must be >= 1");
   if (max_new_tokens < 1 || max_new_tokens > stack.cfg.max_len)
     throw Error("max_new_tokens " + std::to_string(max_new_tokens) + " is outside [1, max_len = " +

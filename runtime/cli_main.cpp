@@ -29,7 +29,7 @@
 #include "halformer/sentencepiece_text.h"
 #include "halformer/tokenizer.h"
 
-using halformer::Arch;
+using halformer::Architecture;
 using halformer::Error;
 using halformer::Sequence;
 
@@ -184,10 +184,10 @@ halformer::Tensor batched(const std::function<halformer::Tensor(const std::vecto
 
 int halformer::run_cli(const ModelDescriptor& model_descriptor, int argc, char** argv) {
   const auto& cfg = *model_descriptor.config;
-  const bool decodes = cfg.arch != Arch::Encoder;
+  const bool decodes = cfg.arch != Architecture::Encoder;
   CLI::App app{std::string(cfg.name) + ": halformer inference binary (spec " + cfg.spec_file + ").\n" +
-               (cfg.arch == Arch::Encoder ? "Reads token ids, prints the head's vector for each sequence."
-                : cfg.arch == Arch::Decoder ? "Reads prompt token ids, prints the continuation of each prompt."
+               (cfg.arch == Architecture::Encoder ? "Reads token ids, prints the head's vector for each sequence."
+                : cfg.arch == Architecture::Decoder ? "Reads prompt token ids, prints the continuation of each prompt."
                                             : "Reads source token ids, prints the decoded target ids of each.")};
   std::string weights, src_file, tgt_file, dump;
   std::vector<std::string> src_args, tgt_args;
@@ -202,16 +202,16 @@ int halformer::run_cli(const ModelDescriptor& model_descriptor, int argc, char**
   std::string text_file, vocab, spm;
   int max_length = cfg.max_len, batch_size = 0;
   app.add_option("--text", text_args, std::string("one input text, tokenized with ") +
-                                          (cfg.arch == Arch::Encoder ? "--vocab or --spm" : "--spm") +
+                                          (cfg.arch == Architecture::Encoder ? "--vocab or --spm" : "--spm") +
                                           " (repeat for a batch)");
   app.add_option("--text-file", text_file, "file with one input text per line (UTF-8; blank lines too)");
   app.add_option("--spm", spm, std::string("SentencePiece model for --text: tokenizer.model, or a Hugging Face directory "
                                                "with tokenizer.model, T5's spiece.model or Marian's source.spm + vocab.json "
                                                "(+ target.spm): ") +
-                                   (cfg.arch == Arch::Decoder          ? "bos + the pieces in; generated text out"
-                                    : cfg.arch == Arch::EncoderDecoder ? "the pieces + eos in; generated text out"
+                                   (cfg.arch == Architecture::Decoder          ? "bos + the pieces in; generated text out"
+                                    : cfg.arch == Architecture::EncoderDecoder ? "the pieces + eos in; generated text out"
                                                                        : "the pieces in"));
-  if (cfg.arch == Arch::Encoder) {
+  if (cfg.arch == Architecture::Encoder) {
     app.add_option("--vocab", vocab, "BERT WordPiece vocabulary (vocab.txt) for --text / --text-file");
     app.add_option("--max-length", max_length, "text: tokens per text with [CLS] and [SEP]; longer texts are truncated")
         ->capture_default_str();
@@ -244,7 +244,7 @@ int halformer::run_cli(const ModelDescriptor& model_descriptor, int argc, char**
     app.add_flag("--stream", stream, "print tokens as they are generated (one sequence: on one line; "
                                      "several: one \"<sequence> <token>\" line per token)");
   }
-  if (cfg.arch == Arch::EncoderDecoder) {
+  if (cfg.arch == Architecture::EncoderDecoder) {
     app.add_option("--tgt", tgt_args, "teacher-forced decoder input per source (starts with bos); "
                                       "adds its head output to --dump");
     app.add_option("--tgt-file", tgt_file, "file with one decoder input per line");
@@ -271,19 +271,19 @@ int halformer::run_cli(const ModelDescriptor& model_descriptor, int argc, char**
     if (text_mode && !spm.empty()) {
       if (max_length != cfg.max_len) throw Error("--max-length applies to --vocab (WordPiece) text, not to --spm");
       pieces = halformer::SentencePieceText::load(spm);
-      const int vocab_size = cfg.arch == Arch::Decoder ? cfg.tgt_vocab : cfg.src_vocab;
+      const int vocab_size = cfg.arch == Architecture::Decoder ? cfg.tgt_vocab : cfg.src_vocab;
       if (pieces->size() > vocab_size)
         throw Error("--spm " + spm + ": " + std::to_string(pieces->size()) + " pieces, more than the model's vocabulary of " +
                     std::to_string(vocab_size) + " (is it this model's tokenizer?)");
       // Decoder-only (Llama): bos first; encoder-decoder (Marian): eos last; as their tokenizers do.
       for (const auto& t : texts) {
         Sequence ids = pieces->encode(t);
-        if (cfg.arch == Arch::Decoder) ids.insert(ids.begin(), cfg.bos_id);
-        if (cfg.arch == Arch::EncoderDecoder) ids.push_back(cfg.eos_id);
+        if (cfg.arch == Architecture::Decoder) ids.insert(ids.begin(), cfg.bos_id);
+        if (cfg.arch == Architecture::EncoderDecoder) ids.push_back(cfg.eos_id);
         src.push_back(std::move(ids));
       }
     } else if (text_mode) {
-      if (cfg.arch != Arch::Encoder) throw Error("--text/--text-file: --spm FILE is required (the model's SentencePiece model)");
+      if (cfg.arch != Architecture::Encoder) throw Error("--text/--text-file: --spm FILE is required (the model's SentencePiece model)");
       if (vocab.empty()) throw Error("--text/--text-file: --vocab FILE (the model's vocab.txt) or --spm FILE is required");
       if (max_length < 2 || max_length > cfg.max_len)
         throw Error("--max-length " + std::to_string(max_length) + " is outside [2, " + std::to_string(cfg.max_len) +
@@ -300,7 +300,7 @@ int halformer::run_cli(const ModelDescriptor& model_descriptor, int argc, char**
     }
     if (src.empty())
       throw Error(std::string("no input sequences: give --src \"ids\" or --src-file FILE") +
-                  (cfg.arch == Arch::Encoder ? ", or --text \"...\" / --text-file FILE with --vocab FILE or --spm FILE"
+                  (cfg.arch == Architecture::Encoder ? ", or --text \"...\" / --text-file FILE with --vocab FILE or --spm FILE"
                                              : ", or --text \"...\" / --text-file FILE with --spm FILE"));
     if (!text_mode && (!vocab.empty() || max_length != cfg.max_len))
       throw Error(std::string(vocab.empty() ? "--max-length" : "--vocab") + " applies to text input: give --text or --text-file");
@@ -334,8 +334,8 @@ int halformer::run_cli(const ModelDescriptor& model_descriptor, int argc, char**
     std::vector<int32_t> greedy_m, beam_m;
     std::vector<float> beam_scores;
 
-    if (cfg.arch != Arch::Decoder && !dump.empty()) {
-      enc = cfg.arch == Arch::Encoder
+    if (cfg.arch != Architecture::Decoder && !dump.empty()) {
+      enc = cfg.arch == Architecture::Encoder
                 ? batched([&](const std::vector<Sequence>& s) { return model.encode(s); }, src, size_t(batch_size))
                 : model.encode(src);
       out.push_back({"encoder_output", "F32", enc.shape, enc.data.data()});
@@ -347,13 +347,13 @@ int halformer::run_cli(const ModelDescriptor& model_descriptor, int argc, char**
       for (int i = 0; i < repeat; ++i) {
         auto wall0 = std::chrono::steady_clock::now();
         head = batched([&](const std::vector<Sequence>& s) {
-          return cfg.head == halformer::HeadOutput::Hidden ? model.encode(s) : model.pooled(s);
+          return cfg.head == halformer::HeadKind::Hidden ? model.encode(s) : model.pooled(s);
         }, src, size_t(batch_size));
         ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall0).count());
       }
       if (timing) std::fprintf(stderr, "encoder + head %.3f ms (median of %d), batch %zu\n", median(ms), repeat, src.size());
       j["timing"] = {{"encoder_ms", median(ms)}, {"repeat", repeat}};
-      if (cfg.head != halformer::HeadOutput::Hidden) out.push_back({"head_output", "F32", head.shape, head.data.data()});
+      if (cfg.head != halformer::HeadKind::Hidden) out.push_back({"head_output", "F32", head.shape, head.data.data()});
       const size_t X = head.data.size() / src.size();
       for (size_t b = 0; b < src.size(); ++b) {
         std::vector<float> v(head.data.begin() + b * X, head.data.begin() + (b + 1) * X);
@@ -419,7 +419,7 @@ int halformer::run_cli(const ModelDescriptor& model_descriptor, int argc, char**
       }
       if (timing) {
         std::fprintf(stderr, "%s %.3f ms, decoder step %.3f ms (medians of %d), %zu steps, batch %zu%s\n",
-                     cfg.arch == Arch::Decoder ? "prompt" : "encoder", median(enc_ms), median(step_ms), repeat,
+                     cfg.arch == Architecture::Decoder ? "prompt" : "encoder", median(enc_ms), median(step_ms), repeat,
                      r.step_ms.size(), src.size(), no_cache ? ", no KV cache" : "");
       }
       // runs_*: each run's figure, so that a caller can leave out the first (cold) run.
@@ -466,7 +466,7 @@ int halformer::run_cli(const ModelDescriptor& model_descriptor, int argc, char**
                         {"downloads", down},      {"download_bytes", down_b}, {"device_copies", dd},
                         {"weight_uploads", wu},   {"weight_upload_bytes", wu_b}};
     }
-    if (!dump.empty() && (cfg.arch == Arch::Decoder || !tgt.empty())) {
+    if (!dump.empty() && (cfg.arch == Architecture::Decoder || !tgt.empty())) {
       scored = model.score(src, tgt);
       out.push_back({"logits", "F32", scored.shape, scored.data.data()});
     }

@@ -10,7 +10,7 @@
 namespace halformer {
 
 DecodeResult generate(Stack& stack, const Weights& w, const std::vector<Sequence>& src, const GenerationOptions& o) {
-  if (stack.cfg.arch == Arch::Encoder) throw Error("generate: an encoder-only model does not decode");
+  if (stack.cfg.arch == Architecture::Encoder) throw Error("generate: an encoder-only model does not decode");
   validate(o, stack.cfg.tgt_vocab);
   if (o.beam_size > 1) throw Error("generate: beam_size " + std::to_string(o.beam_size) + " > 1 is beam search");
   const int max_new_tokens = o.max_new_tokens > 0 ? o.max_new_tokens : stack.cfg.max_new_tokens;
@@ -18,7 +18,7 @@ DecodeResult generate(Stack& stack, const Weights& w, const std::vector<Sequence
     throw Error("max_new_tokens " + std::to_string(max_new_tokens) + " is outside [1, max_len = " +
                 std::to_string(stack.cfg.max_len) + "]");
   const int V = stack.cfg.tgt_vocab, eos = stack.cfg.eos_id;
-  const bool decoder_only = stack.cfg.arch == Arch::Decoder;
+  const bool decoder_only = stack.cfg.arch == Architecture::Decoder;
   DecodeResult r;
   Chooser ch(o, V, eos, int(src.size()));
   if (o.return_scores) r.token_logprobs.assign(src.size(), {});

@@ -207,7 +207,7 @@ void Stack::feed_forward(Array& x, const LayerWeights& L, const Array& parallel_
 // Rotary or relative positions: applied inside self-attention, where each key's position
 // (its cache row) matters, not added to the embeddings.
 bool Stack::positions_in_attention() const {
-  return cfg.positions == PositionKind::Rotary || cfg.positions == PositionKind::Relative;
+  return cfg.positions == Positions::Rotary || cfg.positions == Positions::Relative;
 }
 
 // Features of a fused self-attention QKV row: H query heads and kv_heads key and value heads.

@@ -190,7 +190,7 @@ Array Stack::repeat_rows(const Array& a, int k) {
 
 
 Tensor Stack::encode(const Weights& w, const std::vector<Sequence>& src) {
-  if (cfg.arch == Arch::Decoder) throw Error("encode: a decoder-only model has no encoder");
+  if (cfg.arch == Architecture::Decoder) throw Error("encode: a decoder-only model has no encoder");
   IBuf s = pad_batch(src, cfg.src_vocab, "source");
   return to_tensor(run_encoder(w, s, key_mask(src, s.dim(0).extent())));
 }
@@ -210,7 +210,7 @@ Tensor Stack::pooled(const Weights& w, const std::vector<Sequence>& src) {
     KernelTimer timer("pool", iface);
     check_kernel(kt.pool(x3.raw(), vb.raw(), pb.raw()), "pool");
   }
-  if (cfg.head != HeadOutput::Classifier) return Tensor{{x.B, p.C}, to_host(p)};
+  if (cfg.head != HeadKind::Classifier) return Tensor{{x.B, p.C}, to_host(p)};
   if (cfg.pooler) {
     Array q(p.C, 1, p.B, iface);
     linear(kt.pooler, "pooler", p.flat(), w.pooler, q.flat());
@@ -222,8 +222,8 @@ Tensor Stack::pooled(const Weights& w, const std::vector<Sequence>& src) {
 }
 
 Tensor Stack::score(const Weights& w, const std::vector<Sequence>& src, const std::vector<Sequence>& tgt) {
-  if (cfg.arch == Arch::Encoder) throw Error("score: an encoder-only model has no decoder");
-  if (cfg.arch == Arch::Decoder) return to_tensor(decoder_forward(w, src, {}, Array(), "prompt"));
+  if (cfg.arch == Architecture::Encoder) throw Error("score: an encoder-only model has no decoder");
+  if (cfg.arch == Architecture::Decoder) return to_tensor(decoder_forward(w, src, {}, Array(), "prompt"));
   if (src.size() != tgt.size())
     throw Error("score: " + std::to_string(src.size()) + " source sequences but " + std::to_string(tgt.size()) +
                 " target sequences");

@@ -84,7 +84,7 @@ class Loader {
           break;
         }
     }
-    if (c.preset == Preset::Explicit && c.weight_map)
+    if (c.preset == WeightPreset::Explicit && c.weight_map)
       for (const char* const* kv = c.weight_map; *kv; kv += 2) map_[kv[0]] = kv[1];
     auto names = file_.metadata().find("halformer.names");
     canonical_ = names != file_.metadata().end() && names->second == "canonical";
@@ -124,7 +124,7 @@ class Loader {
     const bool first_use = used_.insert(src.name).second;  // a packed tensor is read 3 times
     const TensorInfo* t = file_.find(src.name);
     // With an explicit map, say which canonical tensor the file name was mapped from.
-    std::string label = c_.preset == Preset::Explicit && src.name != canonical ? src.name + " (" + canonical + ")"
+    std::string label = c_.preset == WeightPreset::Explicit && src.name != canonical ? src.name + " (" + canonical + ")"
                                                                                 : src.name;
     const FloatKind kind = t ? float_kind(t->dtype) : FloatKind::None;
     if (!first_use && (!t || kind == FloatKind::None || t->shape != file_shape)) return false;  // reported once
@@ -209,19 +209,19 @@ class Loader {
   // `lb`: float rows from any file; I8 rows with their scales from a canonical file.
   void weight_rows(LinearBuilder& lb, const std::string& canonical, int n0, int rows) {
     const int in = lb.in();
-    if (int8_rows(canonical, rows, in, lb.format() == WeightFormat::Int8,
+    if (int8_rows(canonical, rows, in, lb.format() == Precision::Int8,
                   [&](int r, const int8_t* q, float scale) { lb.channel_int8(n0 + r, q, scale); }))
       return;
     read_rows(canonical, {rows, in}, [&](int r, const float* row, size_t) { lb.channel(n0 + r, row); });
   }
   // Linear with torch layout [out][in] -> the format and packed layout its kernel reads.
-  LinearWeights linear(const std::string& prefix, int in, int out, WeightFormat format) {
+  LinearWeights linear(const std::string& prefix, int in, int out, Precision format) {
     return projections(prefix, {""}, in, {out}, format);
   }
   // Concatenation of several projections' outputs (outs[i] each, input d), e.g. Q | K | V
   // (K and V narrower with grouped-query attention); proj "" is `prefix` itself.
   LinearWeights projections(const std::string& prefix, const std::vector<std::string>& projs, int d,
-                            const std::vector<int>& outs, WeightFormat format) {
+                            const std::vector<int>& outs, Precision format) {
     int total = 0;
     for (int o : outs) total += o;
     LinearBuilder lb(d, total, format, layout_);
@@ -236,9 +236,9 @@ class Loader {
   }
   // A token table [vocab][d] in `format`; with `shared`, also the output projection that
   // shares it (share_tgt_output), from the same rows.
-  EmbeddingTable table(const std::string& canonical, int vocab, int d, WeightFormat format, LinearBuilder* shared) {
+  EmbeddingTable table(const std::string& canonical, int vocab, int d, Precision format, LinearBuilder* shared) {
     EmbeddingTable t;
-    const bool int8 = format == WeightFormat::Int8;
+    const bool int8 = format == Precision::Int8;
     const size_t stride = size_t(d) + kInt8RowScaleBytes;
     if (int8)
       t.q.assign(size_t(vocab) * stride, 0);
@@ -246,7 +246,7 @@ class Loader {
       t.f.assign(size_t(vocab) * d, 0.0f);
     // From a canonical file's I8 rows: a table that is int8 and a projection that is
     // int8 too (its channels are the same quantized rows).
-    const bool shared_ok = !shared || shared->format() == WeightFormat::Int8;
+    const bool shared_ok = !shared || shared->format() == Precision::Int8;
     if (int8_rows(canonical, vocab, d, int8 && shared_ok, [&](int r, const int8_t* q, float scale) {
           put_int8_table_row(t.q.data() + size_t(r) * stride, d, q, scale);
           if (shared) shared->channel_int8(r, q, scale);
@@ -262,7 +262,7 @@ class Loader {
       const float scale = quantize_row_int8(row, d, q.data());
       put_int8_table_row(t.q.data() + size_t(r) * stride, d, q.data(), scale);
       if (!shared) return;
-      if (shared->format() == WeightFormat::Int8)
+      if (shared->format() == Precision::Int8)
         shared->channel_int8(r, q.data(), scale);  // the same quantized row
       else
         shared->channel(r, row);
@@ -368,13 +368,13 @@ class Loader {
 
 LayerWeights load_layer(Loader& ld, const ModelConfig& c, const std::string& stack, int i) {
   const int d = c.d_model;
-  const WeightFormat f = c.layer_weights;
+  const Precision f = c.layer_weights;
   const std::string p = stack + "." + str(i) + ".";
   LayerWeights L;
   const int kvd = c.kv_heads * (d / c.heads);
   L.qkv = ld.projections(p + "self_attn", {"q", "k", "v"}, d, {d, kvd, kvd}, f);
   L.attn_out = ld.linear(p + "self_attn.o", d, d, f);
-  if (stack == "decoder" && c.arch == Arch::EncoderDecoder) {
+  if (stack == "decoder" && c.arch == Architecture::EncoderDecoder) {
     L.cross_q = ld.projections(p + "cross_attn", {"q"}, d, {d}, f);
     L.cross_kv = ld.projections(p + "cross_attn", {"k", "v"}, d, {d, d}, f);
     L.cross_out = ld.linear(p + "cross_attn.o", d, d, f);
@@ -395,12 +395,12 @@ Weights load_weights(const ModelConfig& c, const std::string& path, const Weight
   if (c.int16_activations) layout.int8_group = kInt8Pair;  // the kernels' form, not the target's
   Loader ld(c, path, layout);
   const int d = c.d_model;
-  const bool enc = c.arch != Arch::Decoder, dec = c.arch != Arch::Encoder;
+  const bool enc = c.arch != Architecture::Decoder, dec = c.arch != Architecture::Encoder;
   Weights w;
   // The output projection that shares the target table is filled from its rows.
   std::unique_ptr<LinearBuilder> shared;
   if (dec && c.share_tgt_output) shared = std::make_unique<LinearBuilder>(d, c.tgt_vocab, c.generator_weights, layout);
-  const WeightFormat tf = c.embedding_weights;
+  const Precision tf = c.embedding_weights;
   // The tables (and their norm) are e wide: d, except where an encoder-only model's
   // embedding.size differs (then a projection follows, ELECTRA-small).
   const int e = c.embedding_size;
@@ -413,7 +413,7 @@ Weights load_weights(const ModelConfig& c, const std::string& path, const Weight
       w.tgt_embedding = ld.table("tgt_embedding.weight", c.tgt_vocab, d, tf, shared.get());
   }
   const bool per_stack = is_hf(c.preset) && hf_family(c.preset).per_stack_embeddings;
-  if (c.positions == PositionKind::Learned) {
+  if (c.positions == Positions::Learned) {
     w.positions = ld.take("pos_embedding.weight", {c.max_len, e});
     if (per_stack && dec) w.tgt_positions = ld.take("tgt_pos_embedding.weight", {c.max_len, d});
   }
@@ -431,7 +431,7 @@ Weights load_weights(const ModelConfig& c, const std::string& path, const Weight
     if (enc) w.encoder_norm = ld.norm("encoder_norm", d);
     if (dec) w.decoder_norm = ld.norm("decoder_norm", d, c.generator_input_scale);
   }
-  if (c.positions == PositionKind::Relative) {
+  if (c.positions == Positions::Relative) {
     auto stack = [&](const char* name, bool bidirectional, WeightVector<float>& bias, WeightVector<float>& table) {
       bias = ld.take(std::string(name) + "_relative_bias.weight", {c.relative_buckets, c.heads});
       table = relative_position_table(bias, c.heads, bidirectional, c.relative_buckets, c.relative_distance,
@@ -449,7 +449,7 @@ Weights load_weights(const ModelConfig& c, const std::string& path, const Weight
       w.generator = ld.linear("generator", d, c.tgt_vocab, c.generator_weights);
     }
   }
-  if (c.head == HeadOutput::Classifier) {
+  if (c.head == HeadKind::Classifier) {
     if (c.pooler) w.pooler = ld.linear("pooler", d, d, c.layer_weights);
     w.classifier = ld.linear("classifier", d, c.num_classes, c.layer_weights);
   } else if (is_hf(c.preset) && hf_family(c.preset).model.count("pooler")) {

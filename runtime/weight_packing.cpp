@@ -9,18 +9,18 @@
 namespace halformer {
 namespace weights_internal {
 
-LinearBuilder::LinearBuilder(int in, int out, WeightFormat format, const WeightLayout& layout) : format_(format) {
+LinearBuilder::LinearBuilder(int in, int out, Precision format, const WeightLayout& layout) : format_(format) {
   l_.in = in;
   l_.out = out;
-  l_.bf16_pairs = format == WeightFormat::Bf16 && layout.bf16_pairs;
+  l_.bf16_pairs = format == Precision::Bf16 && layout.bf16_pairs;
   l_.int8_group = layout.int8_group;
-  const int panel = l_.panel = format == WeightFormat::Bf16 ? layout.bf16_panel() : layout.panel;
-  if (format == WeightFormat::Int8) {
+  const int panel = l_.panel = format == Precision::Bf16 ? layout.bf16_panel() : layout.panel;
+  if (format == Precision::Int8) {
     l_.q.assign(packed_int8_size(in, out, l_.int8_group), 0);
     scales_.assign(size_t(out), 0.0f);
     if (l_.int8_group == kInt8Quad) sums_.assign(size_t(out), 0.0f);
     channel_q_.resize(size_t(in));
-  } else if (format == WeightFormat::Bf16) {
+  } else if (format == Precision::Bf16) {
     l_.h.assign(packed_bf16_size(in, out, panel, l_.bf16_pairs), 0);
   } else {
     l_.w.assign(packed_size(in, out, panel), 0.0f);
@@ -28,9 +28,9 @@ LinearBuilder::LinearBuilder(int in, int out, WeightFormat format, const WeightL
 }
 
 void LinearBuilder::channel(int n, const float* v) {
-  if (format_ == WeightFormat::Int8) {
+  if (format_ == Precision::Int8) {
     channel_int8(n, channel_q_.data(), quantize_row_int8(v, l_.in, channel_q_.data()));
-  } else if (format_ == WeightFormat::Bf16) {
+  } else if (format_ == Precision::Bf16) {
     for (int k = 0; k < l_.in; ++k) l_.h[packed_bf16_index(l_.in, n, k, l_.panel, l_.bf16_pairs)] = to_bf16(v[k]);
   } else {
     pack_rows(v, 1, l_.in, n, l_.panel, l_.w.data());

@@ -67,7 +67,7 @@ Source torch_preset(const ModelConfig& c, const Canonical& n) {
     return {top.at(n.module) + "." + n.param};
   }
   std::string p = "transformer." + n.stack + ".layers." + str(n.layer) + ".";
-  const bool cross_layer = c.arch == Arch::EncoderDecoder && n.stack == "decoder";
+  const bool cross_layer = c.arch == Architecture::EncoderDecoder && n.stack == "decoder";
   auto attn = [&](const std::string& module, const std::string& proj) -> Source {
     if (proj == "o") return {p + module + ".out_proj." + n.param};
     return {p + module + ".in_proj_" + n.param, qkv_part(proj)};
@@ -121,7 +121,7 @@ const std::map<std::string, HfName> kBertModel = {
 // ---- presets: Hugging Face families (transformers' state_dict names, as saved by
 // save_pretrained; the fields: HfFamily, weights_internal.h). One table per family;
 // hf_preset() below is the one mapping for all.
-const HfFamily& hf_family(Preset p) {
+const HfFamily& hf_family(WeightPreset p) {
   // BertModel / BertForSequenceClassification (pooler + classifier).
   static const HfFamily bert{"huggingface-bert", {"bert.", ""}, "embeddings.word_embeddings.weight",
                              kBertModel, {{"classifier", {"classifier"}}}, "encoder.layer.", kBertLayer, false,
@@ -280,25 +280,25 @@ const HfFamily& hf_family(Preset p) {
        {"self_norm", {"self_attn_layer_norm"}}, {"ff1", {"fc1"}}, {"ff2", {"fc2"}}, {"ff_norm", {"final_layer_norm"}}},
       false, {}};
   switch (p) {
-    case Preset::HuggingfaceOpt: return opt;
-    case Preset::HuggingfaceGptNeox: return gpt_neox;
-    case Preset::HuggingfaceGptj: return gptj;
-    case Preset::HuggingfaceT5: return t5_family;
-    case Preset::HuggingfaceQwen2: return qwen2;
-    case Preset::HuggingfaceLlama: return llama;
-    case Preset::HuggingfaceBert: return bert;
-    case Preset::HuggingfaceRoberta: return roberta;
-    case Preset::HuggingfaceElectra: return electra;
-    case Preset::HuggingfaceAlbert: return albert;
-    case Preset::HuggingfaceDistilbert: return distilbert;
-    case Preset::HuggingfaceGpt2: return gpt2;
-    case Preset::HuggingfaceBart: return bart;
+    case WeightPreset::HuggingfaceOpt: return opt;
+    case WeightPreset::HuggingfaceGptNeox: return gpt_neox;
+    case WeightPreset::HuggingfaceGptj: return gptj;
+    case WeightPreset::HuggingfaceT5: return t5_family;
+    case WeightPreset::HuggingfaceQwen2: return qwen2;
+    case WeightPreset::HuggingfaceLlama: return llama;
+    case WeightPreset::HuggingfaceBert: return bert;
+    case WeightPreset::HuggingfaceRoberta: return roberta;
+    case WeightPreset::HuggingfaceElectra: return electra;
+    case WeightPreset::HuggingfaceAlbert: return albert;
+    case WeightPreset::HuggingfaceDistilbert: return distilbert;
+    case WeightPreset::HuggingfaceGpt2: return gpt2;
+    case WeightPreset::HuggingfaceBart: return bart;
     default: throw Error("internal: not a Hugging Face preset");
   }
 }
 // Every preset but these three is a Hugging Face family (hf_family).
-bool is_hf(Preset p) {
-  return p != Preset::TorchTransformer && p != Preset::AnnotatedTransformer && p != Preset::Explicit;
+bool is_hf(WeightPreset p) {
+  return p != WeightPreset::TorchTransformer && p != WeightPreset::AnnotatedTransformer && p != WeightPreset::Explicit;
 }
 
 namespace {
@@ -317,7 +317,7 @@ Source hf_preset(const HfFamily& f, const std::string& prefix, const ModelConfig
     }
     std::string module = c.gated_ff && m.gated ? m.gated : m.name;
     if (const size_t at = module.find("{F}"); at != std::string::npos)  // T5: the feed-forward's sublayer
-      module.replace(at, 3, n.stack == "decoder" && c.arch == Arch::EncoderDecoder ? "2" : "1");
+      module.replace(at, 3, n.stack == "decoder" && c.arch == Architecture::EncoderDecoder ? "2" : "1");
     s.name = scope + module + "." + n.param;
     s.part = m.part;
     if (m.per_head) s.head_rows = c.d_model / c.heads;
@@ -325,7 +325,7 @@ Source hf_preset(const HfFamily& f, const std::string& prefix, const ModelConfig
     return s;
   };
   if (n.layer < 0) {
-    const bool head_reads = (c.head == HeadOutput::Classifier && (n.module == "pooler" || n.module == "classifier")) ||
+    const bool head_reads = (c.head == HeadKind::Classifier && (n.module == "pooler" || n.module == "classifier")) ||
                             n.module == "generator";
     if (auto it = f.head.find(n.module); head_reads && it != f.head.end()) return source("", it->second, false);
     if (auto it = f.model.find(n.module); it != f.model.end()) return source(prefix, it->second, false);
@@ -343,8 +343,8 @@ Source hf_preset(const HfFamily& f, const std::string& prefix, const ModelConfig
 Source preset_source(const ModelConfig& c, const std::string& hf_prefix, const std::map<std::string, std::string>& map,
                      const std::string& canonical) {
   if (is_hf(c.preset)) return hf_preset(hf_family(c.preset), hf_prefix, c, parse(canonical));
-  if (c.preset == Preset::TorchTransformer) return torch_preset(c, parse(canonical));
-  if (c.preset == Preset::AnnotatedTransformer) return annotated_preset(c, parse(canonical));
+  if (c.preset == WeightPreset::TorchTransformer) return torch_preset(c, parse(canonical));
+  if (c.preset == WeightPreset::AnnotatedTransformer) return annotated_preset(c, parse(canonical));
   auto it = map.find(canonical);  // explicit
   return {it == map.end() ? canonical : it->second};
 }

@@ -78,7 +78,7 @@ class CanonicalWriter {
     const std::string p = stack + "." + std::to_string(i) + ".";
     projections(p + "self_attn", {"q", "k", "v"}, L.qkv, {d, kvd, kvd});
     linear(p + "self_attn.o", L.attn_out, 0, d);
-    if (stack == "decoder" && c_.arch == Arch::EncoderDecoder) {
+    if (stack == "decoder" && c_.arch == Architecture::EncoderDecoder) {
       projections(p + "cross_attn", {"q"}, L.cross_q, {d});
       projections(p + "cross_attn", {"k", "v"}, L.cross_kv, {d, d});
       linear(p + "cross_attn.o", L.cross_out, 0, d);
@@ -112,14 +112,10 @@ class CanonicalWriter {
 
 }  // namespace
 
-const char* weight_format_name(WeightFormat f) {
-  return f == WeightFormat::Int8 ? "int8" : f == WeightFormat::Bf16 ? "bf16" : "fp32";
-}
-
 void save_weights(const ModelConfig& c, const Weights& w, const std::string& path) {
   CanonicalWriter out(c);
   const int d = c.d_model;
-  const bool enc = c.arch != Arch::Decoder, dec = c.arch != Arch::Encoder;
+  const bool enc = c.arch != Architecture::Decoder, dec = c.arch != Architecture::Encoder;
   if (enc) out.table("src_embedding.weight", w.src_embedding, c.src_vocab, c.embedding_size);
   if (dec && !c.share_src_tgt) out.table("tgt_embedding.weight", w.tgt_embedding, c.tgt_vocab, c.d_model);
   const int e = c.embedding_size;
@@ -145,15 +141,15 @@ void save_weights(const ModelConfig& c, const Weights& w, const std::string& pat
     else
       out.linear("generator", w.generator, 0, c.tgt_vocab);
   }
-  if (c.head == HeadOutput::Classifier) {
+  if (c.head == HeadKind::Classifier) {
     if (c.pooler) out.linear("pooler", w.pooler, 0, d);
     out.linear("classifier", w.classifier, 0, c.num_classes);
   }
   out.write(path, {{"halformer.names", "canonical"},
                    {"halformer.model", c.name},
-                   {"halformer.layers", weight_format_name(c.layer_weights)},
-                   {"halformer.generator", weight_format_name(c.generator_weights)},
-                   {"halformer.embeddings", weight_format_name(c.embedding_weights)}});
+                   {"halformer.layers", enum_name(c.layer_weights)},
+                   {"halformer.generator", enum_name(c.generator_weights)},
+                   {"halformer.embeddings", enum_name(c.embedding_weights)}});
 }
 
 }  // namespace halformer

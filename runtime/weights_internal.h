@@ -66,9 +66,9 @@ struct HfFamily {
   bool per_stack_embeddings = false;
 };
 
-const HfFamily& hf_family(Preset p);
+const HfFamily& hf_family(WeightPreset p);
 // Every preset but these three is a Hugging Face family (hf_family).
-bool is_hf(Preset p);
+bool is_hf(WeightPreset p);
 
 // Where the tensor for `canonical` is in a file of c.preset's naming (weight_presets.cpp):
 // `hf_prefix` is the base model's scope a Hugging Face file uses, `map` an explicit
@@ -81,9 +81,9 @@ Source preset_source(const ModelConfig& c, const std::string& hf_prefix, const s
 // fp32 copy of a whole matrix.
 class LinearBuilder {
  public:
-  LinearBuilder(int in, int out, WeightFormat format, const WeightLayout& layout);
+  LinearBuilder(int in, int out, Precision format, const WeightLayout& layout);
   int in() const { return l_.in; }
-  WeightFormat format() const { return format_; }
+  Precision format() const { return format_; }
   // Output channel n from its fp32 values v[in].
   void channel(int n, const float* v);
   // Output channel n already quantized (int8 builds only).
@@ -91,7 +91,7 @@ class LinearBuilder {
   LinearWeights finish(WeightVector<float> bias);
 
  private:
-  WeightFormat format_;
+  Precision format_;
   LinearWeights l_;
   std::vector<float> scales_, sums_;
   std::vector<int8_t> channel_q_;

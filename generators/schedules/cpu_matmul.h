@@ -34,11 +34,10 @@ struct MatmulKnobs {
 
 // The hand schedule's register tile for a target; a knob left at 0 takes this value.
 // The tile's accumulators must fit the register file with room for the weight vectors
-// and a broadcast:
-//   AVX-512 (32 zmm): 6 rows x 4 vectors of 16 = 24 accumulators (fp32 128x512x2048 at 87%
-//     of a Zen 5 core's FMA peak); int8 the same shape (vpdpbusd adds in place).
-//   AVX2 (16 ymm): 6 rows x 2 ymm = 12 accumulators. The AVX-512 tile spills there:
-//     fp32 512x2048 at 128 rows 4.7 -> 1.9 ms, int8 2.2 -> 1.1 ms (2-core Zen 3).
+// and a broadcast (docs/performance-log.md#cpu-matmul):
+//   AVX-512 (32 zmm): 6 rows x 4 vectors of 16 = 24 accumulators; int8 the same shape
+//     (vpdpbusd adds in place).
+//   AVX2 (16 ymm): 6 rows x 2 ymm = 12 accumulators (the AVX-512 tile spills there).
 inline MatmulKnobs matmul_knobs_for(const Halide::Target& t, bool int8, MatmulKnobs requested) {
   const bool avx512 = t.has_feature(Halide::Target::AVX512);
   MatmulKnobs d;
@@ -67,9 +66,7 @@ struct MatmulWidths {
 // A few-row task's width is doubled while its weights are under this many bytes, N still
 // leaves kFewTasks tasks and no partial last task appears (matmul_widths): with one
 // 16-feature panel of int8 weights per task (8 KB at K = 512) each task's start missed
-// the hardware prefetchers (int8, 2-core Zen 3, weights out of cache: 4x512x32000
-// 1.18-1.59 -> 0.76-1.03 ms, 8 rows 1.65-2.28 -> 1.31-1.67 ms, 8x2048x512 0.105 -> 0.089
-// ms; fp32, 32 KB panels at K = 512: within the noise).
+// the hardware prefetchers (docs/performance-log.md#cpu-matmul).
 constexpr int kFewTaskBytes = 64 << 10;
 constexpr int kFewTasks = 8;
 
@@ -113,14 +110,12 @@ inline void schedule_cpu_matmul(Halide::Func out, Halide::Func acc, const Halide
   const int vec = widths.vec, width = widths.width;
   Var no("no"), ni("ni"), nio("nio"), nii("nii"), mo("mo"), moo("moo"), moi("moi"), mi("mi"), tile("tile");
   // A task covers `width` columns and up to 8 row tiles, walked in turn over the same
-  // weights, which stay in that core's cache (one task per panel and 8 tiles instead of
-  // one per tile: 128x512x512 0.18 -> 0.15 ms, 128x512x2048 0.70 -> 0.62 ms); its
-  // accumulator tile covers `sub` columns at a time.
+  // weights, which stay in that core's cache; its accumulator tile covers `sub` columns
+  // at a time.
   // N not a multiple of the task width: the last task's stores are guarded, but its
   // accumulator tiles stay whole (the caller clamps reads past N). Shifting the last task
   // inwards instead would start tiles off the panel grid: Halide then gathers the weights
-  // element by element in every tile (GPT-2's 50257-word head: 96 vinsertps, int8 156
-  // vpinsrb).
+  // element by element in every tile (docs/performance-log.md#cpu-matmul).
   auto tiles = [&](Stage s, int tm, int width, int sub) {
     const TailStrategy n_tail = (N % width == 0) ? TailStrategy::RoundUp : TailStrategy::GuardWithIf;
     s.split(n, no, ni, width, n_tail)
@@ -139,22 +134,20 @@ inline void schedule_cpu_matmul(Halide::Func out, Halide::Func acc, const Halide
   //   up to 8 rows (decode at batch <= 8, beams): 4-row tiles (one-row tiles where panels
   //     are wider than the register tile, below), all in one task, so each weight is
   //     streamed from memory once, by one core, and the later tiles find the panel in
-  //     cache (8x512x2048: 0.113 -> 0.075 ms);
+  //     cache;
   //   more: the tile_m x tile_n tile, each panel reused from L2 by all row tiles.
   // One row has no rows to reuse a weight over: its tile is at least 64 lanes wide (8 ymm
   // or 4 zmm accumulators, spanning narrower panels), enough independent sums to keep
-  // loads in flight (AVX2's 2-ymm tile alone: vocabulary head 512x32000 at 1 row 2.4 ->
-  // 4.6 ms, 2-core Zen 3).
+  // loads in flight.
   const int width1 = widths.row1, sub1 = (width1 > 64 && width1 % 64 == 0) ? 64 : width1;
   // A few rows: a task covers whole panels (widths.few: kFewTaskBytes of weights where N
   // allows), walked in `width` strips, so that one core reads each panel. Where panels
   // are wider than the register tile (AVX2's 16 lanes in 64-wide panels), 4-row strips
   // walked the panel with a stride of a panel row and pulled it from memory at half the
-  // bandwidth: one-row tiles across the whole panel row instead (8 rows, 2-core Zen 3:
-  // 768x50257 24.0 -> 13.6 ms). Panels as wide as the tile (weight_panel) stream
-  // sequentially under 4-row tiles, faster from 4 rows up (8x2048x512 0.29 -> 0.21 ms,
-  // 8x512x32000 3.8 -> 3.3 ms), but 2 rows keep more weight streams in flight as one-row
-  // tiles 64 lanes wide (2x512x1536 0.095 vs 0.125 ms).
+  // bandwidth: one-row tiles across the whole panel row instead. Panels as wide as the
+  // tile (weight_panel) stream sequentially under 4-row tiles, faster from 4 rows up, but
+  // 2 rows keep more weight streams in flight as one-row tiles 64 lanes wide.
+  // Measurements of all three regimes: docs/performance-log.md#cpu-matmul.
   const int small_m = 8;
   const bool small_regime = k.tile_m < small_m, narrow_tile = width < sub1;
   const bool few_by_row = narrow_tile && panel > width;
@@ -199,10 +192,9 @@ inline bool amx_tiles(const Halide::Target& t) {
 
 // The k of one tile multiply over a flat reduction of k_extent (a multiple of `group`, the
 // k one 32-bit lane holds: 4 int8, 2 bf16): 64 bytes (a tile row) where it divides, else
-// 32; below that 0 -- no AMX. Steps of 8 bytes were no faster than the vector kernel (int8
-// 256 x 1000 x 512 on Sapphire Rapids: 0.48 vs 0.47 ms; K = 992, 32-byte steps, 0.25 vs
-// 0.50; K = 1024 0.26 vs 0.53), and Halide's matcher sees no tile in a B operand of one
-// k group row.
+// 32; below that 0 -- no AMX. Steps of 8 bytes were no faster than the vector kernel
+// (docs/performance-log.md#cpu-matmul), and Halide's matcher sees no tile in a B operand
+// of one k group row.
 inline int amx_k_step(int k_extent, int group) {
   for (int step = 16 * group; step >= 8 * group; step /= 2)
     if (k_extent % step == 0) return step;
@@ -214,10 +206,10 @@ inline int amx_k_step(int k_extent, int group) {
 // (amx_k_step). Applies where `big` holds (a specialisation declared before the vector
 // schedule's, which covers the other rows). A task is up to 4 panels x 8 row blocks, panels
 // innermost: the A block (16 rows x K) is reused over the task's panels, each panel over its
-// row blocks (row blocks innermost instead, 1-4 panels or 4-16 row blocks a task: within
-// the noise at 1024 x 512 x 2048 and 1024 x 2048 x 512 on Sapphire Rapids). Each multiply loads its two
-// tiles: Halide's AMX support keeps one accumulator tile per Func, so no 2 x 2 register
-// blocking. Halide's tile matcher (ExtractTileOperations) wants exactly this shape: the
+// row blocks (row blocks innermost instead: within the noise;
+// docs/performance-log.md#cpu-matmul). Each multiply loads its two tiles: Halide's AMX
+// support keeps one accumulator tile per Func, so no 2 x 2 register blocking. Halide's
+// tile matcher (ExtractTileOperations) wants exactly this shape: the
 // block zero-initialised and stored whole (bound_extent, rows not dense), the reduction's
 // inner `k_step` and the block's two dimensions vectorised, k innermost (atomic).
 inline void schedule_amx_matmul(Halide::Func out, Halide::Func block, Halide::Func tile, const Halide::Var& n,

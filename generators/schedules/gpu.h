@@ -18,6 +18,7 @@
 // bits between a call of <= split_rows rows and a larger batch (docs/gpu.md).
 // Row-wise kernels (norms, softmax, pooling): one block per row, threads across the
 // row; reductions are split across threads with rfactor rather than run by one thread.
+// Measurements: docs/performance-log.md#gpu-schedules.
 #pragma once
 
 #include "Halide.h"

@@ -1,5 +1,6 @@
 // halformer: the command-line front end.
 //   halformer check SPEC...       validate specs (all problems, file:line:column)
+//   halformer check --print-defaults   the spec's defaults as JSON (docs/spec.md)
 //   halformer plan  SPEC --out D  write the build plan (used by halformer_add_model)
 //   halformer build SPEC -o DIR   generate + compile every layer, link DIR/<name>
 //                 [--db FILE | --no-db]   tuning database (default: the spec's tuning.db)
@@ -31,6 +32,7 @@
 #include "halformer/packed_layout.h"
 #include "halformer/weights.h"
 #include "importer.h"
+#include "output_text.h"
 #include "plan.h"
 #include "spec.h"
 #include "tuning_db.h"
@@ -149,14 +151,6 @@ std::string find_ptxas() {
     if (fs::is_regular_file(p, ec) && access(p.c_str(), X_OK) == 0) return fs::absolute(p, ec).string();
   }
   return "";
-}
-
-void write_if_changed(const fs::path& p, const std::string& content) {
-  std::ifstream in(p);
-  std::stringstream old;
-  if (in) old << in.rdbuf();
-  if (in && old.str() == content) return;
-  std::ofstream(p) << content;
 }
 
 // A tiny CMake project per model; halformer_add_model() does the work, reusing the
@@ -324,8 +318,8 @@ int quantize(const Spec& spec, const std::string& weights, const std::string& ou
   if (!may_write("halformer quantize", out, {weights}, force)) return 1;
   auto mc = model_config(spec);
   const ModelConfig& c = mc->config;
-  if (c.layer_weights == WeightFormat::Fp32 && c.generator_weights == WeightFormat::Fp32 &&
-      c.embedding_weights == WeightFormat::Fp32) {
+  if (c.layer_weights == Precision::Fp32 && c.generator_weights == Precision::Fp32 &&
+      c.embedding_weights == Precision::Fp32) {
     std::cerr << "halformer quantize: " << spec.name << " is fp32 throughout: nothing to quantize (give "
               << "--precision int8 or bf16, or set the spec's precision)\n";
     return 1;
@@ -336,8 +330,8 @@ int quantize(const Spec& spec, const std::string& weights, const std::string& ou
   // The file is written in torch's layout whatever the packed one: any panel width does.
   const Weights w = load_weights(c, weights, WeightLayout{});
   const auto t1 = clock::now();
-  std::cout << "halformer quantize: writing " << out << " (layers " << weight_format_name(c.layer_weights) << ", output "
-            << weight_format_name(c.generator_weights) << ", embeddings " << weight_format_name(c.embedding_weights) << ")...\n"
+  std::cout << "halformer quantize: writing " << out << " (layers " << enum_name(c.layer_weights) << ", output "
+            << enum_name(c.generator_weights) << ", embeddings " << enum_name(c.embedding_weights) << ")...\n"
             << std::flush;
   save_weights(c, w, out);
   const auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
@@ -345,7 +339,7 @@ int quantize(const Spec& spec, const std::string& weights, const std::string& ou
   std::cout << "halformer quantize: wrote " << out << ": " << std::fixed << std::setprecision(1) << mb_out << " MB ("
             << std::setprecision(2) << mb_out / mb_in << " x " << std::setprecision(1) << mb_in << " MB) in "
             << secs(t0, clock::now()) << " s (read " << secs(t0, t1) << " s)\n  use it as --weights with a "
-            << weight_format_name(c.layer_weights) << " build of " << spec.name << "\n";
+            << enum_name(c.layer_weights) << " build of " << spec.name << "\n";
   return 0;
 }
 
@@ -356,8 +350,11 @@ int run_cli(int argc, char** argv) {
   app.require_subcommand(1);
 
   std::vector<std::string> check_specs;
+  bool print_defaults = false;
   auto* check = app.add_subcommand("check", "validate specs; exit 0 when every spec is valid");
-  check->add_option("SPEC", check_specs, "spec files")->required();
+  check->add_option("SPEC", check_specs, "spec files");
+  check->add_flag("--print-defaults", print_defaults,
+                  "print the default of every optional field as JSON (what a spec that omits it gets)");
 
   std::string plan_spec, plan_out;
   auto* plan = app.add_subcommand("plan", "write the build plan (plan.cmake, <name>_model.cpp)");
@@ -416,6 +413,18 @@ int run_cli(int argc, char** argv) {
   if (*imp) return import_model(import_dir, import_out, import_name, import_force);
 
   if (*check) {
+    if (print_defaults && !check_specs.empty()) {
+      std::cerr << "halformer check: --print-defaults takes no spec files\n";
+      return 2;
+    }
+    if (print_defaults) {
+      std::cout << spec_defaults_json();
+      return 0;
+    }
+    if (check_specs.empty()) {
+      std::cerr << "halformer check: give the spec files to check (or --print-defaults)\n";
+      return 2;
+    }
     int rc = 0;
     for (const auto& s : check_specs) rc |= load(s) ? 0 : 1;
     return rc;

@@ -57,10 +57,10 @@ void set_gpt_sizes(Config& c, Model& m, const GptSizes& g, const std::string& no
   m.set("sizes", "max_len", *g.positions, "n_positions: prompt + generated tokens");
   m.set("layer", "norm_placement", "pre", norm_note);
   m.set("layer", "norm_kind", "standard");
-  m.set("layer", "norm_eps", fmt_number(*g.eps), "layer_norm_epsilon");
+  m.set("layer", "norm_eps", format_float_literal(*g.eps), "layer_norm_epsilon");
   m.set("layer", "final_norm", "true", "ln_f");
   if (g.dropout && *g.dropout > 0)
-    m.set("layer", "dropout", fmt_number(*g.dropout), "resid_pdrop; identity at inference");
+    m.set("layer", "dropout", format_float_literal(*g.dropout), "resid_pdrop; identity at inference");
 }
 }  // namespace
 
@@ -160,13 +160,13 @@ void read_gpt_neox(Config& c, Model& m, Task) {
   m.set("sizes", "max_len", *positions, "max_position_embeddings: prompt + generated tokens");
   m.set("layer", "norm_placement", "pre", "input_layernorm / post_attention_layernorm before the sublayers");
   m.set("layer", "norm_kind", "standard");
-  m.set("layer", "norm_eps", fmt_number(*eps), "layer_norm_eps");
+  m.set("layer", "norm_eps", format_float_literal(*eps), "layer_norm_eps");
   m.set("layer", "final_norm", "true", "final_layer_norm");
   m.set("layer", "parallel_residual", parallel ? "true" : "false",
         parallel ? "use_parallel_residual: x + attn(ln1(x)) + mlp(ln2(x))" : "use_parallel_residual false");
   m.set("embedding", "positions", "rotary", "rotary embedding of q and k in every layer");
-  m.set("embedding", "rotary_dim", *rotary, "int(head size x rotary_pct " + fmt_number(*pct) + ")");
-  m.set("embedding", "rotary_theta", fmt_number(*base), "rotary_emb_base");
+  m.set("embedding", "rotary_dim", *rotary, "int(head size x rotary_pct " + format_float_literal(*pct) + ")");
+  m.set("embedding", "rotary_theta", format_float_literal(*base), "rotary_emb_base");
   m.set("embedding", "rotary_layout", "half", "rotate_half within the rotated features");
   m.set("embedding", "scale", "false");
   m.set("embedding", "share_tgt_output", "false", "embed_out.weight");
@@ -206,10 +206,10 @@ void read_opt(Config& c, Model& m, Task) {
   m.set("sizes", "max_len", *positions, "max_position_embeddings (the table has 2 more rows)");
   m.set("layer", "norm_placement", pre ? "pre" : "post", pre ? "do_layer_norm_before" : "do_layer_norm_before false");
   m.set("layer", "norm_kind", "standard");
-  m.set("layer", "norm_eps", fmt_number(1e-5), "OPT's LayerNorms (torch's default; not in config.json)");
+  m.set("layer", "norm_eps", format_float_literal(1e-5), "OPT's LayerNorms (torch's default; not in config.json)");
   m.set("layer", "final_norm", pre && !removed ? "true" : "false",
         pre && !removed ? "decoder.final_layer_norm" : "no final_layer_norm after a post-norm stack");
-  if (dropout && *dropout > 0) m.set("layer", "dropout", fmt_number(*dropout), "dropout; identity at inference");
+  if (dropout && *dropout > 0) m.set("layer", "dropout", format_float_literal(*dropout), "dropout; identity at inference");
   m.set("embedding", "positions", "learned", "embed_positions");
   m.set("embedding", "position_offset", 2, "OPTLearnedPositionalEmbedding's offset");
   m.set("embedding", "scale", "false");

@@ -52,9 +52,9 @@ void read_bert_like(Config& c, Model& m, bool roberta, const char* act_default =
   }
   m.set("layer", "norm_placement", "post", "LayerNorm(x + sublayer(x))");
   m.set("layer", "norm_kind", "standard");
-  m.set("layer", "norm_eps", fmt_number(*eps), "layer_norm_eps");
+  m.set("layer", "norm_eps", format_float_literal(*eps), "layer_norm_eps");
   m.set("layer", "final_norm", "false");
-  if (dropout) m.set("layer", "dropout", fmt_number(*dropout), "hidden_dropout_prob; identity at inference");
+  if (dropout) m.set("layer", "dropout", format_float_literal(*dropout), "hidden_dropout_prob; identity at inference");
   m.set("embedding", "positions", "learned", "position_embedding_type 'absolute'");
   m.set("embedding", "scale", "false");
   m.set("embedding", "norm", "true", "embeddings.LayerNorm");
@@ -120,9 +120,9 @@ void read_distilbert(Config& c, Model& m, Task) {
   m.set("sizes", "max_len", *positions, "max_position_embeddings");
   m.set("layer", "norm_placement", "post", "sa_layer_norm / output_layer_norm after each sublayer");
   m.set("layer", "norm_kind", "standard");
-  m.set("layer", "norm_eps", fmt_number(1e-12), "DistilBERT's LayerNorms (fixed in transformers)");
+  m.set("layer", "norm_eps", format_float_literal(1e-12), "DistilBERT's LayerNorms (fixed in transformers)");
   m.set("layer", "final_norm", "false");
-  if (dropout) m.set("layer", "dropout", fmt_number(*dropout), "dropout; identity at inference");
+  if (dropout) m.set("layer", "dropout", format_float_literal(*dropout), "dropout; identity at inference");
   m.set("embedding", "positions", "learned", "position_embeddings (no token types)");
   m.set("embedding", "scale", "false");
   m.set("embedding", "norm", "true", "embeddings.LayerNorm");

@@ -1,24 +1,14 @@
 // The family table and what every family reader shares: model_type -> preset,
 // architecture, task classes, probe tensor and reader (families()); the families planned
 // but not expressible yet; the config fields known not to change the outputs (harmless());
-// the number format of the spec (fmt_number) and the Hugging Face activation names.
+// and the Hugging Face activation names (numbers: format_float_literal, tools/spec/output_text.h).
 // Adding a family: its reader in the file of its group, one row here (docs/import.md).
-#include <charconv>
-
 #include "import_internal.h"
+#include "output_text.h"
 
 namespace halformer::import::detail {
 
 // ---------------------------------------------------------------- helpers of the readers
-std::string fmt_number(double v) {
-  char buf[64];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);  // shortest round trip
-  std::string s(buf, ec == std::errc() ? end : buf);
-  // YAML 1.1 readers (PyYAML) take "1e-12" for a string: write "1.0e-12".
-  if (s.find('e') != std::string::npos && s.find('.') == std::string::npos) s.insert(s.find('e'), ".0");
-  if (s.find_first_of(".e") == std::string::npos) s += ".0";
-  return s;
-}
 
 // Hugging Face activation names -> the spec's.
 std::optional<std::string> activation(const std::string& hf) {
@@ -44,7 +34,8 @@ void read_activation(Config& c, const std::string& key, const std::string& fallb
   if (auto a = activation(act))
     m.set("layer", "activation", *a, key + " '" + act + "'");
   else if (c.has(key))
-    c.refuse(key, "supported: gelu (erf), gelu_new / gelu_pytorch_tanh (tanh approximation), relu, silu / swish");
+    c.refuse(key, "supported: gelu (erf), gelu_new / gelu_pytorch_tanh (tanh approximation), relu, "
+              "silu / swish");
 }
 
 // ---------------------------------------------------------------- the family table

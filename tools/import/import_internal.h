@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "output_text.h"
+
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -94,8 +96,8 @@ class Config {
   std::set<std::string> seen_;
 };
 
-// A double as the spec writes it: the shortest round trip, always with a '.' (families.cpp).
-std::string fmt_number(double v);
+// Numbers are written as the spec writes them: format_float_literal (the shortest round
+// trip, always with a '.').
 
 // What the spec will say, field by field, with the comment that says where it came from.
 struct Field {

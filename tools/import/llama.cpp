@@ -106,11 +106,11 @@ void read_llama_like(Config& c, Model& m, LlamaKind kind) {
     m.set("sizes", "max_len", *positions, "max_position_embeddings: prompt + generated tokens");
   m.set("layer", "norm_placement", "pre", "x + sublayer(rmsnorm(x))");
   m.set("layer", "norm_kind", "rms", gemma ? "GemmaRMSNorm" : "LlamaRMSNorm");
-  m.set("layer", "norm_eps", fmt_number(*eps), "rms_norm_eps");
+  m.set("layer", "norm_eps", format_float_literal(*eps), "rms_norm_eps");
   if (gemma) m.set("layer", "norm_weight_offset", "1.0", "GemmaRMSNorm scales by 1 + weight");
   m.set("layer", "final_norm", "true", "model.norm");
   m.set("embedding", "positions", "rotary", "rotary embedding of q and k in every layer");
-  m.set("embedding", "rotary_theta", fmt_number(*theta), c.has("rope_theta") ? "rope_theta" : "rope_theta default");
+  m.set("embedding", "rotary_theta", format_float_literal(*theta), c.has("rope_theta") ? "rope_theta" : "rope_theta default");
   m.set("embedding", "rotary_layout", "half", "rotate_half: pairs (c, c + head size / 2)");
   m.set("embedding", "scale", gemma ? "true" : "false", gemma ? "Gemma: embeddings times sqrt(hidden_size)" : "");
   m.set("embedding", "share_tgt_output", tied ? "true" : "false",

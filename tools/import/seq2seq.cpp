@@ -76,9 +76,9 @@ void read_bart_like(Config& c, Model& m, bool marian, bool mbart = false) {
   m.set("sizes", "max_len", *positions, "max_position_embeddings (each stack's table has 2 more rows)");
   m.set("layer", "norm_placement", mbart ? "pre" : "post", mbart ? "x + sublayer(LayerNorm(x))" : "LayerNorm(x + sublayer(x))");
   m.set("layer", "norm_kind", "standard");
-  m.set("layer", "norm_eps", fmt_number(1e-5), family + "'s LayerNorms (torch's default; not in config.json)");
+  m.set("layer", "norm_eps", format_float_literal(1e-5), family + "'s LayerNorms (torch's default; not in config.json)");
   m.set("layer", "final_norm", mbart ? "true" : "false", mbart ? "encoder/decoder.layer_norm" : "");
-  if (dropout) m.set("layer", "dropout", fmt_number(*dropout), "dropout; identity at inference");
+  if (dropout) m.set("layer", "dropout", format_float_literal(*dropout), "dropout; identity at inference");
   if (marian) {
     m.set("embedding", "positions", "sinusoidal_split", "MarianSinusoidalPositionalEmbedding: sin half, cos half");
   } else {
@@ -171,9 +171,9 @@ void read_t5(Config& c, Model& m, Task) {
                              : "no n_positions: 512 (relative positions have no table limit)");
   m.set("layer", "norm_placement", "pre", "x + sublayer(layer_norm(x))");
   m.set("layer", "norm_kind", "rms", "T5LayerNorm: no centring, no bias");
-  m.set("layer", "norm_eps", fmt_number(*eps), "layer_norm_epsilon");
+  m.set("layer", "norm_eps", format_float_literal(*eps), "layer_norm_epsilon");
   m.set("layer", "final_norm", "true", "encoder/decoder.final_layer_norm");
-  if (dropout) m.set("layer", "dropout", fmt_number(*dropout), "dropout_rate; identity at inference");
+  if (dropout) m.set("layer", "dropout", format_float_literal(*dropout), "dropout_rate; identity at inference");
   m.set("embedding", "positions", "relative", "relative_attention_bias of block 0, shared by the stack's layers");
   m.set("embedding", "relative_buckets", *buckets, "relative_attention_num_buckets");
   m.set("embedding", "relative_distance", *distance, "relative_attention_max_distance");

@@ -1,6 +1,11 @@
+// The planner: a validated Spec lowered to the pipelines its model needs (which generator,
+// with which GeneratorParams, bound to which KernelTable role), the ModelConfig its model
+// bakes in, and the generated files of DIR (plan.cmake, <name>_model.cpp, <name>.h, the
+// binary's main and the library's entry point). See plan.h.
 #include "plan.h"
 
 #include "halformer/amx.h"  // amx_usable_here: ModelConfig::amx_tiles
+#include "output_text.h"
 
 #include <cstdio>
 #include <filesystem>
@@ -43,8 +48,9 @@ class Planner {
   }
 
   // Adds (or reuses) the pipeline for `generator` with `params` and binds it to `role`.
-  void bind(const std::string& role, const std::string& generator, const std::string& label,
+  void bind(KernelRole role_id, const std::string& generator, const std::string& label,
             std::vector<std::pair<std::string, std::string>> params) {
+    const std::string role = kernel_role(role_id).name;
     // Spec-level schedule overrides "<generator>.<knob>: value" become GeneratorParams.
     for (const auto& [key, value] : spec_.schedule) {
       auto dot = key.find('.');
@@ -74,11 +80,13 @@ class Planner {
     return "";
   }
 
-  // gen: "linear", "linear_residual" (+ residual) or "linear_gated" (* gate); the role's
-  // precision picks the fp32 generator or its int8 / bf16 twin (linear_int8_residual, ...).
+  // The role's generator (the role table: "linear", "linear_residual" (+ residual) or
+  // "linear_gated" (* gate)) or, by the role's precision, its int8 / bf16 twin
+  // (linear_int8_residual, ...). act: the PointwiseFn applied to the output ("none", ...).
   // bf16_out: the output stored as bf16 bits (the CPU kernels; linear's out_bf16).
-  void linear(const std::string& role, std::string gen, int64_t in, int64_t out, const char* act, bool bf16_out = false) {
-    const Precision p = role == "generator" ? spec_.output_precision() : spec_.precision;
+  void linear(KernelRole role, int64_t in, int64_t out, const char* act, bool bf16_out = false) {
+    std::string gen = kernel_role(role).generator;
+    const Precision p = role == KernelRole::generator ? spec_.output_precision() : spec_.precision;
     if (p != Precision::Fp32) gen.insert(6, std::string("_") + to_string(p));
     std::string label = gen + "_" + std::to_string(in) + "x" + std::to_string(out) +
                         (std::string(act) == "none" ? "" : std::string("_") + act) + (bf16_out ? "_out_bf16" : "");
@@ -93,7 +101,7 @@ class Planner {
   // heads, with the spec's rotary positions; cross-attention plain heads.
   // kv_bf16 / q_bf16: keys and values / queries read as bf16 bits (the CPU kernels;
   // attention's kv_bf16 and q_bf16).
-  void attention(const std::string& role, int q_head, int k_head, int v_head, bool causal, bool self,
+  void attention(KernelRole role, int q_head, int k_head, int v_head, bool causal, bool self,
                  bool kv_bf16 = false, bool q_bf16 = false) {
     const int64_t H = spec_.heads;
     const int64_t group = self ? H / spec_.kv_heads : 1;
@@ -125,15 +133,16 @@ class Planner {
       params.emplace_back("relative_distance", std::to_string(relative_table_distance(int(spec_.relative_distance),
                                                                                        int(spec_.max_len))));
     if (!spec_.scaled) params.emplace_back("scale", "1");
-    bind(role, "attention", label, std::move(params));
+    bind(role, kernel_role(role).generator, label, std::move(params));
   }
 
-  void embedding(const std::string& role, int64_t vocab) {
+  void embedding(KernelRole role, int64_t vocab) {
     const bool int8 = spec_.table_precision() == Precision::Int8;
+    const std::string gen = std::string(kernel_role(role).generator) + (int8 ? "_int8" : "");
     // The source tables are embedding_width() wide (a projection follows where that is not d_model).
-    const int64_t channels = role == "embed_src" ? spec_.embedding_width() : spec_.d_model;
-    bind(role, int8 ? "embedding_int8" : "embedding",
-         std::string(int8 ? "embedding_int8_" : "embedding_") + std::to_string(vocab) +
+    const bool src = role == KernelRole::embed_src;
+    const int64_t channels = src ? spec_.embedding_width() : spec_.d_model;
+    bind(role, gen, gen + "_" + std::to_string(vocab) +
              (channels != spec_.d_model ? "x" + std::to_string(channels) : ""),
          {{"channels", std::to_string(channels)},
           {"vocab", std::to_string(vocab)},
@@ -142,7 +151,7 @@ class Planner {
           // Rotary and relative positions are applied in attention: the embedding adds none.
           {"positions", spec_.positions == Positions::Rotary || spec_.positions == Positions::Relative
                             ? "none" : to_string(spec_.positions)},
-          {"type_vocab", std::to_string(role == "embed_src" ? spec_.type_vocab : 0)}});
+          {"type_vocab", std::to_string(src ? spec_.type_vocab : 0)}});
   }
 
   Plan build() {
@@ -150,90 +159,71 @@ class Planner {
     const int H = int(s.heads);
     const bool enc = s.architecture != Architecture::Decoder;
     const bool dec = s.architecture != Architecture::Encoder;
-    if (enc) embedding("embed_src", s.src_vocab);
-    if (dec) embedding("embed_tgt", s.tgt_vocab);
+    if (enc) embedding(KernelRole::embed_src, s.src_vocab);
+    if (dec) embedding(KernelRole::embed_tgt, s.tgt_vocab);
     const int KVH = int(s.kv_heads);
     const int64_t qkv_width = s.d_model + 2 * KVH * (s.d_model / H);
-    linear("qkv", "linear", s.d_model, qkv_width, "none");
+    linear(KernelRole::qkv, s.d_model, qkv_width, "none");
     // A bf16 cache (ModelConfig::self_cache_bf16): the decoder's fused QKV rows, queries
     // included, are stored as bf16 by their own projection (qkv_cache) and read as such.
     const bool bf16_cache = s.cache_precision() == Precision::Bf16;
-    if (enc) attention("encoder_self_attention", 0, H, H + KVH, false, true);
-    if (dec) attention("decoder_self_attention", 0, H, H + KVH, s.causal, true, bf16_cache, bf16_cache);
-    if (dec && bf16_cache) linear("qkv_cache", "linear", s.d_model, qkv_width, "none", true);
+    if (enc) attention(KernelRole::encoder_self_attention, 0, H, H + KVH, false, true);
+    if (dec) attention(KernelRole::decoder_self_attention, 0, H, H + KVH, s.causal, true, bf16_cache, bf16_cache);
+    if (dec && bf16_cache) linear(KernelRole::qkv_cache, s.d_model, qkv_width, "none", true);
     if (enc && dec) {
       // The cross-attention keys/values in the cache's precision (ModelConfig::cross_kv_bf16).
-      attention("cross_attention", 0, 0, H, false, false, bf16_cache);
-      linear("cross_q", "linear", s.d_model, s.d_model, "none");
-      linear("cross_kv", "linear", s.d_model, 2 * s.d_model, "none", bf16_cache);
+      attention(KernelRole::cross_attention, 0, 0, H, false, false, bf16_cache);
+      linear(KernelRole::cross_q, s.d_model, s.d_model, "none");
+      linear(KernelRole::cross_kv, s.d_model, 2 * s.d_model, "none", bf16_cache);
     }
-    linear("attention_out", "linear_residual", s.d_model, s.d_model, "none");
+    linear(KernelRole::attention_out, s.d_model, s.d_model, "none");
     // Gated feed-forward: ff1 is the gate (with the activation), ff_up multiplies by it.
-    linear("ff1", "linear", s.d_model, s.d_ff, to_string(gate_activation(s.activation)));
-    if (is_gated(s.activation)) linear("ff_up", "linear_gated", s.d_model, s.d_ff, "none");
-    linear("ff2", "linear_residual", s.d_ff, s.d_model, "none");
-    bind("layer_norm", "layernorm", "layernorm_" + std::to_string(s.d_model),
+    linear(KernelRole::ff1, s.d_model, s.d_ff, to_string(gate_activation(s.activation)));
+    if (is_gated(s.activation)) linear(KernelRole::ff_up, s.d_model, s.d_ff, "none");
+    linear(KernelRole::ff2, s.d_ff, s.d_model, "none");
+    bind(KernelRole::layer_norm, "layernorm", "layernorm_" + std::to_string(s.d_model),
          {{"channels", std::to_string(s.d_model)},
           {"eps", format_float(s.norm_eps)},
           {"kind", to_string(s.norm_kind)}});
     if (s.embedding_width() != s.d_model) {  // ELECTRA-small: norm at the tables' width, then d_model
       const int64_t e = s.embedding_width();
       if (s.embedding_norm)
-        bind("embedding_norm", "layernorm", "layernorm_" + std::to_string(e),
+        bind(KernelRole::embedding_norm, "layernorm", "layernorm_" + std::to_string(e),
              {{"channels", std::to_string(e)}, {"eps", format_float(s.norm_eps)}, {"kind", to_string(s.norm_kind)}});
-      linear("embed_project", "linear", e, s.d_model, "none");
+      linear(KernelRole::embed_project, e, s.d_model, "none");
     }
     if (dec) {
-      linear("generator", "linear", s.d_model, s.tgt_vocab, "none");
+      linear(KernelRole::generator, s.d_model, s.tgt_vocab, "none");
       if (s.head == HeadKind::LogSoftmax || s.head == HeadKind::Softmax)
-        bind("head", "softmax", std::string(to_string(s.head)) + "_" + std::to_string(s.tgt_vocab),
+        bind(KernelRole::head, "softmax", std::string(to_string(s.head)) + "_" + std::to_string(s.tgt_vocab),
              {{"classes", std::to_string(s.tgt_vocab)}, {"kind", to_string(s.head)}});
-      bind("argmax", "argmax", "argmax_" + std::to_string(s.tgt_vocab),
+      bind(KernelRole::argmax, "argmax", "argmax_" + std::to_string(s.tgt_vocab),
            {{"classes", std::to_string(s.tgt_vocab)}});
     }
     if (s.head == HeadKind::Classifier || s.head == HeadKind::Embedding) {
       bool normalize = s.head == HeadKind::Embedding && s.normalize;
-      bind("pool", "pooling", std::string("pool_") + to_string(s.pooling) + (normalize ? "_l2" : ""),
+      bind(KernelRole::pool, "pooling", std::string("pool_") + to_string(s.pooling) + (normalize ? "_l2" : ""),
            {{"channels", std::to_string(s.d_model)},
             {"kind", to_string(s.pooling)},
             {"normalize", normalize ? "true" : "false"}});
     }
     if (s.head == HeadKind::Classifier) {
       if (s.pooler != Pooler::None)
-        linear("pooler", "linear", s.d_model, s.d_model, s.pooler == Pooler::DenseTanh ? "tanh" : "gelu");
-      linear("classifier", "linear", s.d_model, s.num_classes, "none");
+        linear(KernelRole::pooler, s.d_model, s.d_model, s.pooler == Pooler::DenseTanh ? "tanh" : "gelu");
+      linear(KernelRole::classifier, s.d_model, s.num_classes, "none");
     }
     return plan_;
   }
 
-  static std::string format_float(double v) {
-    std::ostringstream o;
-    o.precision(9);
-    o << v;
-    return o.str();
-  }
+  // Numbers in GeneratorParams and the generated C++: 9 significant digits, as these
+  // files have always had them. TODO(issue 40): the shortest round trip (format_number(v))
+  // would keep a double such as T5's input_scale d^-0.5 exact, but changes its bits.
+  static std::string format_float(double v) { return format_number(v, 9); }
 
  private:
   const Spec& spec_;
   Plan plan_;
 };
-
-void write_if_changed(const std::filesystem::path& path, const std::string& content) {
-  std::ifstream in(path, std::ios::binary);
-  if (in) {
-    std::stringstream old;
-    old << in.rdbuf();
-    if (old.str() == content) return;
-  }
-  std::filesystem::path tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out << content;
-    if (!out) throw std::runtime_error(tmp.string() + ": cannot write");
-  }
-  std::filesystem::rename(tmp, path);
-}
 
 // A C++ string literal of any bytes (control characters as octal escapes), so a
 // user's path or weight name can never inject code into the generated file.
@@ -274,94 +264,11 @@ std::string cmake_string(const std::string& s) {
   return r + "\"";
 }
 
-// The runtime enums' C++ names, for the generated config.
-const char* head_enum(HeadOutput h) {
-  switch (h) {
-    case HeadOutput::LogSoftmax: return "LogSoftmax";
-    case HeadOutput::Softmax: return "Softmax";
-    case HeadOutput::Logits: return "Logits";
-    case HeadOutput::Classifier: return "Classifier";
-    case HeadOutput::Embedding: return "Embedding";
-    default: return "Hidden";
-  }
-}
-const char* weight_format(WeightFormat p) {
-  switch (p) {
-    case WeightFormat::Int8: return "Int8";
-    case WeightFormat::Bf16: return "Bf16";
-    default: return "Fp32";
-  }
-}
-const char* arch_enum(Arch a) {
-  switch (a) {
-    case Arch::EncoderDecoder: return "EncoderDecoder";
-    case Arch::Encoder: return "Encoder";
-    default: return "Decoder";
-  }
-}
-const char* preset_enum(Preset p) {
-  switch (p) {
-    case Preset::TorchTransformer: return "TorchTransformer";
-    case Preset::AnnotatedTransformer: return "AnnotatedTransformer";
-    case Preset::HuggingfaceBert: return "HuggingfaceBert";
-    case Preset::HuggingfaceRoberta: return "HuggingfaceRoberta";
-    case Preset::HuggingfaceDistilbert: return "HuggingfaceDistilbert";
-    case Preset::HuggingfaceGpt2: return "HuggingfaceGpt2";
-    case Preset::HuggingfaceBart: return "HuggingfaceBart";
-    case Preset::HuggingfaceLlama: return "HuggingfaceLlama";
-    case Preset::HuggingfaceT5: return "HuggingfaceT5";
-    case Preset::HuggingfaceQwen2: return "HuggingfaceQwen2";
-    case Preset::HuggingfaceGptj: return "HuggingfaceGptj";
-    case Preset::HuggingfaceGptNeox: return "HuggingfaceGptNeox";
-    case Preset::HuggingfaceOpt: return "HuggingfaceOpt";
-    case Preset::HuggingfaceElectra: return "HuggingfaceElectra";
-    case Preset::HuggingfaceAlbert: return "HuggingfaceAlbert";
-    default: return "Explicit";
-  }
-}
-const char* position_enum(PositionKind p) {
-  switch (p) {
-    case PositionKind::Sinusoidal: return "Sinusoidal";
-    case PositionKind::Learned: return "Learned";
-    case PositionKind::SinusoidalSplit: return "SinusoidalSplit";
-    case PositionKind::Rotary: return "Rotary";
-    case PositionKind::Relative: return "Relative";
-    default: return "None";
-  }
-}
-
 }  // namespace
 
 Plan make_plan(const Spec& spec) { return Planner(spec).build(); }
 
-static WeightFormat weight_format_of(Precision p) {
-  return p == Precision::Int8 ? WeightFormat::Int8 : p == Precision::Bf16 ? WeightFormat::Bf16 : WeightFormat::Fp32;
-}
-
 std::unique_ptr<SpecModelConfig> model_config(const Spec& s) {
-  // The spec's enums list the runtime's in the same order.
-  static_assert(int(Architecture::Decoder) == int(Arch::Decoder) && int(Architecture::Encoder) == int(Arch::Encoder));
-  static_assert(int(Positions::Relative) == int(PositionKind::Relative) && int(Positions::Rotary) == int(PositionKind::Rotary) &&
-                int(Positions::SinusoidalSplit) == int(PositionKind::SinusoidalSplit) &&
-                int(Positions::None) == int(PositionKind::None) && int(Positions::Learned) == int(PositionKind::Learned));
-  static_assert(int(HeadKind::Hidden) == int(HeadOutput::Hidden) && int(HeadKind::Embedding) == int(HeadOutput::Embedding) &&
-                int(HeadKind::Classifier) == int(HeadOutput::Classifier) && int(HeadKind::Logits) == int(HeadOutput::Logits) &&
-                int(HeadKind::Softmax) == int(HeadOutput::Softmax));
-  static_assert(int(WeightPreset::Explicit) == int(Preset::Explicit) &&
-                int(WeightPreset::HuggingfaceT5) == int(Preset::HuggingfaceT5) &&
-                int(WeightPreset::HuggingfaceQwen2) == int(Preset::HuggingfaceQwen2) &&
-                int(WeightPreset::HuggingfaceGptj) == int(Preset::HuggingfaceGptj) &&
-                int(WeightPreset::HuggingfaceGptNeox) == int(Preset::HuggingfaceGptNeox) &&
-                int(WeightPreset::HuggingfaceOpt) == int(Preset::HuggingfaceOpt) &&
-                int(WeightPreset::HuggingfaceElectra) == int(Preset::HuggingfaceElectra) &&
-                int(WeightPreset::HuggingfaceAlbert) == int(Preset::HuggingfaceAlbert) &&
-                int(WeightPreset::HuggingfaceLlama) == int(Preset::HuggingfaceLlama) &&
-                int(WeightPreset::HuggingfaceBart) == int(Preset::HuggingfaceBart) &&
-                int(WeightPreset::HuggingfaceGpt2) == int(Preset::HuggingfaceGpt2) &&
-                int(WeightPreset::HuggingfaceDistilbert) == int(Preset::HuggingfaceDistilbert) &&
-                int(WeightPreset::HuggingfaceRoberta) == int(Preset::HuggingfaceRoberta) &&
-                int(WeightPreset::HuggingfaceBert) == int(Preset::HuggingfaceBert) &&
-                int(WeightPreset::AnnotatedTransformer) == int(Preset::AnnotatedTransformer));
   auto r = std::make_unique<SpecModelConfig>();
   auto str = [&](const std::string& v) { return r->strings.emplace_back(v).c_str(); };
   for (const auto& [k, v] : s.weight_map) r->weight_map.push_back(str(k)), r->weight_map.push_back(str(v));
@@ -369,18 +276,18 @@ std::unique_ptr<SpecModelConfig> model_config(const Spec& s) {
   ModelConfig& c = r->config;
   c.name = str(s.name);
   c.spec_file = str(s.file);
-  c.arch = Arch(int(s.architecture));
+  c.arch = s.architecture;
   c.d_model = int(s.d_model), c.heads = int(s.heads), c.d_ff = int(s.d_ff);
   c.encoder_layers = int(s.encoder_layers), c.decoder_layers = int(s.decoder_layers);
   c.src_vocab = int(s.src_vocab), c.tgt_vocab = int(s.tgt_vocab), c.max_len = int(s.max_len);
   c.type_vocab = int(s.type_vocab);
   c.pre_norm = s.norm_placement == NormPlacement::Pre;
   c.final_norm = s.final_norm;
-  c.positions = PositionKind(int(s.positions));
+  c.positions = s.positions;
   c.embedding_norm = s.embedding_norm;
   c.share_src_tgt = s.share_src_tgt, c.share_tgt_output = s.share_tgt_output;
   c.causal = s.causal, c.padding_mask = s.padding_mask;
-  c.head = HeadOutput(int(s.head));
+  c.head = s.head;
   c.mean_pooling = s.pooling == Pooling::Mean;
   c.pooler = s.pooler != Pooler::None;
   c.num_classes = int(s.num_classes);
@@ -389,7 +296,7 @@ std::unique_ptr<SpecModelConfig> model_config(const Spec& s) {
   c.beam = s.decoding == DecodeStrategy::Beam;
   c.beam_size = int(s.beam_size);
   c.length_penalty = s.length_penalty;
-  c.preset = Preset(int(s.preset));
+  c.preset = s.preset;
   c.preset_name = str(to_string(s.preset));
   c.weight_map = s.preset == WeightPreset::Explicit ? r->weight_map.data() : nullptr;
   c.position_offset = int(s.position_offset);
@@ -397,9 +304,9 @@ std::unique_ptr<SpecModelConfig> model_config(const Spec& s) {
   c.rms_norm = s.norm_kind == NormKind::Rms;
   c.norm_weight_offset = s.norm_weight_offset;
   c.gated_ff = is_gated(s.activation);
-  c.layer_weights = weight_format_of(s.precision);
-  c.generator_weights = weight_format_of(s.output_precision());
-  c.embedding_weights = weight_format_of(s.table_precision());
+  c.layer_weights = s.precision;
+  c.generator_weights = s.output_precision();
+  c.embedding_weights = s.table_precision();
   c.int16_activations = s.int16_activations;
   c.cross_kv_bf16 = s.architecture == Architecture::EncoderDecoder && s.cache_precision() == Precision::Bf16;
   c.self_cache_bf16 = s.architecture != Architecture::Encoder && s.cache_precision() == Precision::Bf16;
@@ -464,6 +371,11 @@ void write_plan(const Spec& spec, const Plan& plan, const std::string& dir) {
   const auto owned = model_config(spec);
   const ModelConfig& cfg = owned->config;
   auto b = [](bool v) { return v ? "true" : "false"; };
+  // An enum value by number, its spelling in the spec beside it: the numbers are those of
+  // halformer/enums.h, which this file is compiled with.
+  auto en = [](const char* type, auto v) {
+    return std::string("halformer::") + type + "(" + std::to_string(int(v)) + ") /*" + enum_name(v) + "*/";
+  };
   if (cfg.weight_map) {
     c << "\nstatic const char* const kWeightMap[] = {\n";
     for (const char* const* kv = cfg.weight_map; *kv; kv += 2) c << "    " << cpp_string(kv[0]) << ", " << cpp_string(kv[1]) << ",\n";
@@ -471,57 +383,56 @@ void write_plan(const Spec& spec, const Plan& plan, const std::string& dir) {
   }
   c << "\nstatic const halformer::ModelConfig kConfig = {\n"
     << "      " << cpp_string(cfg.name) << ", " << cpp_string(cfg.spec_file) << ",\n"
-    << "      halformer::Arch::" << arch_enum(cfg.arch) << ",\n"
+    << "      " << en("Architecture", cfg.arch) << ",\n"
     << "      /*d_model*/ " << cfg.d_model << ", /*heads*/ " << cfg.heads << ", /*d_ff*/ " << cfg.d_ff << ",\n"
     << "      /*encoder_layers*/ " << cfg.encoder_layers << ", /*decoder_layers*/ " << cfg.decoder_layers << ",\n"
     << "      /*src_vocab*/ " << cfg.src_vocab << ", /*tgt_vocab*/ " << cfg.tgt_vocab << ", /*max_len*/ " << cfg.max_len
     << ", /*type_vocab*/ " << cfg.type_vocab << ",\n"
     << "      /*pre_norm*/ " << b(cfg.pre_norm) << ", /*final_norm*/ " << b(cfg.final_norm) << ",\n"
-    << "      halformer::PositionKind::" << position_enum(cfg.positions) << ",\n"
+    << "      " << en("Positions", cfg.positions) << ",\n"
     << "      /*embedding_norm*/ " << b(cfg.embedding_norm) << ", /*share_src_tgt*/ " << b(cfg.share_src_tgt)
     << ", /*share_tgt_output*/ " << b(cfg.share_tgt_output) << ",\n"
     << "      /*causal*/ " << b(cfg.causal) << ", /*padding_mask*/ " << b(cfg.padding_mask) << ",\n"
-    << "      halformer::HeadOutput::" << head_enum(cfg.head) << ",\n"
+    << "      " << en("HeadKind", cfg.head) << ",\n"
     << "      /*mean_pooling*/ " << b(cfg.mean_pooling) << ", /*pooler*/ " << b(cfg.pooler)
     << ", /*num_classes*/ " << cfg.num_classes << ",\n"
     << "      /*pad*/ " << cfg.pad_id << ", /*bos*/ " << cfg.bos_id << ", /*eos*/ " << cfg.eos_id
     << ", /*max_new_tokens*/ " << cfg.max_new_tokens << ",\n"
     << "      /*beam*/ " << b(cfg.beam) << ", /*beam_size*/ " << cfg.beam_size
     << ", /*length_penalty*/ " << Planner::format_float(cfg.length_penalty) << ",\n"
-    << "      halformer::Preset::" << preset_enum(cfg.preset) << ", " << cpp_string(cfg.preset_name) << ",\n"
+    << "      " << en("WeightPreset", cfg.preset) << ", " << cpp_string(cfg.preset_name) << ",\n"
     << "      " << (cfg.weight_map ? "kWeightMap" : "nullptr") << ",\n"
     << "      /*position_offset*/ " << cfg.position_offset << ",\n"
     << "      /*kv_heads*/ " << cfg.kv_heads << ", /*rms_norm*/ " << b(cfg.rms_norm)
     << ", /*norm_weight_offset*/ " << Planner::format_float(cfg.norm_weight_offset) << ", /*gated_ff*/ "
     << b(cfg.gated_ff) << ",\n"
-    << "      /*layer_weights*/ halformer::WeightFormat::" << weight_format(cfg.layer_weights)
-    << ", /*generator_weights*/ halformer::WeightFormat::" << weight_format(cfg.generator_weights) << ",\n"
-    << "      /*embedding_weights*/ halformer::WeightFormat::" << weight_format(cfg.embedding_weights)
+    << "      /*layer_weights*/ " << en("Precision", cfg.layer_weights)
+    << ", /*generator_weights*/ " << en("Precision", cfg.generator_weights) << ",\n"
+    << "      /*embedding_weights*/ " << en("Precision", cfg.embedding_weights)
     << ", /*int16_activations*/ " << b(cfg.int16_activations) << ",\n"
     << "      /*cross_kv_bf16*/ " << b(cfg.cross_kv_bf16) << ", /*self_cache_bf16*/ " << b(cfg.self_cache_bf16)
     << ", /*amx_tiles*/ " << b(cfg.amx_tiles) << ",\n      /*relative_buckets*/ " << cfg.relative_buckets << ", /*relative_distance*/ " << cfg.relative_distance
     << ", /*generator_input_scale*/ " << Planner::format_float(cfg.generator_input_scale)
     << ", /*parallel_residual*/ " << b(cfg.parallel_residual) << ", /*embedding_size*/ " << cfg.embedding_size
     << ", /*shared_layers*/ " << b(cfg.shared_layers) << "};\n\n";
-  static const char* kRoles[] = {"embed_src", "embed_tgt", "qkv", "encoder_self_attention",
-                                 "decoder_self_attention", "cross_attention", "attention_out",
-                                 "cross_q", "cross_kv", "ff1", "ff2", "layer_norm", "generator",
-                                 "head", "argmax", "pool", "pooler", "classifier", "ff_up", "qkv_cache",
-                                 "embedding_norm", "embed_project"};
+  // Each device's KernelTable, filled by name (model_config.h HALFORMER_KERNEL_ROLES): a
+  // role renamed or removed there fails to compile here; roles not bound stay null.
   for (const auto& [device, target] : plan.variants) {
-    c << "static const halformer::KernelTable kKernels_" << device << " = {\n";
-    for (const char* role : kRoles) {
-      auto it = plan.roles.find(role);
-      std::string fn = (it == plan.roles.end() || it->second.empty()) ? "nullptr" : variant_fn(it->second, device);
-      c << "    /*" << role << "*/ " << fn << ",\n";
+    c << "static halformer::KernelTable make_kernels_" << device << "() {\n"
+      << "  halformer::KernelTable k{};\n";
+    for (const KernelRoleInfo& role : kKernelRoles) {
+      auto it = plan.roles.find(role.name);
+      if (it != plan.roles.end() && !it->second.empty())
+        c << "  k." << role.name << " = " << variant_fn(it->second, device) << ";\n";
     }
-    c << "    /*metadata*/ " << variant_fn(plan.kernels.front().function, device) << "_metadata,\n";
-    c << "};\n";
+    c << "  k.metadata = " << variant_fn(plan.kernels.front().function, device) << "_metadata;\n"
+      << "  return k;\n}\n";
   }
   c << "\nstatic const halformer::KernelTable* kernels_for(const char* device) {\n"
     << "  const std::string d = device;\n";
   for (const auto& [device, target] : plan.variants)
-    c << "  if (d == \"" << device << "\") return &kKernels_" << device << ";\n";
+    c << "  if (d == \"" << device << "\") {\n    static const halformer::KernelTable k = make_kernels_" << device
+      << "();\n    return &k;\n  }\n";
   c << "  return nullptr;\n}\n\n";
   std::string devices;
   for (size_t i = 0; i < plan.variants.size(); ++i) devices += (i ? " " : "") + plan.variants[i].first;

@@ -12,40 +12,29 @@
 #include <string>
 #include <vector>
 
+#include "halformer/enums.h"
+
 namespace halformer {
 
-enum class Architecture { EncoderDecoder, Encoder, Decoder };
-enum class NormPlacement { Post, Pre };          // LayerNorm(x + f(x))  vs  x + f(LayerNorm(x))
-enum class NormKind { Standard, Annotated, Rms };  // biased var, eps in sqrt | unbiased std, eps added to std | RMSNorm
-// Gated kinds (swiglu, geglu, geglu_tanh): act(x W_gate) * (x W_up), then W_down.
+// The enums shared with the generators and the runtime (Architecture, NormKind,
+// Positions, HeadKind, Pooling, WeightPreset, Precision) and their spellings are in
+// halformer/enums.h; these are the spec's own.
+enum class NormPlacement { Post, Pre };  // LayerNorm(x + f(x))  vs  x + f(LayerNorm(x))
+// Plain kinds: act(x W1) W2, each named as the generators' PointwiseFn (generators/common.h),
+// which the planner passes on by name. Gated kinds (swiglu, geglu, geglu_tanh):
+// act(x W_gate) * (x W_up), then W_down.
 enum class Activation { Relu, Gelu, GeluTanh, Silu, Swiglu, Geglu, GegluTanh };
 enum class RotaryLayout { Half, Interleaved };  // pairs (c, c + R/2) | (2c, 2c + 1)
-// Relative: T5's bucketed bias per head on the self-attention scores; nothing is added to the embeddings.
-enum class Positions { Sinusoidal, Learned, None, SinusoidalSplit, Rotary, Relative };
-enum class HeadKind { LogSoftmax, Softmax, Logits, Classifier, Embedding, Hidden };
-enum class Pooling { Cls, Mean };
 enum class Pooler { None, DenseTanh, DenseGelu };  // BERT's (tanh) or ELECTRA's (gelu) pooler before a classifier
 enum class DecodeStrategy { Greedy, Beam };
-enum class WeightPreset {
-  TorchTransformer,
-  AnnotatedTransformer,
-  HuggingfaceBert,
-  HuggingfaceRoberta,
-  HuggingfaceDistilbert,
-  HuggingfaceGpt2,
-  HuggingfaceBart,
-  HuggingfaceLlama,
-  HuggingfaceT5,
-  HuggingfaceQwen2,
-  HuggingfaceGptj,
-  HuggingfaceGptNeox,
-  HuggingfaceOpt,
-  HuggingfaceElectra,
-  HuggingfaceAlbert,
-  Explicit
-};
-enum class Precision { Fp32, Bf16, Int8 };
 enum class Target { Host, Cuda, OpenCL };
+// Their spellings in the spec (spec_names.cpp); enum_name() (halformer/enums.h) reads them.
+EnumNames<NormPlacement> enum_names(NormPlacement);
+EnumNames<Activation> enum_names(Activation);
+EnumNames<RotaryLayout> enum_names(RotaryLayout);
+EnumNames<Pooler> enum_names(Pooler);
+EnumNames<DecodeStrategy> enum_names(DecodeStrategy);
+EnumNames<Target> enum_names(Target);
 
 struct Diagnostic {
   std::string file;
@@ -180,6 +169,11 @@ ParseResult parse_spec_string(const std::string& text, const std::string& file);
 // Diagnostics for values that are valid in the schema but not implemented yet
 // (message contains "not supported yet"). Empty when the spec can be built.
 std::vector<Diagnostic> check_supported(const Spec& spec);
+
+// The defaults of every optional field, as JSON (`halformer check --print-defaults`):
+// {"defaults": {section: {key: value}, ...}, "derived": {"section.key": rule}}, the values
+// taken from Spec's member initializers above (spec_defaults.cpp).
+std::string spec_defaults_json();
 
 // Names for enums, as written in YAML (e.g. "encoder_decoder", "gelu_tanh").
 const char* to_string(Architecture);

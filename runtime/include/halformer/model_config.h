@@ -1,75 +1,61 @@
 // The contract between a generated model (DIR/<name>_model.cpp, written by the spec
 // compiler) and the generic runtime: the spec's values the runtime needs, and one
-// function pointer per layer role, each an ahead-of-time compiled Halide pipeline.
-// Several roles may point at the same pipeline when their baked sizes agree.
+// function pointer per layer role (HALFORMER_KERNEL_ROLES), each an ahead-of-time
+// compiled Halide pipeline. Several roles may point at the same pipeline when their
+// baked sizes agree. The enums it uses are in halformer/enums.h.
 #pragma once
 
 #include <cstdint>
+
+#include "halformer/enums.h"
 
 struct halide_buffer_t;
 struct halide_filter_metadata_t;
 
 namespace halformer {
 
-// Signatures of the generated pipelines (generators/*.cpp); buffers are Halide
-// buffers, dims innermost first.
-using EmbeddingFn = int (*)(halide_buffer_t* tokens, halide_buffer_t* type_ids, halide_buffer_t* table,
-                            halide_buffer_t* pos_table, halide_buffer_t* type_table, int32_t pos_offset,
-                            halide_buffer_t* out);
-using LinearFn = int (*)(halide_buffer_t* x, halide_buffer_t* w, halide_buffer_t* b,
-                         halide_buffer_t* out);
-using LinearResidualFn = int (*)(halide_buffer_t* x, halide_buffer_t* w, halide_buffer_t* b,
-                                 halide_buffer_t* residual, halide_buffer_t* out);
+// Signatures of the generated pipelines (generators/*.cpp), each written once: X(function
+// type, its inputs in call order), B(name) a buffer, S(name) an int32 scalar; every
+// pipeline then writes one buffer, `out`. Buffers are Halide buffers, dims innermost
+// first. A generator declares the same Inputs in the same order: the runtime calls a
+// pipeline by position, the tuner (tools/tune/kernel_io.cpp) by these names.
 // position_bias: the (2M + 1, heads) relative position table of a stack (T5), read only by
 // kernels built with relative_distance M > 0; any buffer for the others.
-using AttentionFn = int (*)(halide_buffer_t* q, halide_buffer_t* kv, halide_buffer_t* key_mask,
-                            halide_buffer_t* position_bias, halide_buffer_t* out);
-using LayerNormFn = int (*)(halide_buffer_t* x, halide_buffer_t* gamma, halide_buffer_t* beta,
-                            halide_buffer_t* out);
-using SoftmaxFn = int (*)(halide_buffer_t* x, halide_buffer_t* out);
-using ArgmaxFn = int (*)(halide_buffer_t* x, halide_buffer_t* out);
-using PoolFn = int (*)(halide_buffer_t* x, halide_buffer_t* valid, halide_buffer_t* out);
+#define HALFORMER_KERNEL_SIGNATURES(X, B, S)                                              \
+  X(EmbeddingFn, B(tokens) B(type_ids) B(table) B(pos_table) B(type_table) S(pos_offset)) \
+  X(LinearFn, B(x) B(w) B(b))                                                             \
+  X(LinearResidualFn, B(x) B(w) B(b) B(residual))                                         \
+  X(AttentionFn, B(q) B(kv) B(key_mask) B(position_bias))                                 \
+  X(LayerNormFn, B(x) B(gamma) B(beta))                                                   \
+  X(SoftmaxFn, B(x))                                                                      \
+  X(ArgmaxFn, B(x))                                                                       \
+  X(PoolFn, B(x) B(valid))
 
-enum class Arch { EncoderDecoder, Encoder, Decoder };
-enum class WeightFormat { Fp32, Int8, Bf16 };
-enum class HeadOutput { LogSoftmax, Softmax, Logits, Classifier, Embedding, Hidden };
-// Rotary: applied to queries and keys inside the self-attention kernels (baked in).
-// Relative: a bucketed bias per head added to the self-attention scores (T5), no embedding positions.
-enum class PositionKind { Sinusoidal, Learned, None, SinusoidalSplit, Rotary, Relative };
-enum class Preset {
-  TorchTransformer,
-  AnnotatedTransformer,
-  HuggingfaceBert,
-  HuggingfaceRoberta,
-  HuggingfaceDistilbert,
-  HuggingfaceGpt2,
-  HuggingfaceBart,
-  HuggingfaceLlama,
-  HuggingfaceT5,
-  HuggingfaceQwen2,
-  HuggingfaceGptj,
-  HuggingfaceGptNeox,
-  HuggingfaceOpt,
-  HuggingfaceElectra,
-  HuggingfaceAlbert,
-  Explicit
-};
+// The function types: using LinearFn = int (*)(halide_buffer_t* x, halide_buffer_t* w,
+// halide_buffer_t* b, halide_buffer_t* out); and so on.
+#define HALFORMER_SIGNATURE_BUFFER(name) halide_buffer_t* name,
+#define HALFORMER_SIGNATURE_SCALAR(name) int32_t name,
+#define HALFORMER_SIGNATURE_TYPE(Fn, inputs) using Fn = int (*)(inputs halide_buffer_t* out);
+HALFORMER_KERNEL_SIGNATURES(HALFORMER_SIGNATURE_TYPE, HALFORMER_SIGNATURE_BUFFER, HALFORMER_SIGNATURE_SCALAR)
+#undef HALFORMER_SIGNATURE_TYPE
+#undef HALFORMER_SIGNATURE_SCALAR
+#undef HALFORMER_SIGNATURE_BUFFER
 
 struct ModelConfig {
   const char* name;
   const char* spec_file;  // where the spec was read from at build time
-  Arch arch;
+  Architecture arch;
   int d_model, heads, d_ff;
   int encoder_layers, decoder_layers;
   int src_vocab, tgt_vocab, max_len, type_vocab;
   bool pre_norm;        // x + f(LN(x)) instead of LN(x + f(x))
   bool final_norm;      // LN after each whole stack
-  PositionKind positions;
+  Positions positions;
   bool embedding_norm;  // LN after the embedding sum (BERT)
   bool share_src_tgt, share_tgt_output;
   bool causal;          // decoder self-attention
   bool padding_mask;    // mask keys equal to pad_id
-  HeadOutput head;
+  HeadKind head;
   bool mean_pooling;    // classifier / embedding heads: mean over tokens, else the first token
   bool pooler;          // classifier: dense + tanh (BERT) or gelu (ELECTRA) before the classifier
   int num_classes;
@@ -78,7 +64,7 @@ struct ModelConfig {
   bool beam;            // default decoding strategy
   int beam_size;
   double length_penalty;
-  Preset preset;
+  WeightPreset preset;
   const char* preset_name;
   // explicit preset: canonical weight name -> name in the file, as {key, value} pairs
   const char* const* weight_map;  // null-terminated key/value array, or null
@@ -94,11 +80,11 @@ struct ModelConfig {
   // How linear weights are stored (docs/precision.md): int8 (generators/linear_int8.cpp)
   // quantized per channel at load, the kernels taking w as packed int8 and b as
   // (bias | scale); bf16 (linear_bf16) rounded at load, w as packed uint16 (bf16 bits).
-  WeightFormat layer_weights;      // every linear of the layers, the pooler and the classifier
-  WeightFormat generator_weights;  // the output projection (precision_overrides.generator)
+  Precision layer_weights;      // every linear of the layers, the pooler and the classifier
+  Precision generator_weights;  // the output projection (precision_overrides.generator)
   // The token embedding tables: fp32, or int8 rows with their scale (EmbeddingTable;
   // int8 builds, unless precision_overrides.embeddings keeps them fp32).
-  WeightFormat embedding_weights;
+  Precision embedding_weights;
   // int8 linears with int16 activations even on CPUs with vpdpbusd (generators/linear_int8.cpp,
   // precision_overrides.int16_activations): the packed weights' k group is then a pair.
   bool int16_activations;
@@ -127,34 +113,68 @@ struct ModelConfig {
   bool shared_layers;  // every encoder layer runs with one set of weights (ALBERT): Weights::encoder holds one
 };
 
+// The kernel roles, described once: X(role, function type, generator, what it computes).
+// KernelTable holds one pointer per role in this order (the descriptor's ABI: append
+// only, and bump kDescriptorVersion); the planner (tools/spec/plan.cpp) binds roles by
+// name (KernelRole) and writes DIR/<name>_model.cpp as named assignments
+// (`k.qkv = ...;`), so a role renamed or removed fails to compile there, never wires a
+// wrong kernel. The generator is the fp32 one; int8 / bf16 builds of the linears and
+// embeddings use its _int8 / _bf16 twin (linear_int8_residual, embedding_int8, ...).
+// d = d_model, hd = d_model / heads, kvh = kv_heads, V = tgt_vocab.
+#define HALFORMER_KERNEL_ROLES(X)                                                                                  \
+  X(embed_src, EmbeddingFn, "embedding", "source tokens -> embedding_size (positions, types, scale)")             \
+  X(embed_tgt, EmbeddingFn, "embedding", "target tokens -> d")                                                    \
+  X(qkv, LinearFn, "linear", "self-attention projections, d -> d + 2 * kvh * hd (queries, keys, values)")        \
+  X(encoder_self_attention, AttentionFn, "attention", "the encoder's self-attention over the fused QKV rows")     \
+  X(decoder_self_attention, AttentionFn, "attention", "the decoder's (causal) self-attention, cache included")    \
+  X(cross_attention, AttentionFn, "attention", "decoder queries over the encoder memory's keys and values")      \
+  X(attention_out, LinearResidualFn, "linear_residual", "d -> d, + residual")                                     \
+  X(cross_q, LinearFn, "linear", "d -> d, cross-attention queries")                                              \
+  X(cross_kv, LinearFn, "linear", "d -> 2d, cross-attention keys and values of the encoder memory")               \
+  X(ff1, LinearFn, "linear", "d -> d_ff, + activation (the gate of a gated feed-forward)")                       \
+  X(ff2, LinearResidualFn, "linear_residual", "d_ff -> d, + residual")                                            \
+  X(layer_norm, LayerNormFn, "layernorm", "every norm at d (LayerNorm or RMSNorm)")                               \
+  X(generator, LinearFn, "linear", "d -> V, the output projection")                                              \
+  X(head, SoftmaxFn, "softmax", "softmax / log_softmax over V (null for logits)")                                 \
+  X(argmax, ArgmaxFn, "argmax", "greedy token choice over V")                                                     \
+  X(pool, PoolFn, "pooling", "one vector per sequence (classifier / embedding heads)")                            \
+  X(pooler, LinearFn, "linear", "d -> d, + tanh or gelu (classifier head)")                                       \
+  X(classifier, LinearFn, "linear", "d -> num_classes")                                                          \
+  X(ff_up, LinearResidualFn, "linear_gated", "gated feed-forward: (x W_up + b) * gate, d -> d_ff")                \
+  X(qkv_cache, LinearFn, "linear", "qkv writing bf16 rows into the decoder's cache (self_cache_bf16; else null)") \
+  X(embedding_norm, LayerNormFn, "layernorm", "the embedding norm at embedding_size (when != d; else null)")      \
+  X(embed_project, LinearFn, "linear", "embedding_size -> d (when they differ; else null)")
+
+// One pointer per role (null where the model has none).
 struct KernelTable {
-  EmbeddingFn embed_src, embed_tgt;
-  LinearFn qkv;                 // d -> 3d, self-attention projections
-  AttentionFn encoder_self_attention, decoder_self_attention, cross_attention;
-  LinearResidualFn attention_out;  // d -> d, + residual
-  LinearFn cross_q;             // d -> d
-  LinearFn cross_kv;            // d -> 2d (encoder memory)
-  LinearFn ff1;                 // d -> d_ff, + activation
-  LinearResidualFn ff2;         // d_ff -> d, + residual
-  LayerNormFn layer_norm;       // d
-  LinearFn generator;           // d -> tgt_vocab
-  SoftmaxFn head;               // softmax / log_softmax over tgt_vocab (null for logits)
-  ArgmaxFn argmax;              // over tgt_vocab
-  PoolFn pool;                  // classifier / embedding heads
-  LinearFn pooler;              // d -> d, tanh or gelu
-  LinearFn classifier;          // d -> num_classes
-  LinearResidualFn ff_up;       // gated feed-forward: (x W_up + b) * gate, d -> d_ff
-  LinearFn qkv_cache;           // the decoder's QKV rows as bf16 (self_cache_bf16; else null)
-  LayerNormFn embedding_norm;   // the embedding norm at embedding_size (when != d_model; else null)
-  LinearFn embed_project;       // embedding_size -> d_model (when they differ; else null)
+#define HALFORMER_KERNEL_FIELD(role, Fn, generator, doc) Fn role;
+  HALFORMER_KERNEL_ROLES(HALFORMER_KERNEL_FIELD)
+#undef HALFORMER_KERNEL_FIELD
   // The metadata of one of these kernels: its Halide target string names the instruction
   // set they were all compiled for, which Model::load checks against the CPU.
   const halide_filter_metadata_t* (*metadata)();
 };
 
-// A built model as a value: what the generated <name>_model.cpp exports, under a name
-// derived from the model's (extern "C" halformer_model_<name>(), see model.h), so that
-// any number of models link into one program.
+// The roles as values, for the planner and the tuner; kernel_roles()[int(r)] describes r.
+enum class KernelRole {
+#define HALFORMER_KERNEL_ENUM(role, Fn, generator, doc) role,
+  HALFORMER_KERNEL_ROLES(HALFORMER_KERNEL_ENUM)
+#undef HALFORMER_KERNEL_ENUM
+};
+struct KernelRoleInfo {
+  KernelRole role;
+  const char* name;       // the KernelTable field
+  const char* signature;  // the function type, e.g. "LinearFn"
+  const char* generator;  // the fp32 generator (generators/*.cpp)
+  const char* doc;
+};
+inline constexpr KernelRoleInfo kKernelRoles[] = {
+#define HALFORMER_KERNEL_INFO(role, Fn, generator, doc) {KernelRole::role, #role, #Fn, generator, doc},
+    HALFORMER_KERNEL_ROLES(HALFORMER_KERNEL_INFO)
+#undef HALFORMER_KERNEL_INFO
+};
+constexpr const KernelRoleInfo& kernel_role(KernelRole r) { return kKernelRoles[int(r)]; }
+
 // The half-width M of the relative table the attention kernels read, (2M + 1, heads): the
 // buckets' distance, but no more than any two positions of a max_len sequence lie apart
 // (relative_distance up to 2^20 would otherwise make tables of gigabytes that no read
@@ -164,7 +184,12 @@ inline int relative_table_distance(int relative_distance, int max_len) {
   return relative_distance < reach ? relative_distance : reach;
 }
 
-constexpr int kDescriptorVersion = 13;  // bumped when ModelConfig / KernelTable change
+// Bumped when the layout of ModelConfig / KernelTable or an enum value in them changes.
+constexpr int kDescriptorVersion = 13;
+
+// A built model as a value: what the generated <name>_model.cpp exports, under a name
+// derived from the model's (extern "C" halformer_model_<name>(), see model.h), so that
+// any number of models link into one program.
 struct ModelDescriptor {
   int version;              // kDescriptorVersion of the halformer that generated it
   const ModelConfig* config;

@@ -118,7 +118,4 @@ int relative_position_bucket(int r, bool bidirectional, int buckets, int distanc
 WeightVector<float> relative_position_table(const WeightVector<float>& bias, int heads, bool bidirectional,
                                             int buckets, int distance, int half);
 
-// "fp32", "int8", "bf16".
-const char* weight_format_name(WeightFormat format);
-
 }  // namespace halformer
