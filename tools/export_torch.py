@@ -5,7 +5,7 @@
 
 IN is a torch.save'd state_dict or nn.Module (a dict holding the state dict under
 "state_dict" or "model", as training scripts often save, is accepted too). Names are
-written unchanged: a model built like tools/halformer_torch.Seq2Seq produces the
+written unchanged: a model built like halformer_torch.Seq2Seq (tests/reference) produces the
 "torch.nn.Transformer" naming preset directly.
 
 Design decisions:
@@ -28,8 +28,9 @@ from typing import Dict, List, Tuple
 
 import torch
 
-# So that torch.load can unpickle a whole halformer_torch.Seq2Seq module.
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# So that torch.load can unpickle a whole halformer_torch.Seq2Seq module (the PyTorch
+# reference, tests/reference/halformer_torch).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "reference"))
 
 
 class ExportError(Exception):

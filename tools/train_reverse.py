@@ -9,7 +9,7 @@ right-padded with pad, padding masks on, cross-entropy (NLL on the model's own
 log_softmax head) ignores pad.
 
 Design decisions:
-* The model is tools/halformer_torch.Seq2Seq, so the weights are saved under the
+* The model is halformer_torch.Seq2Seq (tests/reference), so the weights are saved under the
   "torch.nn.Transformer" naming preset with no renaming step.
 * Fully deterministic (fixed seeds, fixed number of steps, CPU), sized to finish in a
   few minutes on a 2-core machine. Adam with linear warmup then cosine decay.
@@ -36,6 +36,7 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))  # halformer_torch, the PyTorch reference
 
 from export_torch import ExportError, prepare_tensors, save_atomic  # noqa: E402
 from halformer_torch import Seq2Seq, greedy, load_spec  # noqa: E402

@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Optional, Sequence
 BENCH_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(BENCH_DIR)
 TOOLS_DIR = os.path.join(ROOT, "tools")
+REFERENCE_DIR = os.path.join(ROOT, "tests", "reference")  # halformer_torch, the PyTorch reference
 
 # Progress lines count from the harness's start, in the harness and in every peer process.
 _T0 = float(os.environ.setdefault("HALBENCH_T0", repr(time.time())))
@@ -59,7 +60,7 @@ def write_json(path: str, obj: Any) -> None:
 
 # --------------------------------------------------------------------------------------
 # spec: only what the harness needs (sizes, tokens, placement), with halformer's defaults.
-# The full reading (every default) is tools/halformer_torch.load_spec, used by the peers;
+# The full reading (every default) is halformer_torch.load_spec (tests/reference), used by the peers;
 # the harness process itself does not import torch.
 
 def load_spec_light(path: str) -> Dict[str, Any]:

@@ -10,7 +10,7 @@ its targets and BIN is bench/cpp/model_bench.cpp linked against that build's lib
 * peaks: a device-to-device copy (bytes read + written) and an fp32 matmul with TF32 off
   (and on), through PyTorch: the denominators of every percentage;
 * encoder, batch 1/8/32, length 128: halformer (Model::encode, output downloaded)
-  against tools/halformer_torch.Seq2Seq.encode (stock nn.TransformerEncoder) with TF32
+  against halformer_torch.Seq2Seq.encode (stock nn.TransformerEncoder) with TF32
   off, then on; medians of CUDA-event (PyTorch) or wall (halformer: every call ends with
   its result on the host) times;
 * greedy decode per step with the KV cache, batch 1 and 8, 64 steps: halformer's
@@ -29,7 +29,7 @@ import statistics
 import subprocess
 import sys
 
-from .common import TOOLS_DIR
+from .common import REFERENCE_DIR
 
 SRC_LEN = 128
 
@@ -127,7 +127,7 @@ def main() -> None:
     a = ap.parse_args()
     dev = a.device
     os.makedirs(a.out, exist_ok=True)
-    sys.path.insert(0, TOOLS_DIR)
+    sys.path.insert(0, REFERENCE_DIR)
     import torch
     from halformer_torch import load_spec
     from safetensors.torch import load_file

@@ -1,7 +1,7 @@
 """The spec's model as plain tensor functions with a KV cache, for the PyTorch and ONNX
 Runtime peers.
 
-tools/halformer_torch.Seq2Seq (stock torch.nn.Transformer) is the reference, but
+halformer_torch.Seq2Seq (stock torch.nn.Transformer) is the reference, but
 nn.TransformerDecoder has no KV cache: its greedy() re-runs the whole prefix every step,
 which is not what anyone deploys. So this module restates the same function, reading the
 same state_dict (the torch.nn.Transformer naming preset), as:
@@ -28,9 +28,9 @@ from typing import Dict, List, Tuple
 import torch
 import torch.nn.functional as F
 
-from .common import TOOLS_DIR, Unsupported
+from .common import REFERENCE_DIR, Unsupported
 
-sys.path.insert(0, TOOLS_DIR)
+sys.path.insert(0, REFERENCE_DIR)
 from halformer_torch import apply_defaults, sinusoidal_positions  # noqa: E402
 
 

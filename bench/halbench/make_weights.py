@@ -1,7 +1,7 @@
 """python -m halbench.make_weights SPEC OUT.safetensors [--seed 0]
 
 Seeded random weights for a spec, exactly as the golden tests make them
-(tools/halformer_torch.randomize_: LeCun-normal matrices, small non-zero biases and
+(halformer_torch.randomize_: LeCun-normal matrices, small non-zero biases and
 LayerNorm parameters, so every parameter matters), saved in the torch.nn.Transformer
 naming preset with tools/export_torch.prepare_tensors. Random weights almost never emit
 eos, so a greedy decode runs its full length (the harness reports it if one did not).
@@ -13,12 +13,13 @@ import os
 import sys
 import time
 
-from .common import TOOLS_DIR, log, quiet_warnings
+from .common import REFERENCE_DIR, TOOLS_DIR, log, quiet_warnings
 
 
 def make_weights(spec_path: str, out: str, seed: int = 0):
     """Writes the weights to `out` (atomically) and returns the torch model they came from."""
     sys.path.insert(0, TOOLS_DIR)
+    sys.path.insert(0, REFERENCE_DIR)
     import torch
     from export_torch import prepare_tensors
     from halformer_torch import Seq2Seq, load_spec, randomize_

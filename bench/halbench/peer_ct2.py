@@ -33,7 +33,7 @@ import os
 import sys
 import time
 
-from .common import (ENCODER_REL_TOL, REDUCED_ENCODER_REL_TOL, TOOLS_DIR, Unavailable, Unsupported, check_encoder,
+from .common import (ENCODER_REL_TOL, REDUCED_ENCODER_REL_TOL, REFERENCE_DIR, Unavailable, Unsupported, check_encoder,
                      check_tokens, conversion_stamp, is_current, load_reference, peer_main, read_sources,
                      record_step_times, reduced_precision_check, timed_runs)
 
@@ -52,7 +52,7 @@ def build(spec_path, weights, out_dir, log):
     from ctranslate2.specs import common_spec, transformer_spec
     from safetensors.numpy import load_file
 
-    sys.path.insert(0, TOOLS_DIR)
+    sys.path.insert(0, REFERENCE_DIR)
     from halformer_torch import load_spec
 
     stamp, stamp_path = conversion_stamp(out_dir, weights, spec_path, ct2=ctranslate2.__version__)

@@ -27,7 +27,7 @@ import os
 import sys
 import time
 
-from .common import (ENCODER_REL_TOL, REDUCED_ENCODER_REL_TOL, TOOLS_DIR, Unavailable, check_encoder, check_tokens, conversion_stamp,
+from .common import (ENCODER_REL_TOL, REDUCED_ENCODER_REL_TOL, REFERENCE_DIR, Unavailable, check_encoder, check_tokens, conversion_stamp,
                      is_current, load_reference, peer_main, read_sources, reduced_precision_check, timed_runs)
 
 OPSET = 17
@@ -38,7 +38,7 @@ def export(spec_path, weights, out_dir, log):
 
     from .kv_model import KVSeq2Seq, load_state
 
-    sys.path.insert(0, TOOLS_DIR)
+    sys.path.insert(0, REFERENCE_DIR)
     from halformer_torch import load_spec
 
     stamp, stamp_path = conversion_stamp(out_dir, weights, spec_path, torch=torch.__version__, opset=OPSET)

@@ -1,6 +1,6 @@
 """PyTorch peer: eager mode, `threads` intra-op threads, inference_mode.
 
-* encoder: the reference model itself, tools/halformer_torch.Seq2Seq.encode (stock
+* encoder: the reference model itself, halformer_torch.Seq2Seq.encode (stock
   torch.nn.TransformerEncoder, which takes PyTorch's fused "fast path" encoder-layer
   kernel in eval/inference mode) - what a PyTorch user runs.
 * decode: nn.TransformerDecoder has no KV cache, so the decoder is kv_model.KVSeq2Seq.step
@@ -17,7 +17,7 @@ import os
 import sys
 import time
 
-from .common import (ENCODER_REL_TOL, REDUCED_ENCODER_REL_TOL, TOOLS_DIR, Unavailable, check_encoder, check_tokens,
+from .common import (ENCODER_REL_TOL, REDUCED_ENCODER_REL_TOL, REFERENCE_DIR, Unavailable, check_encoder, check_tokens,
                      load_reference, peer_main, read_sources, reduced_precision_check, timed_runs)
 
 
@@ -28,7 +28,7 @@ def body(task, res):
         raise Unavailable(f"torch is not installed ({e})")
     from .kv_model import KVSeq2Seq, greedy_kv, load_state
 
-    sys.path.insert(0, TOOLS_DIR)
+    sys.path.insert(0, REFERENCE_DIR)
     from halformer_torch import Seq2Seq, load_spec
 
     torch.set_num_threads(task["threads"])

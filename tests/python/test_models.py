@@ -168,13 +168,13 @@ def test_build_runs_the_cli(tmp_path, capsys):
     assert m.generate([[3, 7, 1, 9]]) == [[9, 1, 7, 3, 15]]  # the first build, still loaded
     assert halformer.Model(out, weights=weights).config["max_new_tokens"] == 3
     with pytest.raises(subprocess.CalledProcessError) as e:
-        halformer.build(SOURCE / "tests" / "spec" / "broken" / "heads_not_divisor.yaml", tmp_path / "broken")
+        halformer.build(SOURCE / "tests" / "tools" / "spec" / "broken" / "heads_not_divisor.yaml", tmp_path / "broken")
     assert "heads" in e.value.output
 
 
 def test_build_reduced_precision(tmp_path):
     # The same weights file, converted at load (docs/precision.md); the trained model still
-    # reverses its input (its held-out exact match is tests/check_reverse_accuracy.py's).
+    # reverses its input (its held-out exact match is tests/models/check_reverse_accuracy.py's).
     weights = SOURCE / "models" / "reverse-tiny.safetensors"
     out = halformer.build(SOURCE / "models" / "reverse-tiny.yaml", tmp_path / "rt-int8", precision="int8")
     assert "# precision: int8" in (out / ".halformer" / "CMakeLists.txt").read_text()

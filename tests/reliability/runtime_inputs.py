@@ -5,7 +5,7 @@ usage: runtime_inputs.py BINARY WEIGHTS
 
 Every case must exit non-zero (not by a signal) and print a message matching its
 regex; controls (documented decisions, e.g. blank lines in --src-file are skipped)
-must succeed with the given output. The cases complement tests/CMakeLists.txt's
+must succeed with the given output. The cases complement tests/tools/cli's
 runtime_error_* tests (bad_id, negative_id, not_a_number, empty_input, too_long,
 zero_new_tokens), which are not repeated here. Needs a model with the reverse-tiny
 vocabulary (16 symbols, max_len 64).

@@ -7,7 +7,7 @@
 //     tensors do not fit the spec must open, and every tensor byte must be readable.
 //   * Binary.*: the reverse-tiny inference binary (HALFORMER_MODEL_BIN), as a user
 //     would run it: exit status 1 and the message on stderr. This covers the loader's
-//     checks against the spec (runtime/weights.cpp); in the asan build the binary is
+//     checks against the spec (runtime/weight_load.cpp); in the asan build the binary is
 //     instrumented too.
 // Each case asserts that loading fails AND that the message names the problem and the
 // tensor (or the file, when the problem is the file itself).
@@ -263,7 +263,7 @@ std::vector<Case> cases() {
 
   // ---- the file is a valid safetensors file, the tensors do not fit the spec
   const size_t first_spec_level = c.size();
-  // F16 and BF16 load (widened to fp32; tests/check_half_weights.py), but not I8 / F64 /
+  // F16 and BF16 load (widened to fp32; tests/models/check_half_weights.py), but not I8 / F64 /
   // I32, and their infinities are refused like fp32's.
   add("wrong_dtype_i8", [] { return serialize(with_tensor(valid_doc(), kQkv, "I8", {192, 64}, 1)); },
       {"wrong dtype or shape", kQkv + ": expected F32 (or F16 / BF16) [192, 64], found I8 [192, 64]"});

@@ -14,7 +14,7 @@ source tools/env.sh
 out="${1:-gpu-bundle}"
 rm -rf "$out"; mkdir -p "$out/bin" "$out/models"
 b=build
-for t in test_layers_cuda test_model; do
+for t in layers/test_layers_cuda models/test_model; do
   [ -x "$b/tests/$t" ] || { echo "bundle: $b/tests/$t is missing (build first)" >&2; exit 1; }
   cp "$b/tests/$t" "$out/bin/"
 done

@@ -49,8 +49,8 @@ if [ "$tests" = 1 ]; then
   step model_vs_torch_gpu-small_bf16_cuda env HALFORMER_MODEL_BIN="$bundle/models/gpu-small-bf16/gpu-small" \
     HALFORMER_REFERENCE_DIR="$d/reference" HALFORMER_WEIGHTS="$d/reference/weights.safetensors" HALFORMER_DEVICE=cuda \
     HALFORMER_RUN_TAG=bf16-cuda HALFORMER_TOLERANCE=0.01 "$bundle/bin/test_model"
-  step residency_gpu-small_cuda python3 "$root/tests/check_residency.py" "$d/gpu-small" "$d/reference/weights.safetensors" cuda
-  step batching_gpu-small_cuda env HALFORMER_DEVICE=cuda python3 "$root/tests/check_batching.py" "$d/gpu-small" \
+  step residency_gpu-small_cuda python3 "$root/tests/models/check_residency.py" "$d/gpu-small" "$d/reference/weights.safetensors" cuda
+  step batching_gpu-small_cuda env HALFORMER_DEVICE=cuda python3 "$root/tests/models/check_batching.py" "$d/gpu-small" \
     "$d/reference/weights.safetensors" "5 9 13 2 30" "8" "30 31 32 33 34 35 1 2 3 4 5 6" "7 7 7"
   grep -h "max abs\|error\|FAILED\|PASSED" "$results"/model_vs_torch_*_cuda.log | head -40 > "$results/model_errors.txt" || true
 fi
