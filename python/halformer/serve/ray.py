@@ -51,8 +51,8 @@ import numpy as np
 from ray import serve
 from starlette.responses import JSONResponse, StreamingResponse
 
-from halformer.serve import (ERROR_KEY, GENERATE_KINDS, GENERATE_PARAMETERS, ConfigError, _error_text, _Served,
-                              load_config)
+from halformer.serve.config import GENERATE_KINDS, ConfigError, load_config
+from halformer.serve.handler import ERROR_KEY, GENERATE_PARAMETERS, _error_text, _Served
 
 MAX_BODY_BYTES = 1 << 20  # per request, plus 6 bytes per byte of max_text_bytes (JSON's \uXXXX)
 OUTPUT_KEY = {"generate": ("OUTPUT_IDS", "output_ids"), "embed_text": ("EMBEDDING", "embedding"),

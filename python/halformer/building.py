@@ -1,0 +1,48 @@
+"""halformer.build(): a model from its YAML spec, by running the project's `halformer build`
+CLI (the one of the source tree this package was built from, or $HALFORMER_TOOL)."""
+import os
+import pathlib
+import subprocess
+import sys
+
+try:
+    from ._build_info import HALFORMER_TOOL as _BUILT_TOOL
+except ImportError:  # pragma: no cover - a package assembled by hand
+    _BUILT_TOOL = None
+
+
+def _tool():
+    tool = os.environ.get("HALFORMER_TOOL") or _BUILT_TOOL
+    if not tool or not os.path.isfile(tool):
+        raise FileNotFoundError(
+            f"the halformer CLI was not found at {tool!r}: build the project (cmake --build --preset default) "
+            "or set HALFORMER_TOOL to the path of build/bin/halformer")
+    return tool
+
+
+PRECISIONS = ("fp32", "int8", "bf16")
+
+
+def build(spec, out_dir, precision=None):
+    """Builds the model of SPEC (a YAML file) into OUT_DIR with the halformer CLI:
+    OUT_DIR/<name> (inference binary), lib<name>.so (for Model), lib<name>.a, <name>.h.
+    precision: "fp32", "int8" or "bf16" instead of the spec's `precision:` (as
+    `halformer build --precision`; docs/precision.md); None keeps the spec's.
+    The CLI's output is streamed to sys.stdout; a failure raises
+    subprocess.CalledProcessError (its .output holds what was printed). Returns OUT_DIR."""
+    spec, out_dir = os.fspath(spec), os.fspath(out_dir)
+    if precision is not None and precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)} (or None: the spec's)")
+    if not os.path.isfile(spec):
+        raise FileNotFoundError(f"spec {spec!r}: no such file")
+    cmd = [_tool(), "build", spec, "-o", out_dir] + (["--precision", precision] if precision else [])
+    lines = []
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          errors="replace", bufsize=1) as p:
+        for line in p.stdout:
+            lines.append(line)
+            sys.stdout.write(line)
+            sys.stdout.flush()
+    if p.returncode != 0:
+        raise subprocess.CalledProcessError(p.returncode, cmd, output="".join(lines))
+    return pathlib.Path(out_dir)
