@@ -30,13 +30,14 @@ std::map<std::string, E> param_names(std::initializer_list<E> values) {
 // The pointwise function a linear applies to its output before the epilogue (the
 // GeneratorParam `activation`): not the spec's Activation, whose gated kinds the planner
 // splits into a gate (ff1 with its PointwiseFn) and an up projection (ff_up).
-enum class PointwiseFn { None, Relu, Gelu, GeluTanh, Tanh, Silu };
+enum class PointwiseFn { None, Relu, Gelu, GeluTanh, Tanh, Silu, Relu2 };
 inline const std::map<std::string, PointwiseFn> kPointwiseFnNames = {{"none", PointwiseFn::None},
                                                                      {"relu", PointwiseFn::Relu},
                                                                      {"gelu", PointwiseFn::Gelu},
                                                                      {"gelu_tanh", PointwiseFn::GeluTanh},
                                                                      {"tanh", PointwiseFn::Tanh},
-                                                                     {"silu", PointwiseFn::Silu}};
+                                                                     {"silu", PointwiseFn::Silu},
+                                                                     {"relu2", PointwiseFn::Relu2}};
 
 // What a matmul's epilogue does with its second (N, M) input (linear*.cpp).
 enum class Epilogue { None, AddResidual, MultiplyGate };
@@ -67,6 +68,10 @@ inline Halide::Expr apply_pointwise(PointwiseFn fn, Halide::Expr v) {
     case PointwiseFn::Gelu: return 0.5f * v * (1.0f + erf(v * 0.70710678118654752f));
     case PointwiseFn::Tanh: return tanh_by_exp(v);  // BERT's pooler
     case PointwiseFn::Silu: return v / (1.0f + exp(-v));  // x * sigmoid(x) (swish; Marian)
+    case PointwiseFn::Relu2: {  // squared ReLU (Primer, Nemotron)
+      Expr r = max(v, 0.0f);
+      return r * r;
+    }
     case PointwiseFn::GeluTanh: {
       Expr inner = 0.79788456080286536f * (v + 0.044715f * v * v * v);
       return 0.5f * v * (1.0f + tanh_by_exp(inner));

@@ -93,6 +93,7 @@ void check_linear(Fn fn, int K, int N, const char* act, bool residual) {
 TEST(Linear, ReluK60N36) { check_linear(KERNEL(test_linear_relu), 60, 36, "relu", false); }
 TEST(Linear, GeluK17N100) { check_linear(KERNEL(test_linear_gelu), 17, 100, "gelu", false); }
 TEST(Linear, SiluK17N100) { check_linear(KERNEL(test_linear_silu), 17, 100, "silu", false); }
+TEST(Linear, Relu2K37N52) { check_linear(KERNEL(test_linear_relu2), 37, 52, "relu2", false); }
 TEST(Linear, TanhK60N60) { check_linear(KERNEL(test_linear_tanh), 60, 60, "tanh", false); }
 TEST(Linear, WholePanelsK40N192) { check_linear(KERNEL(test_linear_panels), 40, 192, "none", false); }
 // 3 to 8 rows: tasks of several panels, the last one partial.

@@ -31,6 +31,7 @@ inline double activate(const std::string& act, double v) {
   if (act == "gelu") return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
   if (act == "tanh") return std::tanh(v);
   if (act == "silu") return v / (1 + std::exp(-v));
+  if (act == "relu2") return v > 0 ? v * v : 0;  // squared ReLU
   if (act == "gelu_tanh")
     return 0.5 * v * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
   return v;

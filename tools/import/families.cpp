@@ -14,7 +14,7 @@ namespace halformer::import::detail {
 std::optional<std::string> activation(const std::string& hf) {
   static const std::map<std::string, std::string> m = {
       {"gelu", "gelu"}, {"gelu_new", "gelu_tanh"}, {"gelu_pytorch_tanh", "gelu_tanh"}, {"relu", "relu"},
-      {"silu", "silu"}, {"swish", "silu"}};
+      {"silu", "silu"}, {"swish", "silu"}, {"relu2", "relu2"}};
   auto it = m.find(hf);
   if (it == m.end()) return std::nullopt;
   return it->second;
@@ -34,7 +34,7 @@ void read_activation(Config& c, const std::string& key, const std::string& fallb
   if (auto a = activation(act))
     m.set("layer", "activation", *a, key + " '" + act + "'");
   else if (c.has(key))
-    c.refuse(key, "supported: gelu (erf), gelu_new / gelu_pytorch_tanh (tanh approximation), relu, "
+    c.refuse(key, "supported: gelu (erf), gelu_new / gelu_pytorch_tanh (tanh approximation), relu, relu2, "
               "silu / swish");
 }
 

@@ -23,7 +23,7 @@ enum class NormPlacement { Post, Pre };  // LayerNorm(x + f(x))  vs  x + f(Layer
 // Plain kinds: act(x W1) W2, each named as the generators' PointwiseFn (generators/common.h),
 // which the planner passes on by name. Gated kinds (swiglu, geglu, geglu_tanh):
 // act(x W_gate) * (x W_up), then W_down.
-enum class Activation { Relu, Gelu, GeluTanh, Silu, Swiglu, Geglu, GegluTanh };
+enum class Activation { Relu, Gelu, GeluTanh, Silu, Relu2, Swiglu, Geglu, GegluTanh };
 enum class RotaryLayout { Half, Interleaved };  // pairs (c, c + R/2) | (2c, 2c + 1)
 enum class Pooler { None, DenseTanh, DenseGelu };  // BERT's (tanh) or ELECTRA's (gelu) pooler before a classifier
 enum class DecodeStrategy { Greedy, Beam };

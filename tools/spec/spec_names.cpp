@@ -10,7 +10,7 @@ constexpr std::pair<NormPlacement, const char*> kNormPlacementNames[] = {{NormPl
                                                                          {NormPlacement::Pre, "pre"}};
 constexpr std::pair<Activation, const char*> kActivationNames[] = {
     {Activation::Relu, "relu"},     {Activation::Gelu, "gelu"},     {Activation::GeluTanh, "gelu_tanh"},
-    {Activation::Silu, "silu"},     {Activation::Swiglu, "swiglu"},
+    {Activation::Silu, "silu"},     {Activation::Relu2, "relu2"},   {Activation::Swiglu, "swiglu"},
     {Activation::Geglu, "geglu"},   {Activation::GegluTanh, "geglu_tanh"}};
 constexpr std::pair<RotaryLayout, const char*> kRotaryLayoutNames[] = {{RotaryLayout::Half, "half"},
                                                                        {RotaryLayout::Interleaved, "interleaved"}};

@@ -76,7 +76,8 @@ def bert_config(spec: Dict[str, Any]):
     if head["kind"] == "classifier" and head["pooler"] != "dense_tanh":
         raise ValueError("head.pooler: a huggingface-bert classifier needs dense_tanh "
                          "(BertForSequenceClassification always applies the pooler)")
-    act = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh"}[layer["activation"]]  # transformers' ACT2FN names
+    act = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh",
+           "relu2": "relu2"}[layer["activation"]]  # transformers' ACT2FN names
     return tf.BertConfig(
         vocab_size=int(s["src_vocab"]), hidden_size=int(s["d_model"]),
         num_hidden_layers=int(s["encoder_layers"]), num_attention_heads=int(s["heads"]),

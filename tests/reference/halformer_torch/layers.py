@@ -45,6 +45,7 @@ _ACTIVATIONS = {
     "gelu": F.gelu,  # erf form
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "silu": F.silu,
+    "relu2": lambda x: torch.square(F.relu(x)),  # squared ReLU (Primer, Nemotron)
 }
 
 

@@ -274,7 +274,7 @@ TEST(Reporting, OmittedValueIsReportedAtItsKey) {
   ASSERT_EQ(r.diagnostics.size(), 1u) << all(r.diagnostics);
   EXPECT_EQ(
       r.diagnostics[0].str(),
-      "o.yaml:5:3: error: layer.activation: expected an activation, found nothing; allowed: relu, gelu, gelu_tanh, silu, swiglu, geglu, geglu_tanh");
+      "o.yaml:5:3: error: layer.activation: expected an activation, found nothing; allowed: relu, gelu, gelu_tanh, silu, relu2, swiglu, geglu, geglu_tanh");
 }
 
 // ------------------------------------------------------------------ values and defaults
@@ -329,7 +329,7 @@ TEST(Values, EnumsRoundTripThroughToString) {
   round_trip<NormPlacement>("layer", "norm_placement", {NormPlacement::Post, NormPlacement::Pre},
                             &Spec::norm_placement);
   round_trip<NormKind>("layer", "norm_kind", {NormKind::Standard, NormKind::Annotated}, &Spec::norm_kind);
-  round_trip<Activation>("layer", "activation", {Activation::Relu, Activation::Gelu, Activation::GeluTanh, Activation::Silu},
+  round_trip<Activation>("layer", "activation", {Activation::Relu, Activation::Gelu, Activation::GeluTanh, Activation::Silu, Activation::Relu2},
                          &Spec::activation);
   round_trip<Positions>("embedding", "positions", {Positions::Sinusoidal, Positions::Learned, Positions::None, Positions::SinusoidalSplit},
                         &Spec::positions);
