@@ -9,7 +9,9 @@ namespace halformer {
 // kernel_arg: the view is passed to a kernel, where OpenCL makes a sub-buffer of it
 // (offset must be aligned); views only copied between need no alignment.
 View make_view(const Array& a, int64_t offset, int dims, const halide_dimension_t* d, bool kernel_arg) {
-  if (a.bf16) return View{Buf(), Halide::Runtime::Buffer<void>(halide_type_of<uint16_t>(), a.bits() + offset, dims, d)};
+  if (a.bf16 && !a.iface)
+    return View{Buf(), Halide::Runtime::Buffer<void>(halide_type_of<uint16_t>(), a.bits() + offset, dims, d)};
+  if (a.bf16 && offset != 0) throw Error("internal: a device view inside a bf16 activation");
   if (!a.iface) return View{Buf(), Buf(a.host() + offset, dims, d)};
   int64_t span = 1;
   for (int i = 0; i < dims; ++i) span += int64_t(d[i].extent - 1) * d[i].stride;
@@ -30,7 +32,7 @@ View make_view(const Array& a, int64_t offset, int dims, const halide_dimension_
     }
   }
   halide_buffer_t h{};
-  h.type = halide_type_of<float>();
+  h.type = a.bf16 ? halide_type_of<uint16_t>() : halide_type_of<float>();
   h.dimensions = dims;
   h.dim = const_cast<halide_dimension_t*>(d);
   h.device = v.keep.raw_buffer()->device;

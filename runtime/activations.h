@@ -76,9 +76,10 @@ class HostBlockCache {
 // each is used). It owns one 1-D buffer of C*T*B floats: host memory on the CPU
 // (zeroed, as before), device memory only on a GPU device -- no host allocation at
 // all, so a host round trip of an intermediate cannot happen silently.
-// bf16: elements of 2 bytes (bf16 bits), host only -- the attention caches of a
+// bf16: elements of 2 bytes (bf16 bits) -- on the host the attention caches of a
 // reduced-precision model (ModelConfig::cross_kv_bf16, self_cache_bf16), which kernels
-// alone read and write (and copy_elems copies).
+// alone read and write (and copy_elems copies); on CUDA the bf16 input of a cuBLASLt
+// matmul (gpu_blas.h), viewed whole only.
 struct Array {
   int C = 0, T = 0, B = 0;
   bool bf16 = false;
@@ -101,8 +102,7 @@ struct Array {
       if (zeroed) std::memset(mem.data(), 0, size_t(floats) * sizeof(float));
       return;
     }
-    if (bf16) throw Error("internal: bf16 activations live on the host");
-    mem = Buf(static_cast<float*>(nullptr), int(n));
+    mem = Buf(static_cast<float*>(nullptr), int(bf16 ? (n + 1) / 2 : n));  // bf16: cuBLASLt's input (gpu_blas.h)
     check_kernel(mem.device_malloc(iface), "device allocation");
   }
   Array(Array&&) = default;

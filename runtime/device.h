@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "activations.h"
+#include "gpu_blas.h"
 #include "halformer/model.h"
 #include "halformer/packed_layout.h"
 #include "halformer/weights.h"
@@ -85,6 +86,7 @@ struct WeightBuffers {
 struct DeviceState {
   const halide_device_interface_t* iface = nullptr;
   TransferStats stats;
+  std::unique_ptr<GpuBlas> blas;  // CUDA: cuBLASLt for the many-row linears (null: Halide kernels only)
 };
 
 // One call's view of the device: its interface (null on the CPU), the model's weight
@@ -93,6 +95,7 @@ struct DeviceContext {
   const halide_device_interface_t* iface;  // null on the CPU
   TransferStats& stats;
   WeightBuffers& wbufs;
+  GpuBlas* blas;  // null unless a CUDA model has cuBLASLt
 
   // A weight tensor's buffer (see WeightBuffers::get). On a GPU device its first use uploads it (once per model).
   halide_buffer_t* weight(const WeightVector<float>& v, int inner, int rows, int panel = 0);

@@ -17,16 +17,51 @@ std::pair<halide_buffer_t*, halide_buffer_t*> Stack::linear_args(const LinearWei
   if (w.bf16()) return {uploaded(wbufs.get_bf16(w)), weight(w.b, w.out, 0)};
   return {weight(w.w, w.in, w.out, w.panel), weight(w.b, w.out, 0)};
 }
-void Stack::linear(LinearFn fn, const char* name, View x, const LinearWeights& w, View out) {
+void Stack::linear(LinearFn fn, const char* name, View x, const LinearWeights& w, View out, const char* act) {
+  if (linear_on_blas(x, w, nullptr, act, out)) return;
   auto [wb, bb] = linear_args(w);
   KernelTimer timer(name, iface);
   check_kernel(fn(x.raw(), wb, bb, out.raw()), name);
 }
 void Stack::linear_residual(LinearResidualFn fn, const char* name, View x, const LinearWeights& w, View residual,
                      View out) {
+  if (fn != kt.ff_up && linear_on_blas(x, w, &residual, "none", out)) return;  // ff_up multiplies
   auto [wb, bb] = linear_args(w);
   KernelTimer timer(name, iface);
   check_kernel(fn(x.raw(), wb, bb, residual.raw(), out.raw()), name);
+}
+// A CUDA model's linear on cuBLASLt (gpu_blas.h) where the policy takes its row count and
+// cuBLASLt fuses its epilogue (bias; + ReLU, tanh-GELU or a residual); false: the Halide
+// kernel runs. bf16 weights take bf16 inputs: the activations are rounded by cast_bf16 first.
+bool Stack::linear_on_blas(View& x, const LinearWeights& w, View* residual, const char* act,
+                           View& out) {
+  if (!blas || w.int8() || (w.bf16() && !kt.cast_bf16)) return false;
+  const halide_buffer_t* xb = x.raw();
+  const int K = xb->dim[0].extent, M = xb->dim[1].extent;
+  if (!blas->takes(M)) return false;
+  GemmEpilogue e = GemmEpilogue::Bias;
+  const std::string a = act;
+  if (residual) e = GemmEpilogue::BiasResidual;
+  else if (a == "relu") e = GemmEpilogue::BiasRelu;
+  else if (a == "gelu_tanh") e = GemmEpilogue::BiasGeluTanh;
+  else if (a != "none") return false;
+  auto dense = [&](const halide_buffer_t* b, int c) { return b->dim[0].stride == 1 && b->dim[1].stride == c; };
+  if (K != w.in || !dense(xb, K) || !dense(out.raw(), w.out) || (residual && !dense(residual->raw(), w.out)))
+    return false;
+  auto [wb, bb] = linear_args(w);  // uploaded on first use
+  GemmCall c{M, K, w.out, w.panel, w.bf16(), xb->device, wb->device, bb->device,
+             residual ? residual->raw()->device : 0, out.raw()->device, e};
+  Array x16;
+  if (c.bf16) {
+    x16 = Array(K, M, 1, iface, /*bf16=*/true);
+    View v = x16.flat();
+    KernelTimer timer("cast_bf16", iface);
+    check_kernel(kt.cast_bf16(x.raw(), v.raw()), "cast_bf16");
+    c.x = v.raw()->device;
+  }
+  KernelTimer timer("cublaslt_matmul", iface);  // the profile tells them from the Halide linears
+  blas->matmul(c);
+  return true;
 }
 // fn: the norm kernel of n's width (kt.layer_norm: d_model).
 void Stack::layer_norm(const Array& x, const NormWeights& n, Array& out, LayerNormFn fn) {
@@ -195,10 +230,10 @@ void Stack::feed_forward(Array& x, const LayerWeights& L, const Array& parallel_
     Array mid(L.ff1.out, h.T, h.B, iface);
     if (cfg.gated_ff) {  // SwiGLU / GeGLU: mid = act(h W_gate) * (h W_up)
       Array gate(L.ff_gate.out, h.T, h.B, iface);
-      linear(kt.ff1, "ff_gate", h.flat(), L.ff_gate, gate.flat());
+      linear(kt.ff1, "ff_gate", h.flat(), L.ff_gate, gate.flat(), cfg.ff_activation);
       linear_residual(kt.ff_up, "ff_up", h.flat(), L.ff1, gate.flat(), mid.flat());
     } else {
-      linear(kt.ff1, "ff1", h.flat(), L.ff1, mid.flat());
+      linear(kt.ff1, "ff1", h.flat(), L.ff1, mid.flat(), cfg.ff_activation);
     }
     linear_residual(kt.ff2, "ff2", mid.flat(), L.ff2, res.flat(), y.flat());
   }, normed);

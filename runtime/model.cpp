@@ -11,7 +11,9 @@
 #include <HalideRuntime.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "cpu_features.h"
@@ -46,7 +48,7 @@ Model& Model::operator=(Model&&) noexcept = default;
 
 Call Model::call() const {
   return Call{CallThreads(threads_),
-              Stack(DeviceContext{state_->iface, state_->stats, *buffers_}, *desc_->config, *kernels_)};
+              Stack(DeviceContext{state_->iface, state_->stats, *buffers_, state_->blas.get()}, *desc_->config, *kernels_)};
 }
 
 Model Model::load(const ModelDescriptor& desc, const std::string& weights_path, const LoadOptions& options) {
@@ -95,6 +97,15 @@ Model Model::load(const ModelDescriptor& desc, const std::string& weights_path, 
     // runtime keep freed device blocks for reuse (cuMemAlloc / clCreateBuffer per
     // activation would dominate small steps on a real GPU).
     halide_reuse_device_allocations(nullptr, true);
+    // CUDA: the many-row linears on tensor cores through cuBLASLt, unless
+    // HALFORMER_GPU_GEMM=halide; where cuBLASLt cannot load, Halide kernels, said once.
+    if (kernels->cuda && gemm_policy_from_env() != GemmPolicy::Halide) {
+      std::string why;
+      m.state_->blas = GpuBlas::open(*kernels->cuda, cfg.tf32, &why);
+      static std::once_flag said;
+      if (!m.state_->blas)
+        std::call_once(said, [&] { std::fprintf(stderr, "halformer: cuBLASLt not used (%s): linears run as Halide kernels\n", why.c_str()); });
+    }
   }
   return m;
 }

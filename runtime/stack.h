@@ -49,9 +49,12 @@ struct Stack : DeviceContext {
   // ---- layer blocks (layers.cpp)
   // A linear's weight and bias buffers (fp32, int8 or bf16 layouts).
   std::pair<halide_buffer_t*, halide_buffer_t*> linear_args(const LinearWeights& w);
-  void linear(LinearFn fn, const char* name, View x, const LinearWeights& w, View out);
+  // act: the PointwiseFn the kernel fn applies (ModelConfig::ff_activation for ff1), which
+  // decides whether cuBLASLt can stand in for it (linear_on_blas).
+  void linear(LinearFn fn, const char* name, View x, const LinearWeights& w, View out, const char* act = "none");
   void linear_residual(LinearResidualFn fn, const char* name, View x, const LinearWeights& w, View residual,
                        View out);
+  bool linear_on_blas(View& x, const LinearWeights& w, View* residual, const char* act, View& out);
   // fn: the norm kernel of n's width (kt.layer_norm: d_model).
   void layer_norm(const Array& x, const NormWeights& n, Array& out, LayerNormFn fn = nullptr);
   // bias: a stack's relative position table (position_bias).

@@ -213,7 +213,7 @@ Tensor Stack::pooled(const Weights& w, const std::vector<Sequence>& src) {
   if (cfg.head != HeadKind::Classifier) return Tensor{{x.B, p.C}, to_host(p)};
   if (cfg.pooler) {
     Array q(p.C, 1, p.B, iface);
-    linear(kt.pooler, "pooler", p.flat(), w.pooler, q.flat());
+    linear(kt.pooler, "pooler", p.flat(), w.pooler, q.flat(), "tanh or gelu");  // never cuBLASLt's
     p = std::move(q);
   }
   Array out(cfg.num_classes, 1, x.B, iface);

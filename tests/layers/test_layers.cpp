@@ -11,7 +11,9 @@
 #include <gtest/gtest.h>
 #include <HalideBuffer.h>
 
+#include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <random>
 
@@ -389,6 +391,50 @@ TEST(Argmax, FirstMaximumV37) {
     ASSERT_EQ(KERNEL(test_argmax_37)(xb, gb), 0);
     gb.copy_to_host();
     EXPECT_EQ(got, ref::argmax(x, M, V));
+  }
+}
+
+// cast_bf16 against rounding done by comparing distances: the nearer of the two bf16
+// values around x, the even one on a tie (IEEE round-to-nearest-even); NaN stays NaN.
+uint16_t nearest_bf16(float x) {
+  if (std::isnan(x)) return 0x7fc0;
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  const uint16_t lo = uint16_t(u >> 16);  // toward zero; lo + 1 is one step away from zero
+  if ((u & 0xffffu) == 0) return lo;
+  auto widen = [](uint16_t h) {
+    const uint32_t w = uint32_t(h) << 16;
+    float f;
+    std::memcpy(&f, &w, 4);
+    return double(f);
+  };
+  const double below = std::abs(double(x) - widen(lo)), above = std::abs(widen(uint16_t(lo + 1)) - double(x));
+  if (below != above) return below < above ? lo : uint16_t(lo + 1);
+  return (lo & 1) ? uint16_t(lo + 1) : lo;
+}
+
+TEST(Convert, CastBf16RoundsToNearestEven) {
+  const int C = 37;
+  for (int M : kRows) {
+    Vec x = random_vec(size_t(M) * C, 16);
+    const float special[] = {1.00390625f /* tie, even below */, 1.01171875f /* tie, odd below: up */, -2.5e-39f,
+                             std::numeric_limits<float>::infinity(), -0.0f, 3.0e38f,
+                             std::numeric_limits<float>::quiet_NaN()};
+    for (size_t i = 0; i < std::size(special) && i < x.size(); ++i) x[i] = special[i];
+    std::vector<uint16_t> got(x.size());
+    Buf xb = view(x, {C, M});
+    Halide::Runtime::Buffer<uint16_t> gb(got.data(), C, M);
+    ASSERT_EQ(KERNEL(test_cast_bf16)(xb, gb), 0);
+    gb.copy_to_host();
+    for (size_t i = 0; i < x.size(); ++i) {
+      const uint16_t want = nearest_bf16(x[i]);
+      if (std::isnan(x[i])) {
+        EXPECT_EQ(got[i] & 0x7f80, 0x7f80) << "NaN at " << i;
+        EXPECT_NE(got[i] & 0x7f, 0) << "NaN at " << i;
+      } else {
+        ASSERT_EQ(got[i], want) << "element " << i << " = " << x[i] << " (M " << M << ")";
+      }
+    }
   }
 }
 

@@ -28,6 +28,16 @@ if ! ldconfig -p | grep -q 'libcuda\.so '; then
   [ -n "$c" ] || c="$(ls /usr/local/nvidia/lib64/libcuda.so.1 /usr/lib/x86_64-linux-gnu/libcuda.so.1 2>/dev/null | head -1)"
   if [ -n "$c" ]; then ln -sf "$c" "$bundle/lib/libcuda.so"; echo "libcuda.so -> $c"; fi
 fi
+# cuBLASLt (the runtime opens it: runtime/gpu_blas.h): the copy PyTorch's CUDA wheels ship.
+if [ -z "${HALFORMER_CUBLASLT:-}" ]; then
+  HALFORMER_CUBLASLT="$(python3 -c '
+import glob, os, site
+dirs = site.getsitepackages() + [site.getusersitepackages(), "/usr/local/cuda/lib64"]
+hits = [p for d in dirs for p in glob.glob(os.path.join(d, "**", "libcublasLt.so.1[0-9]*"), recursive=True)]
+print(sorted(hits, key=len)[0] if hits else "")' 2>/dev/null)"
+fi
+export HALFORMER_CUBLASLT
+echo "cuBLASLt: ${HALFORMER_CUBLASLT:-not found}"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$results/gpu.txt"
 fails=0
 step() {  # step NAME CMD...: runs it, logs it, counts a failure
@@ -49,6 +59,20 @@ if [ "$tests" = 1 ]; then
   step model_vs_torch_gpu-small_bf16_cuda env HALFORMER_MODEL_BIN="$bundle/models/gpu-small-bf16/gpu-small" \
     HALFORMER_REFERENCE_DIR="$d/reference" HALFORMER_WEIGHTS="$d/reference/weights.safetensors" HALFORMER_DEVICE=cuda \
     HALFORMER_RUN_TAG=bf16-cuda HALFORMER_TOLERANCE=0.01 "$bundle/bin/test_model"
+  # Every linear through cuBLASLt (HALFORMER_GPU_GEMM=cublaslt; by default only those of more
+  # than 256 rows, which these small inputs never reach): fp32 at the fp32 tolerance, bf16
+  # tensor cores against the fp32 reference, the awkward shapes (N not a multiple of 64).
+  for m in gpu-small gpt-awkward bert-embed-awkward; do
+    d="$bundle/models/$m"
+    step "model_vs_torch_${m}_cublaslt_cuda" env HALFORMER_GPU_GEMM=cublaslt HALFORMER_MODEL_BIN="$d/$m" \
+      HALFORMER_REFERENCE_DIR="$d/reference" HALFORMER_WEIGHTS="$d/reference/weights.safetensors" \
+      HALFORMER_DEVICE=cuda HALFORMER_RUN_TAG=cublaslt-cuda "$bundle/bin/test_model"
+  done
+  d="$bundle/models/gpu-small"
+  step model_vs_torch_gpu-small_bf16_cublaslt_cuda env HALFORMER_GPU_GEMM=cublaslt \
+    HALFORMER_MODEL_BIN="$bundle/models/gpu-small-bf16/gpu-small" HALFORMER_REFERENCE_DIR="$d/reference" \
+    HALFORMER_WEIGHTS="$d/reference/weights.safetensors" HALFORMER_DEVICE=cuda HALFORMER_RUN_TAG=bf16-cublaslt-cuda \
+    HALFORMER_TOLERANCE=0.01 "$bundle/bin/test_model"
   step residency_gpu-small_cuda python3 "$root/tests/models/check_residency.py" "$d/gpu-small" "$d/reference/weights.safetensors" cuda
   step batching_gpu-small_cuda env HALFORMER_DEVICE=cuda python3 "$root/tests/models/check_batching.py" "$d/gpu-small" \
     "$d/reference/weights.safetensors" "5 9 13 2 30" "8" "30 31 32 33 34 35 1 2 3 4 5 6" "7 7 7"
@@ -60,6 +84,10 @@ if [ "$bench" = 1 ]; then
   for v in "$bundle"/bin/halformer_model_bench_*; do
     [ -x "$v" ] && builds+=(--model-bench "${v##*/halformer_model_bench_}=$v")
   done
+  # The fp32 and bf16 builds again with every linear a Halide kernel: cuBLASLt's share.
+  builds+=(--model-bench "fp32-halide=$bundle/bin/halformer_model_bench@HALFORMER_GPU_GEMM=halide")
+  [ -x "$bundle/bin/halformer_model_bench_bf16" ] &&
+    builds+=(--model-bench "bf16-halide=$bundle/bin/halformer_model_bench_bf16@HALFORMER_GPU_GEMM=halide")
   (cd "$root/bench" && PYTHONUNBUFFERED=1 python3 -m halbench.gpu --spec "$bundle/transformer-base-cuda.yaml" \
      "${builds[@]}" --out "$results/bench" $quick) 2>&1 | tee "$results/bench.log" | tail -40
   # Per-kernel device times (HALFORMER_PROFILE synchronises around every kernel): the

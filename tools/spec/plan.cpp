@@ -7,6 +7,7 @@
 #include "halformer/amx.h"  // amx_usable_here: ModelConfig::amx_tiles
 #include "output_text.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -207,6 +208,11 @@ class Planner {
             {"kind", to_string(s.pooling)},
             {"normalize", normalize ? "true" : "false"}});
     }
+    // CUDA bf16 builds: the many-row linears multiply on tensor cores through cuBLASLt
+    // (runtime/gpu_blas.h), whose bf16 input this kernel makes from the fp32 activations.
+    const bool cuda = std::find(s.targets.begin(), s.targets.end(), Target::Cuda) != s.targets.end();
+    if (cuda && (s.precision == Precision::Bf16 || s.output_precision() == Precision::Bf16))
+      bind(KernelRole::cast_bf16, "convert", "cast_bf16", {});
     if (s.head == HeadKind::Classifier) {
       if (s.pooler != Pooler::None)
         linear(KernelRole::pooler, s.d_model, s.d_model, s.pooler == Pooler::DenseTanh ? "tanh" : "gelu");
@@ -320,6 +326,8 @@ std::unique_ptr<SpecModelConfig> model_config(const Spec& s) {
   c.parallel_residual = s.parallel_residual;
   c.embedding_size = int(s.embedding_width());
   c.shared_layers = s.shared_weights;
+  c.ff_activation = str(to_string(gate_activation(s.activation)));
+  c.tf32 = s.tf32;
   return r;
 }
 
@@ -365,8 +373,10 @@ void write_plan(const Spec& spec, const Plan& plan, const std::string& dir) {
   auto variant_fn = [](const std::string& fn, const std::string& device) {
     return device == "cpu" ? fn : fn + "_" + device;
   };
-  for (const auto& [device, target] : plan.variants)
+  for (const auto& [device, target] : plan.variants) {
+    if (device == "cuda") c << "#include <HalideRuntimeCuda.h>\n";
     for (const auto& k : plan.kernels) c << "#include \"" << variant_fn(k.function, device) << ".h\"\n";
+  }
   // The config is model_config(spec) (what `halformer quantize` uses too), written out.
   const auto owned = model_config(spec);
   const ModelConfig& cfg = owned->config;
@@ -414,7 +424,12 @@ void write_plan(const Spec& spec, const Plan& plan, const std::string& dir) {
     << ", /*amx_tiles*/ " << b(cfg.amx_tiles) << ",\n      /*relative_buckets*/ " << cfg.relative_buckets << ", /*relative_distance*/ " << cfg.relative_distance
     << ", /*generator_input_scale*/ " << Planner::format_float(cfg.generator_input_scale)
     << ", /*parallel_residual*/ " << b(cfg.parallel_residual) << ", /*embedding_size*/ " << cfg.embedding_size
-    << ", /*shared_layers*/ " << b(cfg.shared_layers) << "};\n\n";
+    << ", /*shared_layers*/ " << b(cfg.shared_layers) << ",\n      /*ff_activation*/ "
+    << cpp_string(cfg.ff_activation) << ", /*tf32*/ " << b(cfg.tf32) << "};\n\n";
+  // A CUDA build hands the runtime Halide's CUDA runtime hooks (model_config.h CudaHooks).
+  if (std::any_of(plan.variants.begin(), plan.variants.end(), [](const auto& v) { return v.first == "cuda"; }))
+    c << "static const halformer::CudaHooks kCudaHooks = {halide_set_cuda_acquire_context,\n"
+      << "                                                halide_set_cuda_release_context, halide_set_cuda_get_stream};\n\n";
   // Each device's KernelTable, filled by name (model_config.h HALFORMER_KERNEL_ROLES): a
   // role renamed or removed there fails to compile here; roles not bound stay null.
   for (const auto& [device, target] : plan.variants) {
@@ -426,6 +441,7 @@ void write_plan(const Spec& spec, const Plan& plan, const std::string& dir) {
         c << "  k." << role.name << " = " << variant_fn(it->second, device) << ";\n";
     }
     c << "  k.metadata = " << variant_fn(plan.kernels.front().function, device) << "_metadata;\n"
+      << (device == "cuda" ? "  k.cuda = &kCudaHooks;\n" : "")
       << "  return k;\n}\n";
   }
   c << "\nstatic const halformer::KernelTable* kernels_for(const char* device) {\n"

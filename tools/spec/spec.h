@@ -140,6 +140,8 @@ struct Spec {
   }
   std::vector<Target> targets = {Target::Host};
   int64_t cuda_capability = 80;
+  // fp32 linears on cuBLASLt (CUDA) may multiply in TF32: off unless the spec says so.
+  bool tf32 = false;
 
   // schedule knob overrides, "<layer kind>.<knob>" -> value, e.g. "linear.tile_m": "4"
   std::map<std::string, std::string> schedule;

@@ -97,7 +97,8 @@ std::string spec_defaults_json() {
       .add("precision", to_string(d.precision))
       .raw("precision_overrides", overrides.str())
       .raw("targets", "[" + targets + "]")
-      .add("cuda_capability", d.cuda_capability);
+      .add("cuda_capability", d.cuda_capability)
+      .add("tf32", d.tf32);
   // The defaults that depend on other fields (spec_validate.cpp check_sizes / check_consistency,
   // spec.h embedding_width / output_precision / table_precision / cache_precision).
   Object derived(2);

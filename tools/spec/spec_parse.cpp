@@ -2,6 +2,7 @@
 // section storing each valid value and reporting each wrong one (through Section,
 // spec_internal.h), and parse_root, which reads the sections in documentation order and
 // then runs the cross-field checks (spec_validate.cpp).
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 
@@ -14,7 +15,7 @@ const std::map<std::string, std::vector<std::string>>& schema() {
   static const std::map<std::string, std::vector<std::string>> s{
       {"",
        {"name", "architecture", "sizes", "layer", "embedding", "attention", "head", "tokens", "decoding", "weights",
-        "precision", "precision_overrides", "targets", "cuda_capability", "schedule", "tuning"}},
+        "precision", "precision_overrides", "targets", "cuda_capability", "tf32", "schedule", "tuning"}},
       {"precision_overrides", {"generator", "embeddings", "int16_activations", "kv_cache"}},
       {"sizes",
        {"d_model", "heads", "d_ff", "encoder_layers", "decoder_layers", "src_vocab", "tgt_vocab", "max_len",
@@ -216,6 +217,9 @@ ParseResult parse_root(const YAML::Node& root, const std::string& file) {
   }
   read_targets(top, spec);
   top.read("cuda_capability", spec.cuda_capability, 50, 120);
+  top.read("tf32", spec.tf32);
+  if (spec.tf32 && std::find(spec.targets.begin(), spec.targets.end(), Target::Cuda) == spec.targets.end())
+    cx.error(cx.where("tf32"), "tf32", "applies to CUDA builds only: add cuda to targets, or remove tf32");
   read_schedule(top.section("schedule", /*free_form=*/true), spec);
   read_tuning(top.section("tuning"), spec);
 

@@ -191,6 +191,14 @@ IoPlan io_plan(const PlannedKernel& k, Signature signature, const Shape& s, cons
       io.out_extents = {M};
       break;
     }
+    case Signature::ConvertFn: {  // cast_bf16: linear inputs (d_model or d_ff wide)
+      const int C = geti(p, "channels", 64);
+      ConvertFnInputs in;
+      in.x = uniform({C, M});
+      io.inputs = named(in);
+      io.out_extents = {C, M};
+      break;
+    }
     case Signature::PoolFn: {
       const int C = geti(p, "channels", 64);
       PoolFnInputs in;

@@ -29,7 +29,8 @@ namespace halformer {
   X(LayerNormFn, B(x) B(gamma) B(beta))                                                   \
   X(SoftmaxFn, B(x))                                                                      \
   X(ArgmaxFn, B(x))                                                                       \
-  X(PoolFn, B(x) B(valid))
+  X(PoolFn, B(x) B(valid))                                                                \
+  X(ConvertFn, B(x))
 
 // The function types: using LinearFn = int (*)(halide_buffer_t* x, halide_buffer_t* w,
 // halide_buffer_t* b, halide_buffer_t* out); and so on.
@@ -111,6 +112,25 @@ struct ModelConfig {
   bool parallel_residual;
   int embedding_size;  // the source tables' width; != d_model: embed_project maps them to d_model
   bool shared_layers;  // every encoder layer runs with one set of weights (ALBERT): Weights::encoder holds one
+  // The PointwiseFn (generators/common.h spelling: "none", "relu", "gelu_tanh", ...) that
+  // ff1 applies: a cuBLASLt matmul fuses the ones it has as epilogues (runtime/gpu_blas.h).
+  const char* ff_activation;
+  // CUDA: fp32 linears that go to cuBLASLt may multiply in TF32 (spec `tf32: true`; off by
+  // default: TF32 keeps 10 mantissa bits of each input).
+  bool tf32;
+};
+
+// Halide's CUDA runtime hooks (HalideRuntimeCuda.h's halide_set_cuda_*): the generated
+// code of a CUDA build sets them in its KernelTable, so that the runtime's cuBLASLt calls
+// (runtime/gpu_blas.h) run in the context and on the stream of Halide's kernels without
+// the runtime linking Halide's CUDA runtime itself. void* stands for CUcontext / CUstream.
+struct CudaHooks {
+  using AcquireContext = int (*)(void*, void**, bool);
+  using ReleaseContext = int (*)(void*);
+  using GetStream = int (*)(void*, void*, void**);
+  AcquireContext (*set_acquire_context)(AcquireContext);
+  ReleaseContext (*set_release_context)(ReleaseContext);
+  GetStream (*set_get_stream)(GetStream);
 };
 
 // The kernel roles, described once: X(role, function type, generator, what it computes).
@@ -143,7 +163,8 @@ struct ModelConfig {
   X(ff_up, LinearResidualFn, "linear_gated", "gated feed-forward: (x W_up + b) * gate, d -> d_ff")                \
   X(qkv_cache, LinearFn, "linear", "qkv writing bf16 rows into the decoder's cache (self_cache_bf16; else null)") \
   X(embedding_norm, LayerNormFn, "layernorm", "the embedding norm at embedding_size (when != d; else null)")      \
-  X(embed_project, LinearFn, "linear", "embedding_size -> d (when they differ; else null)")
+  X(embed_project, LinearFn, "linear", "embedding_size -> d (when they differ; else null)")                       \
+  X(cast_bf16, ConvertFn, "convert", "fp32 rows -> bf16 bits, cuBLASLt's input (CUDA bf16 builds; else null)")
 
 // One pointer per role (null where the model has none).
 struct KernelTable {
@@ -153,6 +174,7 @@ struct KernelTable {
   // The metadata of one of these kernels: its Halide target string names the instruction
   // set they were all compiled for, which Model::load checks against the CPU.
   const halide_filter_metadata_t* (*metadata)();
+  const CudaHooks* cuda;  // a CUDA build's runtime hooks; null for the other devices
 };
 
 // The roles as values, for the planner and the tuner; kernel_roles()[int(r)] describes r.
@@ -185,7 +207,7 @@ inline int relative_table_distance(int relative_distance, int max_len) {
 }
 
 // Bumped when the layout of ModelConfig / KernelTable or an enum value in them changes.
-constexpr int kDescriptorVersion = 13;
+constexpr int kDescriptorVersion = 14;
 
 // A built model as a value: what the generated <name>_model.cpp exports, under a name
 // derived from the model's (extern "C" halformer_model_<name>(), see model.h), so that

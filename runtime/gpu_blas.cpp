@@ -1,0 +1,312 @@
+// cuBLASLt for the many-row linears of CUDA models (gpu_blas.h): the library and the
+// driver functions it needs found by name at run time, one matmul plan (descriptors and
+// the heuristic's algorithm) cached per shape.
+#include "gpu_blas.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include "halformer/error.h"
+#include "halformer/model_config.h"
+
+#if HALFORMER_HAVE_CUBLASLT
+#include <cublasLt.h>
+#include <cuda.h>
+#endif
+
+namespace halformer {
+
+GemmPolicy gemm_policy_from_env() {
+  const char* v = std::getenv("HALFORMER_GPU_GEMM");
+  const std::string s = v ? v : "";
+  if (s.empty() || s == "auto") return GemmPolicy::Auto;
+  if (s == "cublaslt") return GemmPolicy::Cublaslt;
+  if (s == "halide") return GemmPolicy::Halide;
+  throw Error("HALFORMER_GPU_GEMM='" + s + "': expected auto, cublaslt or halide");
+}
+
+#if !HALFORMER_HAVE_CUBLASLT
+
+struct GpuBlas::Impl {};
+GpuBlas::GpuBlas(std::unique_ptr<Impl> impl) : impl_(std::move(impl)), policy_(GemmPolicy::Halide) {}
+GpuBlas::~GpuBlas() = default;
+std::unique_ptr<GpuBlas> GpuBlas::open(const CudaHooks&, bool, std::string* why) {
+  *why = "this halformer was built without cuBLASLt's header (cublasLt.h of the CUDA toolkit)";
+  return nullptr;
+}
+void GpuBlas::matmul(const GemmCall&) { throw Error("internal: cuBLASLt is not built in"); }
+
+#else
+
+namespace {
+
+// The library functions used, looked up once per process (never unloaded).
+struct Lib {
+#define HALFORMER_LT_FN(name) decltype(&::name) name = nullptr;
+  HALFORMER_LT_FN(cublasLtCreate)
+  HALFORMER_LT_FN(cublasLtDestroy)
+  HALFORMER_LT_FN(cublasLtGetVersion)
+  HALFORMER_LT_FN(cublasLtGetStatusString)
+  HALFORMER_LT_FN(cublasLtMatmulDescCreate)
+  HALFORMER_LT_FN(cublasLtMatmulDescDestroy)
+  HALFORMER_LT_FN(cublasLtMatmulDescSetAttribute)
+  HALFORMER_LT_FN(cublasLtMatrixLayoutCreate)
+  HALFORMER_LT_FN(cublasLtMatrixLayoutDestroy)
+  HALFORMER_LT_FN(cublasLtMatrixLayoutSetAttribute)
+  HALFORMER_LT_FN(cublasLtMatmulPreferenceCreate)
+  HALFORMER_LT_FN(cublasLtMatmulPreferenceDestroy)
+  HALFORMER_LT_FN(cublasLtMatmulPreferenceSetAttribute)
+  HALFORMER_LT_FN(cublasLtMatmulAlgoGetHeuristic)
+  HALFORMER_LT_FN(cublasLtMatmul)
+#undef HALFORMER_LT_FN
+  // Driver API (cuda.h maps these names to their _v2 symbols).
+  decltype(&::cuCtxPushCurrent) ctx_push = nullptr;
+  decltype(&::cuCtxPopCurrent) ctx_pop = nullptr;
+  decltype(&::cuMemAlloc) mem_alloc = nullptr;
+  decltype(&::cuMemFree) mem_free = nullptr;
+  std::string error;  // why the library cannot be used; empty when it can
+};
+
+template <typename F>
+bool find(void* lib, const char* name, F& fn, std::string& error) {
+  fn = reinterpret_cast<F>(dlsym(lib, name));
+  if (!fn && error.empty()) error = std::string("symbol ") + name + " not found";
+  return fn != nullptr;
+}
+
+const Lib& lib() {
+  static const Lib l = [] {
+    Lib l;
+    const char* path = std::getenv("HALFORMER_CUBLASLT");
+    std::vector<std::string> names = path && *path ? std::vector<std::string>{path}
+                                                   : std::vector<std::string>{"libcublasLt.so.13", "libcublasLt.so"};
+    void* lt = nullptr;
+    for (const auto& n : names)
+      if ((lt = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL))) break;
+    if (!lt) {
+      const char* e = dlerror();
+      l.error = "cannot load " + names.front() + (e ? std::string(" (") + e + ")" : "") +
+                ": put its folder on LD_LIBRARY_PATH or set HALFORMER_CUBLASLT";
+      return l;
+    }
+    void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!cuda) cuda = dlopen("libcuda.so", RTLD_NOW | RTLD_LOCAL);
+    if (!cuda) {
+      l.error = "cannot load the CUDA driver (libcuda.so.1)";
+      return l;
+    }
+#define HALFORMER_LT_FIND(name) find(lt, #name, l.name, l.error);
+    HALFORMER_LT_FIND(cublasLtCreate)
+    HALFORMER_LT_FIND(cublasLtDestroy)
+    HALFORMER_LT_FIND(cublasLtGetVersion)
+    HALFORMER_LT_FIND(cublasLtGetStatusString)
+    HALFORMER_LT_FIND(cublasLtMatmulDescCreate)
+    HALFORMER_LT_FIND(cublasLtMatmulDescDestroy)
+    HALFORMER_LT_FIND(cublasLtMatmulDescSetAttribute)
+    HALFORMER_LT_FIND(cublasLtMatrixLayoutCreate)
+    HALFORMER_LT_FIND(cublasLtMatrixLayoutDestroy)
+    HALFORMER_LT_FIND(cublasLtMatrixLayoutSetAttribute)
+    HALFORMER_LT_FIND(cublasLtMatmulPreferenceCreate)
+    HALFORMER_LT_FIND(cublasLtMatmulPreferenceDestroy)
+    HALFORMER_LT_FIND(cublasLtMatmulPreferenceSetAttribute)
+    HALFORMER_LT_FIND(cublasLtMatmulAlgoGetHeuristic)
+    HALFORMER_LT_FIND(cublasLtMatmul)
+#undef HALFORMER_LT_FIND
+    find(cuda, "cuCtxPushCurrent_v2", l.ctx_push, l.error);
+    find(cuda, "cuCtxPopCurrent_v2", l.ctx_pop, l.error);
+    find(cuda, "cuMemAlloc_v2", l.mem_alloc, l.error);
+    find(cuda, "cuMemFree_v2", l.mem_free, l.error);
+    return l;
+  }();
+  return l;
+}
+
+// The largest power of two (<= 256) dividing every byte offset an operand's matrices
+// start at: the heuristic may only pick kernels that assume no more.
+uint32_t alignment(uint64_t address, int64_t batch_stride_bytes) {
+  uint64_t a = 256;
+  while (a > 1 && (address % a || batch_stride_bytes % a)) a /= 2;
+  return uint32_t(a);
+}
+
+}  // namespace
+
+struct GpuBlas::Impl {
+  const Lib& l;
+  CudaHooks::AcquireContext acquire;
+  CudaHooks::ReleaseContext release;
+  void* stream = nullptr;
+  cublasLtHandle_t handle = nullptr;
+  CUdeviceptr workspace = 0;
+  size_t workspace_bytes = size_t(32) << 20;  // what NVIDIA suggests for Hopper
+  bool tf32;
+  std::mutex lock;
+
+  // One (shape, epilogue, alignment) of matmul: descriptors and the chosen algorithm.
+  struct Plan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  using Key = std::tuple<int, int, int, int, int, bool, int, bool, uint32_t, uint32_t, uint32_t>;
+  std::map<Key, Plan> plans;
+
+  Impl(const Lib& lib, bool tf32_ok) : l(lib), tf32(tf32_ok) {}
+
+  // Halide's context current on this thread for a scope (as Halide's own calls do).
+  struct Scope {
+    Impl& i;
+    void* ctx = nullptr;
+    explicit Scope(Impl& impl) : i(impl) {
+      if (i.acquire(nullptr, &ctx, true) != 0 || !ctx) throw Error("cuBLASLt: no CUDA context from Halide's runtime");
+      if (i.l.ctx_push(static_cast<CUcontext>(ctx)) != CUDA_SUCCESS) {
+        i.release(nullptr);
+        throw Error("cuBLASLt: cuCtxPushCurrent failed");
+      }
+    }
+    ~Scope() {
+      CUcontext old;
+      i.l.ctx_pop(&old);
+      i.release(nullptr);
+    }
+  };
+
+  void check(cublasStatus_t s, const std::string& what) const {
+    if (s != CUBLAS_STATUS_SUCCESS) throw Error("cuBLASLt " + what + ": " + l.cublasLtGetStatusString(s));
+  }
+  template <typename T>
+  void set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, T v) {
+    check(l.cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof v), "matmul attribute");
+  }
+  cublasLtMatrixLayout_t layout(cudaDataType t, int rows, int cols, int64_t ld, int batch, int64_t stride) {
+    cublasLtMatrixLayout_t m = nullptr;
+    check(l.cublasLtMatrixLayoutCreate(&m, t, uint64_t(rows), uint64_t(cols), ld), "layout");
+    if (batch > 1) {
+      int32_t count = batch;
+      check(l.cublasLtMatrixLayoutSetAttribute(m, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count), "batch");
+      check(l.cublasLtMatrixLayoutSetAttribute(m, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
+            "batch stride");
+    }
+    return m;
+  }
+
+  // out rows [n0, n0 + rows) of `batch` panels (rows = panel, or the last partial one).
+  void run(const GemmCall& c, int rows, int batch, int n0) {
+    const int64_t elem = c.bf16 ? 2 : 4;
+    const int64_t w_stride = int64_t(c.K) * c.panel;  // elements from one panel to the next
+    const uint64_t a = c.w + uint64_t(n0 / c.panel) * w_stride * elem;
+    const uint64_t d = c.out + uint64_t(n0) * 4, bias = c.bias + uint64_t(n0) * 4;
+    const bool residual = c.epilogue == GemmEpilogue::BiasResidual;
+    const uint64_t cin = residual ? c.residual + uint64_t(n0) * 4 : d;
+    const uint32_t align_a = alignment(a, w_stride * elem), align_b = alignment(c.x, 0),
+                   align_cd = std::min(alignment(d, int64_t(c.panel) * 4), alignment(cin, int64_t(c.panel) * 4));
+    const Key key{c.M, c.K, c.N, rows, batch, c.bf16, int(c.epilogue), residual, align_a, align_b, align_cd};
+    Plan& p = plans[key];
+    if (!p.op) make_plan(p, c, rows, batch, align_a, align_b, align_cd);
+    check(l.cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
+          "bias pointer");
+    const float alpha = 1.0f, beta = residual ? 1.0f : 0.0f;
+    check(l.cublasLtMatmul(handle, p.op, &alpha, reinterpret_cast<const void*>(a), p.a,
+                           reinterpret_cast<const void*>(c.x), p.b, &beta, reinterpret_cast<const void*>(cin), p.c,
+                           reinterpret_cast<void*>(d), p.c, &p.algo, reinterpret_cast<void*>(workspace),
+                           workspace_bytes, static_cast<cudaStream_t>(stream)),
+          "matmul " + std::to_string(c.M) + "x" + std::to_string(c.K) + "x" + std::to_string(c.N));
+  }
+
+  // D (rows x M, column-major, ld N) = A (a panel: rows x K, ld panel) * B (x^T: K x M, ld K).
+  void make_plan(Plan& p, const GemmCall& c, int rows, int batch, uint32_t align_a, uint32_t align_b,
+                 uint32_t align_cd) {
+    const cudaDataType in = c.bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    const cublasComputeType_t compute = !c.bf16 && tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    check(l.cublasLtMatmulDescCreate(&p.op, compute, CUDA_R_32F), "matmul descriptor");
+    set(p.op, CUBLASLT_MATMUL_DESC_TRANSA, int32_t(CUBLAS_OP_N));
+    set(p.op, CUBLASLT_MATMUL_DESC_TRANSB, int32_t(CUBLAS_OP_N));
+    cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BIAS;
+    if (c.epilogue == GemmEpilogue::BiasRelu) e = CUBLASLT_EPILOGUE_RELU_BIAS;
+    if (c.epilogue == GemmEpilogue::BiasGeluTanh) e = CUBLASLT_EPILOGUE_GELU_BIAS;
+    set(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(e));
+    set(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(CUDA_R_32F));
+    if (batch > 1) set(p.op, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, int64_t(c.panel));
+    p.a = layout(in, rows, c.K, c.panel, batch, int64_t(c.K) * c.panel);
+    p.b = layout(in, c.K, c.M, c.K, batch, 0);
+    p.c = layout(CUDA_R_32F, rows, c.M, c.N, batch, c.panel);
+    cublasLtMatmulPreference_t pref = nullptr;
+    check(l.cublasLtMatmulPreferenceCreate(&pref), "preference");
+    auto pref_set = [&](cublasLtMatmulPreferenceAttributes_t attr, auto v) {
+      check(l.cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof v), "preference attribute");
+    };
+    pref_set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t(workspace_bytes));
+    pref_set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a);
+    pref_set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b);
+    pref_set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_cd);
+    pref_set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_cd);
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    cublasStatus_t s = l.cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+    l.cublasLtMatmulPreferenceDestroy(pref);
+    check(s, "heuristic");
+    if (found == 0) throw Error("cuBLASLt has no algorithm for this matmul");
+    p.algo = result.algo;
+  }
+
+  ~Impl() {
+    try {
+      Scope s(*this);
+      for (auto& [key, p] : plans) {
+        if (p.a) l.cublasLtMatrixLayoutDestroy(p.a);
+        if (p.b) l.cublasLtMatrixLayoutDestroy(p.b);
+        if (p.c) l.cublasLtMatrixLayoutDestroy(p.c);
+        if (p.op) l.cublasLtMatmulDescDestroy(p.op);
+      }
+      if (workspace) l.mem_free(workspace);
+      if (handle) l.cublasLtDestroy(handle);
+    } catch (const Error&) {  // no context left at exit: nothing to free
+    }
+  }
+};
+
+GpuBlas::GpuBlas(std::unique_ptr<Impl> impl) : impl_(std::move(impl)), policy_(gemm_policy_from_env()) {}
+GpuBlas::~GpuBlas() = default;
+
+std::unique_ptr<GpuBlas> GpuBlas::open(const CudaHooks& hooks, bool tf32, std::string* why) {
+  const Lib& l = lib();
+  if (!l.error.empty()) {
+    *why = l.error;
+    return nullptr;
+  }
+  auto impl = std::make_unique<Impl>(l, tf32);
+  // Halide's handlers, read by setting and restoring them (Halide has no getter).
+  impl->acquire = hooks.set_acquire_context(nullptr);
+  hooks.set_acquire_context(impl->acquire);
+  impl->release = hooks.set_release_context(nullptr);
+  hooks.set_release_context(impl->release);
+  CudaHooks::GetStream get_stream = hooks.set_get_stream(nullptr);
+  hooks.set_get_stream(get_stream);
+  try {
+    Impl::Scope s(*impl);
+    if (get_stream(nullptr, s.ctx, &impl->stream) != 0) throw Error("cuBLASLt: no stream from Halide's runtime");
+    impl->check(l.cublasLtCreate(&impl->handle), "create");
+    if (l.mem_alloc(&impl->workspace, impl->workspace_bytes) != CUDA_SUCCESS) throw Error("cuBLASLt: workspace allocation failed");
+  } catch (const Error& e) {
+    *why = e.what();
+    return nullptr;
+  }
+  std::unique_ptr<GpuBlas> b(new GpuBlas(std::move(impl)));
+  const size_t v = l.cublasLtGetVersion();
+  b->version_ = std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+  return b;
+}
+
+void GpuBlas::matmul(const GemmCall& c) {
+  std::lock_guard<std::mutex> guard(impl_->lock);
+  Impl::Scope scope(*impl_);
+  const int full = c.N / c.panel, tail = c.N % c.panel;
+  if (full > 0) impl_->run(c, c.panel, full, 0);
+  if (tail > 0) impl_->run(c, tail, 1, full * c.panel);
+}
+
+#endif
+
+}  // namespace halformer

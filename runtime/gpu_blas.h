@@ -1,0 +1,72 @@
+// Tensor-core matmuls for the many-row linears of CUDA models, through cuBLASLt
+// (docs/gpu.md#cublaslt). Halide 21 cannot schedule tensor-core instructions; cuBLASLt,
+// part of the CUDA toolkit, multiplies bf16 (or TF32) on them with fp32 sums and fuses
+// the bias, ReLU / tanh-GELU and a residual into the same kernel.
+//
+// The library is opened at run time (dlopen libcublasLt.so.13, or $HALFORMER_CUBLASLT),
+// so a model links nothing new and runs where the driver's machine has it (PyTorch's
+// wheels ship a copy); the calls run in the CUDA context and on the stream of Halide's
+// kernels (model_config.h CudaHooks), so they are ordered with them.
+//
+// The weights stay in the packed panels the Halide kernels read (packed_layout.h:
+// [N / panel][K][panel]): each panel is a column-major panel x K matrix, so the whole
+// linear is one strided-batched matmul over the panels (the activations shared, batch
+// stride 0) writing panel-wide column blocks of the output; a last partial panel is a
+// second call.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+namespace halformer {
+
+struct CudaHooks;
+
+// What the matmul adds after x W^T: the bias always; then an activation, or a residual.
+enum class GemmEpilogue { Bias, BiasRelu, BiasGeluTanh, BiasResidual };
+
+// One linear's call: out(n, m) = epilogue(sum_k x(k, m) w(n, k) + b(n)) for M rows, as the
+// Halide kernel computes it. Pointers are CUDA device addresses (a Halide buffer's
+// `device` field on CUDA).
+struct GemmCall {
+  int M, K, N, panel;
+  bool bf16;  // x and w are bf16 bits (else fp32); b, residual and out are fp32
+  uint64_t x, w, bias, residual, out;
+  GemmEpilogue epilogue;
+};
+
+// Which linears go to cuBLASLt ($HALFORMER_GPU_GEMM): "auto" (the default) those of more
+// than kGemmMinRows rows, "cublaslt" all, "halide" none.
+enum class GemmPolicy { Auto, Cublaslt, Halide };
+constexpr int kGemmMinRows = 256;  // the Halide kernels' few-row path reaches this far (schedules/gpu.h)
+GemmPolicy gemm_policy_from_env();
+
+class GpuBlas {
+ public:
+  // Opens cuBLASLt in Halide's CUDA context (which the model's first kernel created);
+  // null with `why` set where the library, the driver or the context is not there.
+  static std::unique_ptr<GpuBlas> open(const CudaHooks& hooks, bool tf32, std::string* why);
+  ~GpuBlas();
+  GpuBlas(const GpuBlas&) = delete;
+  GpuBlas& operator=(const GpuBlas&) = delete;
+
+  // Runs `c`; throws Error naming the shape and cuBLASLt's status on failure.
+  void matmul(const GemmCall& c);
+  // Whether the policy sends a call of `rows` rows here.
+  bool takes(int rows) const { return policy_ == GemmPolicy::Cublaslt || (policy_ == GemmPolicy::Auto && rows > kGemmMinRows); }
+  const std::string& version() const { return version_; }
+
+  struct Impl;
+
+ private:
+  explicit GpuBlas(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  GemmPolicy policy_;
+  std::string version_;
+};
+
+}  // namespace halformer
