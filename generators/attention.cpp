@@ -88,6 +88,11 @@ class Attention : public Generator<Attention> {
   // 1 and 2 (V): fewer queries per thread keep more threads busy
   // (docs/performance-log.md#attention).
   GeneratorParam<int> gpu_score_queries{"gpu_score_queries", 1};
+  // GPU: keys in tiles of this many with an online softmax (a running max, sum and V
+  // product per query, rescaled as each tile's arrive), so shared memory does not grow with
+  // the sequence; 0: whole score rows in shared memory (the knobs above; limited to about
+  // 635 keys at head size 64 by the 48 KB a launch may use). docs/gpu.md#attention.
+  GeneratorParam<int> gpu_key_tile{"gpu_key_tile", 32};
 
   Input<Buffer<void, 4>> q{"q"};                 // float, or uint16 (bf16 bits) with q_bf16
   Input<Buffer<void, 4>> kv{"kv"};               // float, or uint16 (bf16 bits) with kv_bf16
@@ -244,8 +249,38 @@ class Attention : public Generator<Attention> {
     acc1(d, h, b) += p1(rj, h, b) * kvf(d, v_head + kv_h, rj, b);
     Expr one_row = acc1(d, h, b) / sum1(h, b);
 
+    // GPU, keys in tiles (gpu_key_tile): per tile t of Bk keys its own max, exp-weights,
+    // sum and V product (pure in t), folded into a running (max, sum, V product) per query
+    // feature: state = (m, l, o) -> (m', l * e^(m - m') + sum_t e^(max_t - m'),
+    // o * e^(m - m') + acc_t e^(max_t - m')), m' = max(m, max_t). Keys past Tk score far
+    // below any masked key (-1e30), so they weigh exactly 0 even in an all-masked row.
+    const bool key_tiles = get_target().has_gpu_feature() && gpu_key_tile > 0 && !using_autoscheduler();
+    const int Bk = std::max(int(gpu_key_tile), 1);
+    Var jj("jj"), t("t");
+    Func tile_score("tile_score"), tile_max("tile_max"), tile_p("tile_p"), tile_sum("tile_sum"),
+        tile_acc("tile_acc"), online("online");
+    RDom rk(0, Bk, "rk"), rt(0, (Tk + Bk - 1) / Bk, "rt");
+    if (key_tiles) {
+      const float beyond = -1.7e38f;  // below any masked score (-1e30 per mask)
+      Expr key = t * Bk + jj;
+      tile_score(jj, i, h, b, t) = select(key < Tk, masked(min(key, Tk - 1), i, h, b), beyond);
+      tile_max(i, h, b, t) = Float(32).min();
+      tile_max(i, h, b, t) = max(tile_max(i, h, b, t), tile_score(rk, i, h, b, t));
+      tile_p(jj, i, h, b, t) = exp(tile_score(jj, i, h, b, t) - tile_max(i, h, b, t));
+      tile_sum(i, h, b, t) = 0.0f;
+      tile_sum(i, h, b, t) += tile_p(rk, i, h, b, t);
+      tile_acc(d, i, h, b, t) = 0.0f;
+      tile_acc(d, i, h, b, t) += tile_p(rk, i, h, b, t) * vc(d, min(t * Bk + rk, Tk - 1), h, b);
+      online(d, i, h, b) = Tuple(Float(32).min(), 0.0f, 0.0f);
+      Expr m = online(d, i, h, b)[0], m_tile = tile_max(i, h, b, rt);
+      Expr m_new = max(m, m_tile), keep = exp(m - m_new), add = exp(m_tile - m_new);
+      online(d, i, h, b) = Tuple(m_new, online(d, i, h, b)[1] * keep + tile_sum(i, h, b, rt) * add,
+                                 online(d, i, h, b)[2] * keep + tile_acc(d, i, h, b, rt) * add);
+    }
+    Expr tiled_rows = key_tiles ? online(d, i, h, b)[2] / online(d, i, h, b)[1] : Expr(0.0f);
+
     const bool single_row_path = !get_target().has_gpu_feature() && !using_autoscheduler();
-    out(d, h, i, b) = single_row_path ? select(Tq == 1, one_row, all_rows) : all_rows;
+    out(d, h, i, b) = single_row_path ? select(Tq == 1, one_row, all_rows) : key_tiles ? tiled_rows : all_rows;
 
     // ---- shapes the runtime must honour
     q.dim(0).set_bounds(0, D);
@@ -264,6 +299,37 @@ class Attention : public Generator<Attention> {
       key_mask.set_estimates({{0, 128}, {0, 1}});
       position_bias.set_estimates({{0, 2 * std::max(M, 1) + 1}, {0, H}});
       out.set_estimates({{0, D}, {0, H}, {0, 128}, {0, 1}});
+      return;
+    }
+    if (key_tiles) {
+      // One block per (query tile, head, batch); per key tile, in turn: the keys staged in
+      // shared memory (padded rows, as below), the scores and their weights (threads over
+      // keys x queries), each query's max, then per (feature, query) thread the tile's sum
+      // and V product in registers and the running state's update. Shared memory: a tile's
+      // keys and scores and the tile of queries' state, whatever Tk is.
+      Var io("io"), ii("ii"), jo2("jo2"), ji2("ji2");
+      out.split(i, io, ii, gpu_tile_q, TailStrategy::GuardWithIf).reorder(d, ii, io, h, b).gpu_blocks(io, h, b)
+          .gpu_threads(d, ii);
+      online.compute_at(out, io).store_in(MemoryType::GPUShared).gpu_threads(d, i);
+      online.update().reorder(d, i, rt).gpu_threads(d, i);
+      const LoopLevel per_tile(online, rt);
+      // The queries staged per key tile, not once per block: Halide 21 pools a block's
+      // shared allocations by first and last use in program order, and an allocation made
+      // before the tile loop but read inside it (not past it) shared its bytes with
+      // tile_max's (seen in the lowered statement; wrong results on PoCL).
+      qc.compute_at(per_tile).store_in(MemoryType::GPUShared).gpu_threads(d, i);
+      for (Func f : {kc, masked, score, vc}) f.compute_inline();
+      kt.compute_at(per_tile).store_in(MemoryType::GPUShared).bound_storage(j, Bk + 1).reorder(d, j)
+          .split(j, jo2, ji2, gpu_tile_q, TailStrategy::GuardWithIf).gpu_threads(d, ji2);
+      tile_score.compute_at(per_tile).store_in(MemoryType::GPUShared).gpu_threads(jj, i);
+      qk.compute_at(tile_score, jj);
+      tile_p.compute_at(per_tile).store_in(MemoryType::GPUShared).gpu_threads(jj, i);
+      tile_max.compute_at(per_tile).store_in(MemoryType::GPUShared).gpu_threads(i);
+      tile_max.update().gpu_threads(i);
+      // The tile's sum and V product in each (feature, query) thread's registers, inside
+      // the state update that consumes them.
+      tile_sum.compute_at(online, d);
+      tile_acc.compute_at(online, d);
       return;
     }
     if (get_target().has_gpu_feature()) {

@@ -129,11 +129,12 @@ TEST(Linear, GatedK60N36) {
 }
 
 // heads 3, head size 20; fused QKV buffer (0, 3, 6) or separate Q / KV buffers (0, 0, 3).
+struct AttentionShape { int B, Tq, Tk; };
+const std::vector<AttentionShape> kAttentionShapes = {{1, 1, 1}, {2, 5, 5}, {1, 1, 9}, {3, 13, 13}, {2, 3, 17}, {1, 35, 35}};
 template <typename Fn>
-void check_attention(Fn fn, bool causal, bool cross) {
+void check_attention(Fn fn, bool causal, bool cross, const std::vector<AttentionShape>& shapes = kAttentionShapes) {
   const int H = 3, D = 20, Cq = cross ? H * D : 3 * H * D, Ckv = cross ? 2 * H * D : 3 * H * D;
-  struct Shape { int B, Tq, Tk; };
-  for (Shape s : {Shape{1, 1, 1}, Shape{2, 5, 5}, Shape{1, 1, 9}, Shape{3, 13, 13}, Shape{2, 3, 17}, Shape{1, 35, 35}}) {
+  for (AttentionShape s : shapes) {
     if (!cross && s.Tq != s.Tk && !causal) continue;  // self-attention: same sequence
     SCOPED_TRACE("B=" + std::to_string(s.B) + " Tq=" + std::to_string(s.Tq) + " Tk=" + std::to_string(s.Tk));
     Vec q = random_vec(size_t(s.B) * s.Tq * Cq, 5), kv = random_vec(size_t(s.B) * s.Tk * Ckv, 6);
@@ -157,6 +158,13 @@ TEST(Attention, CausalHead20) { check_attention(KERNEL(test_attention_causal), t
 // GPU: the softmax statistics walked by one thread per query (gpu_reduce_lanes=0).
 TEST(Attention, CausalSerialSoftmaxHead20) { check_attention(KERNEL(test_attention_causal_serial), true, false); }
 TEST(Attention, CrossHead20) { check_attention(KERNEL(test_attention_cross), false, true); }
+// Long inputs: GPU builds walk keys in tiles with an online softmax (gpu_key_tile), shared
+// memory independent of the length; 4,096 and 16,384 keys (a few new queries after a
+// cache, and cross-attention) and a 1,000-token encoder-style square.
+TEST(Attention, LongKeysHead20) {
+  check_attention(KERNEL(test_attention_causal_tiles), true, false, {{1, 3, 4096}, {1, 1000, 1000}});
+  check_attention(KERNEL(test_attention_cross), false, true, {{2, 5, 4096}, {1, 2, 16384}});
+}
 // GPU builds: scores and V sums per thread in registers (gpu_score_queries, gpu_v_queries).
 TEST(Attention, SelfRegisterSumsHead20) { check_attention(KERNEL(test_attention_self_regs), false, false); }
 TEST(Attention, CausalRegisterSumsHead20) { check_attention(KERNEL(test_attention_causal_regs), true, false); }
