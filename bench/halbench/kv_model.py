@@ -17,6 +17,12 @@ the usual ONNX / Hugging Face layout, so the same graph runs in both engines.
 Supported: norm_kind standard, post/pre norm, final_norm, relu/gelu/gelu_tanh,
 sinusoidal/learned/no positions, embedding scale, log_softmax/softmax/logits heads.
 Anything else raises Unsupported (the peer is then reported as such).
+
+KVSeq2Seq(spec, state, sdpa=True) computes every attention with
+torch.nn.functional.scaled_dot_product_attention (PyTorch >= 2.0; before that, the same
+formula as the default path) and may be cast whole, `.to(torch.bfloat16)`: halbench.gpu's
+bf16 rows, where PyTorch picks its fused attention kernels. The default (sdpa=False) is
+the exporter-friendly MatMul/Softmax form above.
 """
 from __future__ import annotations
 
@@ -34,9 +40,14 @@ sys.path.insert(0, REFERENCE_DIR)
 from halformer_torch import apply_defaults, sinusoidal_positions  # noqa: E402
 
 
+def sdpa_available() -> bool:
+    return hasattr(F, "scaled_dot_product_attention")
+
+
 class KVSeq2Seq(torch.nn.Module):
-    def __init__(self, spec: Dict, state: Dict[str, torch.Tensor]):
+    def __init__(self, spec: Dict, state: Dict[str, torch.Tensor], sdpa: bool = False):
         super().__init__()
+        self.sdpa = bool(sdpa) and sdpa_available()
         spec = apply_defaults(spec)
         s, layer, emb = spec["sizes"], spec["layer"], spec["embedding"]
         if layer["norm_kind"] != "standard":
@@ -90,9 +101,12 @@ class KVSeq2Seq(torch.nn.Module):
         return x.transpose(1, 2).reshape(b, t, self.d)
 
     def _attend(self, q, k, v, mask):
+        if self.sdpa:
+            # An additive float mask must have the queries' dtype (bf16 when cast).
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=None if mask is None else mask.to(q.dtype))
         scores = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(self.hd))
         if mask is not None:
-            scores = scores + mask
+            scores = scores + (mask if mask.dtype == scores.dtype else mask.to(scores.dtype))
         return torch.matmul(torch.softmax(scores, dim=-1), v)
 
     def _sublayer(self, x, norm, fn):
@@ -185,8 +199,8 @@ class KVSeq2Seq(torch.nn.Module):
         return logits, present
 
     def empty_past(self, batch: int) -> List[torch.Tensor]:
-        device = self.w("generator.weight").device  # the model's (CPU, or CUDA in halbench.gpu)
-        return [torch.zeros(batch, self.h, 0, self.hd, device=device) for _ in range(2 * self.n_dec)]
+        g = self.w("generator.weight")  # the model's device (CPU, or CUDA in halbench.gpu) and dtype
+        return [torch.zeros(batch, self.h, 0, self.hd, device=g.device, dtype=g.dtype) for _ in range(2 * self.n_dec)]
 
 
 def load_state(weights_path: str) -> Dict[str, torch.Tensor]:

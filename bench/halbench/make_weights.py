@@ -5,6 +5,10 @@ Seeded random weights for a spec, exactly as the golden tests make them
 LayerNorm parameters, so every parameter matters), saved in the torch.nn.Transformer
 naming preset with tools/export_torch.prepare_tensors. Random weights almost never emit
 eos, so a greedy decode runs its full length (the harness reports it if one did not).
+
+A Llama-style decoder-only spec (weights.preset huggingface-llama, e.g.
+bench/gpu/tinyllama-1b.yaml) has no model in halformer_torch: its weights come from
+halbench.llama_gpu.make_llama_weights (bf16, LlamaForCausalLM's names) instead.
 """
 from __future__ import annotations
 
@@ -16,8 +20,17 @@ import time
 from .common import REFERENCE_DIR, TOOLS_DIR, log, quiet_warnings
 
 
+def _is_llama(spec_path: str) -> bool:
+    import yaml
+
+    with open(spec_path, "r", encoding="utf-8") as f:
+        spec = yaml.safe_load(f) or {}
+    return (spec.get("weights") or {}).get("preset") == "huggingface-llama"
+
+
 def make_weights(spec_path: str, out: str, seed: int = 0):
-    """Writes the weights to `out` (atomically) and returns the torch model they came from."""
+    """Writes the weights to `out` (atomically) and returns the torch model they came from
+    (for a Llama-style spec: its state dict, bf16)."""
     sys.path.insert(0, TOOLS_DIR)
     sys.path.insert(0, REFERENCE_DIR)
     import torch
@@ -26,6 +39,10 @@ def make_weights(spec_path: str, out: str, seed: int = 0):
     from safetensors.torch import save_file
 
     t0 = time.time()
+    if _is_llama(spec_path):
+        from .llama_gpu import make_llama_weights, read_llama_spec
+
+        return make_llama_weights(read_llama_spec(spec_path), out, seed)
     torch.manual_seed(seed)
     model = randomize_(Seq2Seq(load_spec(spec_path)), seed).eval()
     tensors, _ = prepare_tensors(model.state_dict())

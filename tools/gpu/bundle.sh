@@ -74,7 +74,8 @@ done
 # the tokenizer); run.sh puts $out/lib on LD_LIBRARY_PATH.
 mkdir -p "$out/lib"
 cp build/bin/halformer-tune "$out/bin/"
-for lib in $(ldd "$out/bin/transformer-base" "$out/bin/test_model" "$out/bin/halformer-tune" | awk '/=> \// {print $3}' | sort -u); do
+cp build/bin/halformer "$out/bin/"  # the PyTorch reference reads spec defaults through it (HALFORMER_CLI)
+for lib in $(ldd "$out/bin/transformer-base" "$out/bin/test_model" "$out/bin/halformer-tune" "$out/bin/halformer" | awk '/=> \// {print $3}' | sort -u); do
   case "$(basename "$lib")" in libc.so*|libm.so*|libstdc++*|libgcc_s*|libpthread*|libdl.so*|librt.so*) ;;
     libHalide.so) [ "${HALFORMER_GPU_TUNER:-0}" = 1 ] && xz -T0 -6 -c "$lib" > "$out/lib/libHalide.so.xz" ;;
     *) cp -L "$lib" "$out/lib/" ;; esac

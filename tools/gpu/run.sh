@@ -21,6 +21,7 @@ while [ $# -gt 0 ]; do
 done
 mkdir -p "$results"
 export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export HALFORMER_CLI="$bundle/bin/halformer"  # spec defaults for the PyTorch reference (halformer_torch)
 # Halide's CUDA runtime dlopens "libcuda.so"; driver installs in containers often carry
 # only libcuda.so.1.
 if ! ldconfig -p | grep -q 'libcuda\.so '; then
@@ -88,8 +89,13 @@ if [ "$bench" = 1 ]; then
   builds+=(--model-bench "fp32-halide=$bundle/bin/halformer_model_bench@HALFORMER_GPU_GEMM=halide")
   [ -x "$bundle/bin/halformer_model_bench_bf16" ] &&
     builds+=(--model-bench "bf16-halide=$bundle/bin/halformer_model_bench_bf16@HALFORMER_GPU_GEMM=halide")
+  # The TinyLlama-shaped decoder (bundle.sh builds it): decode and prefill against PyTorch bf16.
+  dec=()
+  [ -x "$bundle/bin/tinyllama_model_bench" ] && dec=(--decoder-spec "$root/bench/gpu/tinyllama-1b.yaml"
+                                                     --decoder-bench "bf16=$bundle/bin/tinyllama_model_bench"
+                                                     --decoder-bench "bf16-cublaslt=$bundle/bin/tinyllama_model_bench@HALFORMER_GPU_GEMM=cublaslt")
   (cd "$root/bench" && PYTHONUNBUFFERED=1 python3 -m halbench.gpu --spec "$bundle/transformer-base-cuda.yaml" \
-     "${builds[@]}" --out "$results/bench" $quick) 2>&1 | tee "$results/bench.log" | tail -40
+     "${builds[@]}" "${dec[@]}" --out "$results/bench" $quick) 2>&1 | tee "$results/bench.log" | tail -70
   # Per-kernel device times (HALFORMER_PROFILE synchronises around every kernel): the
   # encoder at batch 8 and 32 and greedy decode at batch 1, on the bench's weights.
   for run in "encoder_b8 8 --skip-decode" "encoder_b32 32 --skip-decode" "decode_b1 1 --skip-encoder"; do
