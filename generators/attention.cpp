@@ -26,6 +26,7 @@
 // ("half", Llama / GPT-NeoX) or (2c, 2c + 1) ("interleaved", GPT-J) for c < R/2 turn by
 // pos * theta^(-2c/R); features from R on pass through. The angle is formed in float32
 // exactly as transformers forms it (inv_freq = 1 / theta^(2c/R), then pos * inv_freq).
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -90,9 +91,14 @@ class Attention : public Generator<Attention> {
   GeneratorParam<int> gpu_score_queries{"gpu_score_queries", 1};
   // GPU: keys in tiles of this many with an online softmax (a running max, sum and V
   // product per query, rescaled as each tile's arrive), so shared memory does not grow with
-  // the sequence; 0: whole score rows in shared memory (the knobs above; limited to about
-  // 635 keys at head size 64 by the 48 KB a launch may use). docs/gpu.md#attention.
-  GeneratorParam<int> gpu_key_tile{"gpu_key_tile", 32};
+  // the sequence; 0: whole score rows in shared memory (the knobs above), which fit the 48
+  // KB a launch may use up to about 635 keys at head size 64 and were faster at 128 keys
+  // on the H200 (transformer-base b32: 6.12 ms against 7.34 with tiles of 32); -1 (the
+  // default): whole rows where max_keys is known and at most kWholeRowKeys, else tiles
+  // of 32. docs/gpu.md#attention.
+  GeneratorParam<int> gpu_key_tile{"gpu_key_tile", -1};
+  GeneratorParam<int> max_keys{"max_keys", 0};  // the longest key sequence of a call (the spec's max_len; 0: unknown)
+  static constexpr int kWholeRowKeys = 512;
 
   Input<Buffer<void, 4>> q{"q"};                 // float, or uint16 (bf16 bits) with q_bf16
   Input<Buffer<void, 4>> kv{"kv"};               // float, or uint16 (bf16 bits) with kv_bf16
@@ -254,8 +260,9 @@ class Attention : public Generator<Attention> {
     // feature: state = (m, l, o) -> (m', l * e^(m - m') + sum_t e^(max_t - m'),
     // o * e^(m - m') + acc_t e^(max_t - m')), m' = max(m, max_t). Keys past Tk score far
     // below any masked key (-1e30), so they weigh exactly 0 even in an all-masked row.
-    const bool key_tiles = get_target().has_gpu_feature() && gpu_key_tile > 0 && !using_autoscheduler();
-    const int Bk = std::max(int(gpu_key_tile), 1);
+    const int key_tile = gpu_key_tile >= 0 ? int(gpu_key_tile) : max_keys > 0 && max_keys <= kWholeRowKeys ? 0 : 32;
+    const bool key_tiles = get_target().has_gpu_feature() && key_tile > 0 && !using_autoscheduler();
+    const int Bk = std::max(key_tile, 1);
     Var jj("jj"), t("t");
     Func tile_score("tile_score"), tile_max("tile_max"), tile_p("tile_p"), tile_sum("tile_sum"),
         tile_acc("tile_acc"), online("online");
@@ -304,32 +311,55 @@ class Attention : public Generator<Attention> {
     if (key_tiles) {
       // One block per (query tile, head, batch); per key tile, in turn: the keys staged in
       // shared memory (padded rows, as below), the scores and their weights (threads over
-      // keys x queries), each query's max, then per (feature, query) thread the tile's sum
-      // and V product in registers and the running state's update. Shared memory: a tile's
-      // keys and scores and the tile of queries' state, whatever Tk is.
-      Var io("io"), ii("ii"), jo2("jo2"), ji2("ji2");
-      out.split(i, io, ii, gpu_tile_q, TailStrategy::GuardWithIf).reorder(d, ii, io, h, b).gpu_blocks(io, h, b)
-          .gpu_threads(d, ii);
-      online.compute_at(out, io).store_in(MemoryType::GPUShared).gpu_threads(d, i);
-      online.update().reorder(d, i, rt).gpu_threads(d, i);
+      // keys x groups of gpu_score_queries queries, summed in registers), each query's max,
+      // then per (feature, group of gpu_v_queries queries) thread the tile's sums and V
+      // products in registers and the running state's update. Shared memory: a tile's keys,
+      // scores and weights and the block's running state, whatever Tk is.
+      const int tq = gpu_tile_q, vq = std::clamp(int(gpu_v_queries), 1, tq), sq = std::clamp(int(gpu_score_queries), 1, tq);
+      if (D * ((tq + vq - 1) / vq) > 1024 || Bk * ((tq + sq - 1) / sq) > 1024 || D * 8 > 1024)
+        throw std::invalid_argument("attention: gpu_tile_q / gpu_v_queries / gpu_score_queries / gpu_key_tile "
+                                    "make a block of more than 1024 threads");
+      Var io("io"), ii("ii"), iq("iq"), iqi("iqi"), jo2("jo2"), ji2("ji2");
+      // Per-block Funcs cover the block's whole query tile (align_bounds): where n divides
+      // tq, Halide otherwise aligned the groups to absolute multiples of n and sized the
+      // thread loop for every block's range at once (threads growing with Tq).
+      for (Func f : {online, tile_score, tile_p, tile_max}) f.align_bounds(i, tq);
+      // Threads over (x, groups of n queries), each group's queries unrolled in the thread.
+      auto query_groups = [&](Stage st, const VarOrRVar& x, int n) {
+        st.split(i, iq, iqi, n, TailStrategy::GuardWithIf).reorder(iqi, x, iq).gpu_threads(x, iq).unroll(iqi);
+      };
+      out.split(i, io, ii, tq, TailStrategy::GuardWithIf)
+          .split(ii, iq, iqi, vq, TailStrategy::GuardWithIf)
+          .reorder(iqi, d, iq, io, h, b)
+          .gpu_blocks(io, h, b)
+          .gpu_threads(d, iq)
+          .unroll(iqi);
+      online.compute_at(out, io).store_in(MemoryType::GPUShared);
+      query_groups(online, d, vq);
+      online.update().split(i, iq, iqi, vq, TailStrategy::GuardWithIf).reorder(iqi, d, iq, rt).gpu_threads(d, iq)
+          .unroll(iqi);
       const LoopLevel per_tile(online, rt);
-      // The queries staged per key tile, not once per block: Halide 21 pools a block's
-      // shared allocations by first and last use in program order, and an allocation made
-      // before the tile loop but read inside it (not past it) shared its bytes with
-      // tile_max's (seen in the lowered statement; wrong results on PoCL).
-      qc.compute_at(per_tile).store_in(MemoryType::GPUShared).gpu_threads(d, i);
-      for (Func f : {kc, masked, score, vc}) f.compute_inline();
+      // Queries read straight from q (each thread's few, reused across the block's key
+      // threads through L1): staged before the tile loop, Halide 21 pooled their shared
+      // bytes with tile_max's (an allocation read inside a serial loop but made before it;
+      // seen in the lowered statement, wrong results on PoCL).
+      for (Func f : {qc, kc, masked, score, vc}) f.compute_inline();
       kt.compute_at(per_tile).store_in(MemoryType::GPUShared).bound_storage(j, Bk + 1).reorder(d, j)
-          .split(j, jo2, ji2, gpu_tile_q, TailStrategy::GuardWithIf).gpu_threads(d, ji2);
-      tile_score.compute_at(per_tile).store_in(MemoryType::GPUShared).gpu_threads(jj, i);
-      qk.compute_at(tile_score, jj);
-      tile_p.compute_at(per_tile).store_in(MemoryType::GPUShared).gpu_threads(jj, i);
+          .split(j, jo2, ji2, 8, TailStrategy::GuardWithIf).gpu_threads(d, ji2);
+      tile_score.compute_at(per_tile).store_in(MemoryType::GPUShared);
+      query_groups(tile_score, jj, sq);
+      qk.compute_at(tile_score, jj).bound_extent(i, sq).unroll(i);
+      qk.update().reorder(i, rd).unroll(i);
+      tile_p.compute_at(per_tile).store_in(MemoryType::GPUShared);
+      query_groups(tile_p, jj, sq);
       tile_max.compute_at(per_tile).store_in(MemoryType::GPUShared).gpu_threads(i);
       tile_max.update().gpu_threads(i);
-      // The tile's sum and V product in each (feature, query) thread's registers, inside
-      // the state update that consumes them.
-      tile_sum.compute_at(online, d);
-      tile_acc.compute_at(online, d);
+      // The tile's sums and V products of a thread's queries in registers (each value row
+      // read once for them), inside the state update that consumes them.
+      for (Func f : {tile_sum, tile_acc}) {
+        f.compute_at(online, d).bound_extent(i, vq).unroll(i);
+        f.update().reorder(i, rk).unroll(i);
+      }
       return;
     }
     if (get_target().has_gpu_feature()) {

@@ -230,13 +230,28 @@ void Stack::feed_forward(Array& x, const LayerWeights& L, const Array& parallel_
     Array mid(L.ff1.out, h.T, h.B, iface);
     if (cfg.gated_ff) {  // SwiGLU / GeGLU: mid = act(h W_gate) * (h W_up)
       Array gate(L.ff_gate.out, h.T, h.B, iface);
-      linear(kt.ff1, "ff_gate", h.flat(), L.ff_gate, gate.flat(), cfg.ff_activation);
-      linear_residual(kt.ff_up, "ff_up", h.flat(), L.ff1, gate.flat(), mid.flat());
+      if (!gated_on_blas(h, L, gate, mid)) {
+        linear(kt.ff1, "ff_gate", h.flat(), L.ff_gate, gate.flat(), cfg.ff_activation);
+        linear_residual(kt.ff_up, "ff_up", h.flat(), L.ff1, gate.flat(), mid.flat());
+      }
     } else {
       linear(kt.ff1, "ff1", h.flat(), L.ff1, mid.flat(), cfg.ff_activation);
     }
     linear_residual(kt.ff2, "ff2", mid.flat(), L.ff2, res.flat(), y.flat());
   }, normed);
+}
+
+// A gated feed-forward's middle with both projections on cuBLASLt (gpu_blas.h), which
+// fuses no SiLU: gate and up as plain matmuls, then gate_act. false: not taken (the Halide
+// kernels run), decided before anything ran.
+bool Stack::gated_on_blas(const Array& h, const LayerWeights& L, Array& gate, Array& mid) {
+  if (!blas || !kt.gate_act || !blas->takes(h.T * h.B)) return false;
+  View x = h.flat(), g = gate.flat(), u = mid.flat();
+  if (!linear_on_blas(x, L.ff_gate, nullptr, "none", g)) return false;
+  if (!linear_on_blas(x, L.ff1, nullptr, "none", u)) throw Error("internal: ff_up not on cuBLASLt beside ff_gate");
+  KernelTimer timer("gate_act", iface);
+  check_kernel(kt.gate_act(g.raw(), u.raw(), u.raw()), "gate_act");
+  return true;
 }
 
 // Rotary or relative positions: applied inside self-attention, where each key's position

@@ -79,6 +79,7 @@ struct Stack : DeviceContext {
   void residual_block(Array& x, const NormWeights& n, F sublayer, const Array* normed = nullptr, bool last_row = false);
   Array parallel_input(const Array& x, const LayerWeights& L, bool last_row = false);
   void feed_forward(Array& x, const LayerWeights& L, const Array& parallel_in = Array());
+  bool gated_on_blas(const Array& h, const LayerWeights& L, Array& gate, Array& mid);
   bool positions_in_attention() const;
   int qkv_width() const;
   bool self_cache_bf16() const;

@@ -59,6 +59,7 @@ from .common import REFERENCE_DIR
 SRC_LEN = 128
 FP32_REL_TOL = 1e-4  # of the output scale
 BF16_REL_TOL = 2e-2
+TF32_REL_TOL = 1e-3  # TF32 rounds each matmul input to 10 mantissa bits (spec `tf32: true`)
 
 
 def log(msg: str) -> None:
@@ -168,6 +169,11 @@ def parse_builds(args) -> Dict[str, Tuple[str, Dict[str, str]]]:
 
 def is_bf16(name: str) -> bool:
     return "bf16" in name.lower()
+
+
+def build_tolerance(name: str) -> float:
+    """A build's bound against PyTorch fp32 (TF32 off), by its name."""
+    return BF16_REL_TOL if is_bf16(name) else TF32_REL_TOL if "tf32" in name.lower() else FP32_REL_TOL
 
 
 def first_difference(a, b):
@@ -344,7 +350,7 @@ def encoder_decoder(a, res, builds, torch) -> None:
 
                     for name in builds:
                         check(f"{name}_encoder_b{b}", got[name]["encoder_output"],
-                              BF16_REL_TOL if is_bf16(name) else FP32_REL_TOL)
+                              build_tolerance(name))
             torch.backends.cuda.matmul.allow_tf32 = False
             torch.backends.cudnn.allow_tf32 = False
             # PyTorch bf16: eager, then compiled (its first call compiles: timed apart).

@@ -161,6 +161,7 @@ TEST(Attention, CrossHead20) { check_attention(KERNEL(test_attention_cross), fal
 // Long inputs: GPU builds walk keys in tiles with an online softmax (gpu_key_tile), shared
 // memory independent of the length; 4,096 and 16,384 keys (a few new queries after a
 // cache, and cross-attention) and a 1,000-token encoder-style square.
+TEST(Attention, SelfKeyTilesQueryGroupsHead20) { check_attention(KERNEL(test_attention_self_tiles), false, false); }
 TEST(Attention, LongKeysHead20) {
   check_attention(KERNEL(test_attention_causal_tiles), true, false, {{1, 3, 4096}, {1, 1000, 1000}});
   check_attention(KERNEL(test_attention_cross), false, true, {{2, 5, 4096}, {1, 2, 16384}});
@@ -443,6 +444,18 @@ TEST(Convert, CastBf16RoundsToNearestEven) {
         ASSERT_EQ(got[i], want) << "element " << i << " = " << x[i] << " (M " << M << ")";
       }
     }
+  }
+}
+
+TEST(Gate, SiluTimesUp) {
+  const int N = 37;
+  for (int M : kRows) {
+    Vec g = random_vec(size_t(M) * N, 17), u = random_vec(size_t(M) * N, 18), out(g.size(), -7.0f), want(g.size());
+    for (size_t i = 0; i < g.size(); ++i) want[i] = float(double(g[i]) / (1.0 + std::exp(-double(g[i]))) * u[i]);
+    Buf gb = view(g, {N, M}), ub = view(u, {N, M}), ob = view(out, {N, M});
+    ASSERT_EQ(KERNEL(test_gate_silu)(gb, ub, ob), 0);
+    ob.copy_to_host();
+    expect_close(out, want, "gate silu");
   }
 }
 

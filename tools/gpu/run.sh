@@ -95,7 +95,20 @@ if [ "$bench" = 1 ]; then
                                                      --decoder-bench "bf16=$bundle/bin/tinyllama_model_bench"
                                                      --decoder-bench "bf16-cublaslt=$bundle/bin/tinyllama_model_bench@HALFORMER_GPU_GEMM=cublaslt")
   (cd "$root/bench" && PYTHONUNBUFFERED=1 python3 -m halbench.gpu --spec "$bundle/transformer-base-cuda.yaml" \
-     "${builds[@]}" "${dec[@]}" --out "$results/bench" $quick) 2>&1 | tee "$results/bench.log" | tail -70
+     "${builds[@]}" "${dec[@]}" --keep-weights --out "$results/bench" $quick) 2>&1 | tee "$results/bench.log" | tail -70
+  # The decoder's kernels one by one (decode of 64 steps, a prefill of 2048), then its 2 GB weights go.
+  w="$results/bench/tinyllama-1b.safetensors"
+  if [ -f "$w" ]; then
+    profile_decoder() {  # profile_decoder NAME ARGS...
+      local name="$1"; shift
+      HALFORMER_PROFILE=1 "$bundle/bin/tinyllama_model_bench" --device cuda --weights "$w" --skip-encoder \
+        --src-file "$results/bench/tinyllama-1b_prompt.txt" --warmup 1 --repeat 1 --new-tokens 64 "$@" \
+        > /dev/null 2> "$results/profile_tinyllama_$name.txt"
+    }
+    profile_decoder decode
+    profile_decoder prefill --skip-decode --prefill-len 2048 --prefill-repeat 1
+    rm -f "$w"
+  fi
   # Per-kernel device times (HALFORMER_PROFILE synchronises around every kernel): the
   # encoder at batch 8 and 32 and greedy decode at batch 1, on the bench's weights.
   for run in "encoder_b8 8 --skip-decode" "encoder_b32 32 --skip-decode" "decode_b1 1 --skip-encoder"; do

@@ -118,6 +118,10 @@ class Planner {
                                                                {"k_head", std::to_string(k_head)},
                                                                {"v_head", std::to_string(v_head)},
                                                                {"causal", causal ? "true" : "false"}};
+    // GPU builds: whole score rows in shared memory where max_len allows, else key tiles
+    // (generators/attention.cpp gpu_key_tile); CPU-only specs keep their parameters.
+    if (std::any_of(spec_.targets.begin(), spec_.targets.end(), [](Target t) { return t != Target::Host; }))
+      params.emplace_back("max_keys", std::to_string(spec_.max_len));
     if (kv_bf16) params.emplace_back("kv_bf16", "true");
     if (q_bf16) params.emplace_back("q_bf16", "true");
     // The CPU's cross-attention cache is stored head by head (Model::cross_kv): contiguous
@@ -213,6 +217,11 @@ class Planner {
     const bool cuda = std::find(s.targets.begin(), s.targets.end(), Target::Cuda) != s.targets.end();
     if (cuda && (s.precision == Precision::Bf16 || s.output_precision() == Precision::Bf16))
       bind(KernelRole::cast_bf16, "convert", "cast_bf16", {});
+    // and a gated feed-forward's two projections there, whose activation this kernel applies.
+    if (cuda && is_gated(s.activation)) {
+      const std::string act = to_string(gate_activation(s.activation));
+      bind(KernelRole::gate_act, "gate", "gate_" + act, {{"activation", act}});
+    }
     if (s.head == HeadKind::Classifier) {
       if (s.pooler != Pooler::None)
         linear(KernelRole::pooler, s.d_model, s.d_model, s.pooler == Pooler::DenseTanh ? "tanh" : "gelu");

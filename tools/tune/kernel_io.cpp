@@ -199,6 +199,15 @@ IoPlan io_plan(const PlannedKernel& k, Signature signature, const Shape& s, cons
       io.out_extents = {C, M};
       break;
     }
+    case Signature::GateFn: {  // gate_act: (N, M) elementwise
+      const int C = geti(p, "channels", 64);
+      GateFnInputs in;
+      in.gate = uniform({C, M});
+      in.up = uniform({C, M});
+      io.inputs = named(in);
+      io.out_extents = {C, M};
+      break;
+    }
     case Signature::PoolFn: {
       const int C = geti(p, "channels", 64);
       PoolFnInputs in;

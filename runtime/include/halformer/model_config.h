@@ -30,7 +30,8 @@ namespace halformer {
   X(SoftmaxFn, B(x))                                                                      \
   X(ArgmaxFn, B(x))                                                                       \
   X(PoolFn, B(x) B(valid))                                                                \
-  X(ConvertFn, B(x))
+  X(ConvertFn, B(x))                                                                      \
+  X(GateFn, B(gate) B(up))
 
 // The function types: using LinearFn = int (*)(halide_buffer_t* x, halide_buffer_t* w,
 // halide_buffer_t* b, halide_buffer_t* out); and so on.
@@ -164,7 +165,8 @@ struct CudaHooks {
   X(qkv_cache, LinearFn, "linear", "qkv writing bf16 rows into the decoder's cache (self_cache_bf16; else null)") \
   X(embedding_norm, LayerNormFn, "layernorm", "the embedding norm at embedding_size (when != d; else null)")      \
   X(embed_project, LinearFn, "linear", "embedding_size -> d (when they differ; else null)")                       \
-  X(cast_bf16, ConvertFn, "convert", "fp32 rows -> bf16 bits, cuBLASLt's input (CUDA bf16 builds; else null)")
+  X(cast_bf16, ConvertFn, "convert", "fp32 rows -> bf16 bits, cuBLASLt's input (CUDA bf16 builds; else null)")   \
+  X(gate_act, GateFn, "gate", "act(gate) * up: a gated ff's middle after cuBLASLt (CUDA; else null)")
 
 // One pointer per role (null where the model has none).
 struct KernelTable {
