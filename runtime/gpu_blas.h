@@ -40,9 +40,14 @@ struct GemmCall {
 };
 
 // Which linears go to cuBLASLt ($HALFORMER_GPU_GEMM): "auto" (the default) those of more
-// than kGemmMinRows rows, "cublaslt" all, "halide" none.
+// than kGemmMinRows rows and, at any row count, those of at least kGemmMinWeights weights,
+// "cublaslt" all, "halide" none. On the H200 cuBLASLt was faster at every measured shape
+// above 256 rows, and TinyLlama's decode (one row, 4-66 M weights per linear) ran 11.55
+// -> 6.33 ms per step with its linears there (docs/gpu-tensor-cores.md); transformer-base's
+// layer linears (0.26-1 M weights, a launch-bound decode) stay Halide kernels at few rows.
 enum class GemmPolicy { Auto, Cublaslt, Halide };
 constexpr int kGemmMinRows = 256;  // the Halide kernels' few-row path reaches this far (schedules/gpu.h)
+constexpr int64_t kGemmMinWeights = int64_t(1) << 22;
 GemmPolicy gemm_policy_from_env();
 
 class GpuBlas {
@@ -56,8 +61,11 @@ class GpuBlas {
 
   // Runs `c`; throws Error naming the shape and cuBLASLt's status on failure.
   void matmul(const GemmCall& c);
-  // Whether the policy sends a call of `rows` rows here.
-  bool takes(int rows) const { return policy_ == GemmPolicy::Cublaslt || (policy_ == GemmPolicy::Auto && rows > kGemmMinRows); }
+  // Whether the policy sends a call of `rows` rows through a K x N weight here.
+  bool takes(int rows, int K, int N) const {
+    return policy_ == GemmPolicy::Cublaslt ||
+           (policy_ == GemmPolicy::Auto && (rows > kGemmMinRows || int64_t(K) * N >= kGemmMinWeights));
+  }
   const std::string& version() const { return version_; }
 
   struct Impl;

@@ -38,7 +38,7 @@ bool Stack::linear_on_blas(View& x, const LinearWeights& w, View* residual, cons
   if (!blas || w.int8() || (w.bf16() && !kt.cast_bf16)) return false;
   const halide_buffer_t* xb = x.raw();
   const int K = xb->dim[0].extent, M = xb->dim[1].extent;
-  if (!blas->takes(M)) return false;
+  if (!blas->takes(M, K, w.out)) return false;
   GemmEpilogue e = GemmEpilogue::Bias;
   const std::string a = act;
   if (residual) e = GemmEpilogue::BiasResidual;
@@ -245,7 +245,7 @@ void Stack::feed_forward(Array& x, const LayerWeights& L, const Array& parallel_
 // fuses no SiLU: gate and up as plain matmuls, then gate_act. false: not taken (the Halide
 // kernels run), decided before anything ran.
 bool Stack::gated_on_blas(const Array& h, const LayerWeights& L, Array& gate, Array& mid) {
-  if (!blas || !kt.gate_act || !blas->takes(h.T * h.B)) return false;
+  if (!blas || !kt.gate_act || !blas->takes(h.T * h.B, L.ff_gate.in, L.ff_gate.out)) return false;
   View x = h.flat(), g = gate.flat(), u = mid.flat();
   if (!linear_on_blas(x, L.ff_gate, nullptr, "none", g)) return false;
   if (!linear_on_blas(x, L.ff1, nullptr, "none", u)) throw Error("internal: ff_up not on cuBLASLt beside ff_gate");
