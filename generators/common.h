@@ -42,6 +42,19 @@ inline const std::map<std::string, PointwiseFn> kPointwiseFnNames = {{"none", Po
 // What a matmul's epilogue does with its second (N, M) input (linear*.cpp).
 enum class Epilogue { None, AddResidual, MultiplyGate };
 
+// Elementwise kernels over (C, M) of any width (convert.cpp, gate.cpp): 64 x 4 tiles on a
+// GPU; on the CPU rows in parallel with 16-wide vectors.
+inline void schedule_elementwise(Halide::Func out, const Halide::Var& c, const Halide::Var& m,
+                                 const Halide::Target& target) {
+  using namespace Halide;
+  if (target.has_gpu_feature()) {
+    Var co("co"), mo("mo"), ci("ci"), mi("mi");
+    out.gpu_tile(c, m, co, mo, ci, mi, 64, 4, TailStrategy::GuardWithIf);
+    return;
+  }
+  out.parallel(m).vectorize(c, 16, TailStrategy::GuardWithIf);
+}
+
 // The epilogue after the activation: y, y + second or y * second.
 inline Halide::Expr apply_epilogue(Epilogue e, Halide::Expr y, const Halide::Expr& second) {
   if (e == Epilogue::AddResidual) return y + second;

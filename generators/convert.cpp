@@ -19,17 +19,9 @@ class CastBf16 : public Generator<CastBf16> {
     Expr rounded = cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
     Expr quiet_nan = cast<uint16_t>((u >> 16) | 0x40);
     out(c, m) = select((u & 0x7fffffff) > 0x7f800000, quiet_nan, rounded);
-    if (using_autoscheduler()) {
-      x.set_estimates({{0, channels}, {0, 512}});
-      out.set_estimates({{0, channels}, {0, 512}});
-      return;
-    }
-    if (get_target().has_gpu_feature()) {
-      Var co("co"), mo("mo"), ci("ci"), mi("mi");
-      out.gpu_tile(c, m, co, mo, ci, mi, 64, 4, TailStrategy::GuardWithIf);
-      return;
-    }
-    out.parallel(m).vectorize(c, 16, TailStrategy::GuardWithIf);
+    if (!using_autoscheduler()) return schedule_elementwise(out, c, m, get_target());
+    x.set_estimates({{0, channels}, {0, 512}});
+    out.set_estimates({{0, channels}, {0, 512}});
   }
 };
 

@@ -17,17 +17,9 @@ class Gate : public Generator<Gate> {
   void generate() {
     Var n("n"), m("m");
     out(n, m) = apply_pointwise(activation, gate(n, m)) * up(n, m);
-    if (using_autoscheduler()) {
-      for (auto* b : {&gate, &up}) b->set_estimates({{0, channels}, {0, 512}});
-      out.set_estimates({{0, channels}, {0, 512}});
-      return;
-    }
-    if (get_target().has_gpu_feature()) {
-      Var no("no"), mo("mo"), ni("ni"), mi("mi");
-      out.gpu_tile(n, m, no, mo, ni, mi, 64, 4, TailStrategy::GuardWithIf);
-      return;
-    }
-    out.parallel(m).vectorize(n, 16, TailStrategy::GuardWithIf);
+    if (!using_autoscheduler()) return schedule_elementwise(out, n, m, get_target());
+    for (auto* b : {&gate, &up}) b->set_estimates({{0, channels}, {0, 512}});
+    out.set_estimates({{0, channels}, {0, 512}});
   }
 };
 

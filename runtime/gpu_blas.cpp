@@ -135,8 +135,7 @@ uint32_t alignment(uint64_t address, int64_t batch_stride_bytes) {
 
 struct GpuBlas::Impl {
   const Lib& l;
-  CudaHooks::AcquireContext acquire;
-  CudaHooks::ReleaseContext release;
+  CudaHooks hooks;
   void* stream = nullptr;
   cublasLtHandle_t handle = nullptr;
   CUdeviceptr workspace = 0;
@@ -153,23 +152,24 @@ struct GpuBlas::Impl {
   using Key = std::tuple<int, int, int, int, int, bool, int, bool, uint32_t, uint32_t, uint32_t>;
   std::map<Key, Plan> plans;
 
-  Impl(const Lib& lib, bool tf32_ok) : l(lib), tf32(tf32_ok) {}
+  Impl(const Lib& lib, const CudaHooks& h, bool tf32_ok) : l(lib), hooks(h), tf32(tf32_ok) {}
 
   // Halide's context current on this thread for a scope (as Halide's own calls do).
   struct Scope {
     Impl& i;
     void* ctx = nullptr;
     explicit Scope(Impl& impl) : i(impl) {
-      if (i.acquire(nullptr, &ctx, true) != 0 || !ctx) throw Error("cuBLASLt: no CUDA context from Halide's runtime");
+      if (i.hooks.acquire_context(nullptr, &ctx, true) != 0 || !ctx)
+        throw Error("cuBLASLt: no CUDA context from Halide's runtime");
       if (i.l.ctx_push(static_cast<CUcontext>(ctx)) != CUDA_SUCCESS) {
-        i.release(nullptr);
+        i.hooks.release_context(nullptr);
         throw Error("cuBLASLt: cuCtxPushCurrent failed");
       }
     }
     ~Scope() {
       CUcontext old;
       i.l.ctx_pop(&old);
-      i.release(nullptr);
+      i.hooks.release_context(nullptr);
     }
   };
 
@@ -276,17 +276,10 @@ std::unique_ptr<GpuBlas> GpuBlas::open(const CudaHooks& hooks, bool tf32, std::s
     *why = l.error;
     return nullptr;
   }
-  auto impl = std::make_unique<Impl>(l, tf32);
-  // Halide's handlers, read by setting and restoring them (Halide has no getter).
-  impl->acquire = hooks.set_acquire_context(nullptr);
-  hooks.set_acquire_context(impl->acquire);
-  impl->release = hooks.set_release_context(nullptr);
-  hooks.set_release_context(impl->release);
-  CudaHooks::GetStream get_stream = hooks.set_get_stream(nullptr);
-  hooks.set_get_stream(get_stream);
+  auto impl = std::make_unique<Impl>(l, hooks, tf32);
   try {
     Impl::Scope s(*impl);
-    if (get_stream(nullptr, s.ctx, &impl->stream) != 0) throw Error("cuBLASLt: no stream from Halide's runtime");
+    if (hooks.get_stream(nullptr, s.ctx, &impl->stream) != 0) throw Error("cuBLASLt: no stream from Halide's runtime");
     impl->check(l.cublasLtCreate(&impl->handle), "create");
     if (l.mem_alloc(&impl->workspace, impl->workspace_bytes) != CUDA_SUCCESS) throw Error("cuBLASLt: workspace allocation failed");
   } catch (const Error& e) {

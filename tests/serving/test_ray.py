@@ -155,6 +155,25 @@ def server():
 def call(server, model, body=None, method="POST", raw=None, timeout=120):
     """-> (status, JSON body, headers); body is JSON-encoded unless raw bytes are given."""
     data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    if data is not None and len(data) > (1 << 20):
+        # An oversized body: the server answers 413 from Content-Length without reading it
+        # and closes, so a client still sending may get a broken pipe instead of the answer
+        # (seen under load). Send the headers alone and read the answer.
+        host, port = server.url.split("//")[1].split("/")[0].split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+        try:
+            conn.putrequest(method, f"/{model}")
+            conn.putheader("Content-Type", "application/json")
+            conn.putheader("Content-Length", str(len(data)))
+            conn.endheaders()
+            r = conn.getresponse()
+            text = r.read().decode("utf-8", "replace")
+            try:
+                return r.status, json.loads(text), r.headers
+            except ValueError:
+                return r.status, {"error": text}, r.headers
+        finally:
+            conn.close()
     req = urllib.request.Request(f"{server.url}/{model}", data=data, method=method,
                                  headers={"Content-Type": "application/json"})
     try:

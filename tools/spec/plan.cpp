@@ -383,7 +383,6 @@ void write_plan(const Spec& spec, const Plan& plan, const std::string& dir) {
     return device == "cpu" ? fn : fn + "_" + device;
   };
   for (const auto& [device, target] : plan.variants) {
-    if (device == "cuda") c << "#include <HalideRuntimeCuda.h>\n";
     for (const auto& k : plan.kernels) c << "#include \"" << variant_fn(k.function, device) << ".h\"\n";
   }
   // The config is model_config(spec) (what `halformer quantize` uses too), written out.
@@ -437,8 +436,11 @@ void write_plan(const Spec& spec, const Plan& plan, const std::string& dir) {
     << cpp_string(cfg.ff_activation) << ", /*tf32*/ " << b(cfg.tf32) << "};\n\n";
   // A CUDA build hands the runtime Halide's CUDA runtime hooks (model_config.h CudaHooks).
   if (std::any_of(plan.variants.begin(), plan.variants.end(), [](const auto& v) { return v.first == "cuda"; }))
-    c << "static const halformer::CudaHooks kCudaHooks = {halide_set_cuda_acquire_context,\n"
-      << "                                                halide_set_cuda_release_context, halide_set_cuda_get_stream};\n\n";
+    c << "extern \"C\" int halide_cuda_acquire_context(void*, void**, bool);\n"
+      << "extern \"C\" int halide_cuda_release_context(void*);\n"
+      << "extern \"C\" int halide_cuda_get_stream(void*, void*, void**);\n"
+      << "static const halformer::CudaHooks kCudaHooks = {halide_cuda_acquire_context, halide_cuda_release_context,\n"
+      << "                                                halide_cuda_get_stream};\n\n";
   // Each device's KernelTable, filled by name (model_config.h HALFORMER_KERNEL_ROLES): a
   // role renamed or removed there fails to compile here; roles not bound stay null.
   for (const auto& [device, target] : plan.variants) {

@@ -121,17 +121,16 @@ struct ModelConfig {
   bool tf32;
 };
 
-// Halide's CUDA runtime hooks (HalideRuntimeCuda.h's halide_set_cuda_*): the generated
-// code of a CUDA build sets them in its KernelTable, so that the runtime's cuBLASLt calls
+// Halide's CUDA runtime entry points for its context and stream (halide_cuda_acquire_context,
+// halide_cuda_release_context, halide_cuda_get_stream: what Halide's own CUDA calls use,
+// dispatching to any handler set with halide_set_cuda_*): the generated code of a CUDA
+// build puts them in its KernelTable, so that the runtime's cuBLASLt calls
 // (runtime/gpu_blas.h) run in the context and on the stream of Halide's kernels without
 // the runtime linking Halide's CUDA runtime itself. void* stands for CUcontext / CUstream.
 struct CudaHooks {
-  using AcquireContext = int (*)(void*, void**, bool);
-  using ReleaseContext = int (*)(void*);
-  using GetStream = int (*)(void*, void*, void**);
-  AcquireContext (*set_acquire_context)(AcquireContext);
-  ReleaseContext (*set_release_context)(ReleaseContext);
-  GetStream (*set_get_stream)(GetStream);
+  int (*acquire_context)(void* user_context, void** context, bool create);
+  int (*release_context)(void* user_context);
+  int (*get_stream)(void* user_context, void* context, void** stream);
 };
 
 // The kernel roles, described once: X(role, function type, generator, what it computes).
