@@ -94,11 +94,10 @@ class Attention : public Generator<Attention> {
   // the sequence; 0: whole score rows in shared memory (the knobs above), which fit the 48
   // KB a launch may use up to about 635 keys at head size 64 and were faster at 128 keys
   // on the H200 (transformer-base b32: 6.12 ms against 7.34 with tiles of 32); -1 (the
-  // default): whole rows where max_keys is known and at most kWholeRowKeys, else tiles
-  // of 32. docs/gpu.md#attention.
+  // default): whole rows where max_keys is known and their shared memory there fits 48 KB
+  // (512 keys at head size 64), else tiles of 32. docs/gpu-tensor-cores.md#attention.
   GeneratorParam<int> gpu_key_tile{"gpu_key_tile", -1};
   GeneratorParam<int> max_keys{"max_keys", 0};  // the longest key sequence of a call (the spec's max_len; 0: unknown)
-  static constexpr int kWholeRowKeys = 512;
 
   Input<Buffer<void, 4>> q{"q"};                 // float, or uint16 (bf16 bits) with q_bf16
   Input<Buffer<void, 4>> kv{"kv"};               // float, or uint16 (bf16 bits) with kv_bf16
@@ -260,7 +259,14 @@ class Attention : public Generator<Attention> {
     // feature: state = (m, l, o) -> (m', l * e^(m - m') + sum_t e^(max_t - m'),
     // o * e^(m - m') + acc_t e^(max_t - m')), m' = max(m, max_t). Keys past Tk score far
     // below any masked key (-1e30), so they weigh exactly 0 even in an all-masked row.
-    const int key_tile = gpu_key_tile >= 0 ? int(gpu_key_tile) : max_keys > 0 && max_keys <= kWholeRowKeys ? 0 : 32;
+    // Whole rows' shared memory at Tk keys: a tile's score rows and weights, the staged key
+    // chunk (padded) and the queries (about what ptxas_check reads from the launch: 41 KB
+    // for transformer-base at 512 keys, this says 43).
+    auto whole_row_bytes = [&](int64_t keys) {
+      return 4 * (2 * int64_t(gpu_tile_q) * keys + (int64_t(gpu_key_lanes) + 1) * D + int64_t(gpu_tile_q) * D);
+    };
+    const int key_tile = gpu_key_tile >= 0 ? int(gpu_key_tile)
+                         : max_keys > 0 && whole_row_bytes(max_keys) <= 48 * 1024 ? 0 : 32;
     const bool key_tiles = get_target().has_gpu_feature() && key_tile > 0 && !using_autoscheduler();
     const int Bk = std::max(key_tile, 1);
     Var jj("jj"), t("t");

@@ -36,6 +36,7 @@ std::unique_ptr<GpuBlas> GpuBlas::open(const CudaHooks&, bool, std::string* why)
   *why = "this halformer was built without cuBLASLt's header (cublasLt.h of the CUDA toolkit)";
   return nullptr;
 }
+bool GpuBlas::prepare(const GemmCall&) { return false; }
 void GpuBlas::matmul(const GemmCall&) { throw Error("internal: cuBLASLt is not built in"); }
 
 #else
@@ -149,7 +150,8 @@ struct GpuBlas::Impl {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  using Key = std::tuple<int, int, int, int, int, bool, int, bool, uint32_t, uint32_t, uint32_t>;
+  // (M, K, N, rows, batch, bf16, epilogue, residual, alignment of A, B, C/D, bias)
+  using Key = std::tuple<int, int, int, int, int, bool, int, bool, uint32_t, uint32_t, uint32_t, uint32_t>;
   std::map<Key, Plan> plans;
 
   Impl(const Lib& lib, const CudaHooks& h, bool tf32_ok) : l(lib), hooks(h), tf32(tf32_ok) {}
@@ -158,8 +160,8 @@ struct GpuBlas::Impl {
   struct Scope {
     Impl& i;
     void* ctx = nullptr;
-    explicit Scope(Impl& impl) : i(impl) {
-      if (i.hooks.acquire_context(nullptr, &ctx, true) != 0 || !ctx)
+    explicit Scope(Impl& impl, bool create = true) : i(impl) {
+      if (i.hooks.acquire_context(nullptr, &ctx, create) != 0 || !ctx)
         throw Error("cuBLASLt: no CUDA context from Halide's runtime");
       if (i.l.ctx_push(static_cast<CUcontext>(ctx)) != CUDA_SUCCESS) {
         i.hooks.release_context(nullptr);
@@ -192,74 +194,117 @@ struct GpuBlas::Impl {
     return m;
   }
 
-  // out rows [n0, n0 + rows) of `batch` panels (rows = panel, or the last partial one).
-  void run(const GemmCall& c, int rows, int batch, int n0) {
+  // One cuBLASLt call: out rows [n0, n0 + rows) of `batch` panels (rows = panel, or the
+  // last partial one), its device addresses and the plan's key.
+  struct Part {
+    int rows, batch;
+    uint64_t a, x, cin, d, bias;
+    bool residual;
+    Key key;
+  };
+  Part part(const GemmCall& c, int rows, int batch, int n0) const {
     const int64_t elem = c.bf16 ? 2 : 4;
     const int64_t w_stride = int64_t(c.K) * c.panel;  // elements from one panel to the next
-    const uint64_t a = c.w + uint64_t(n0 / c.panel) * w_stride * elem;
-    const uint64_t d = c.out + uint64_t(n0) * 4, bias = c.bias + uint64_t(n0) * 4;
-    const bool residual = c.epilogue == GemmEpilogue::BiasResidual;
-    const uint64_t cin = residual ? c.residual + uint64_t(n0) * 4 : d;
-    const uint32_t align_a = alignment(a, w_stride * elem), align_b = alignment(c.x, 0),
-                   align_cd = std::min(alignment(d, int64_t(c.panel) * 4), alignment(cin, int64_t(c.panel) * 4));
-    const Key key{c.M, c.K, c.N, rows, batch, c.bf16, int(c.epilogue), residual, align_a, align_b, align_cd};
-    Plan& p = plans[key];
-    if (!p.op) make_plan(p, c, rows, batch, align_a, align_b, align_cd);
-    check(l.cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
+    Part p{rows, batch, c.w + uint64_t(n0 / c.panel) * w_stride * elem, c.x, 0, c.out + uint64_t(n0) * 4,
+           c.bias + uint64_t(n0) * 4, c.epilogue == GemmEpilogue::BiasResidual, {}};
+    p.cin = p.residual ? c.residual + uint64_t(n0) * 4 : p.d;
+    const int64_t out_stride = int64_t(c.panel) * 4;
+    p.key = Key{c.M, c.K, c.N, rows, batch, c.bf16, int(c.epilogue), p.residual, alignment(p.a, w_stride * elem),
+                alignment(p.x, 0), std::min(alignment(p.d, out_stride), alignment(p.cin, out_stride)),
+                alignment(p.bias, out_stride)};
+    return p;
+  }
+  std::vector<Part> parts(const GemmCall& c) const {
+    std::vector<Part> r;
+    const int full = c.N / c.panel, tail = c.N % c.panel;
+    if (full > 0) r.push_back(part(c, c.panel, full, 0));
+    if (tail > 0) r.push_back(part(c, tail, 1, full * c.panel));
+    return r;
+  }
+  // The part's plan, made on first use; null where cuBLASLt has no algorithm for it
+  // (remembered: the caller runs its Halide kernel instead).
+  const Plan* plan(const GemmCall& c, const Part& part) {
+    auto it = plans.find(part.key);
+    if (it == plans.end()) {
+      Plan p;
+      const bool ok = make_plan(p, c, part);
+      if (!ok) destroy(p);
+      it = plans.emplace(part.key, ok ? p : Plan{}).first;
+    }
+    return it->second.op ? &it->second : nullptr;
+  }
+  void execute(const GemmCall& c, const Part& part, const Plan& p) {
+    check(l.cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &part.bias, sizeof part.bias),
           "bias pointer");
-    const float alpha = 1.0f, beta = residual ? 1.0f : 0.0f;
-    check(l.cublasLtMatmul(handle, p.op, &alpha, reinterpret_cast<const void*>(a), p.a,
-                           reinterpret_cast<const void*>(c.x), p.b, &beta, reinterpret_cast<const void*>(cin), p.c,
-                           reinterpret_cast<void*>(d), p.c, &p.algo, reinterpret_cast<void*>(workspace),
+    const float alpha = 1.0f, beta = part.residual ? 1.0f : 0.0f;
+    check(l.cublasLtMatmul(handle, p.op, &alpha, reinterpret_cast<const void*>(part.a), p.a,
+                           reinterpret_cast<const void*>(part.x), p.b, &beta, reinterpret_cast<const void*>(part.cin),
+                           p.c, reinterpret_cast<void*>(part.d), p.c, &p.algo, reinterpret_cast<void*>(workspace),
                            workspace_bytes, static_cast<cudaStream_t>(stream)),
           "matmul " + std::to_string(c.M) + "x" + std::to_string(c.K) + "x" + std::to_string(c.N));
   }
 
   // D (rows x M, column-major, ld N) = A (a panel: rows x K, ld panel) * B (x^T: K x M, ld K).
-  void make_plan(Plan& p, const GemmCall& c, int rows, int batch, uint32_t align_a, uint32_t align_b,
-                 uint32_t align_cd) {
+  // false: no algorithm for it (an unusual shape or alignment); a failing call throws.
+  bool make_plan(Plan& p, const GemmCall& c, const Part& part) {
+    const int rows = part.rows, batch = part.batch;
     const cudaDataType in = c.bf16 ? CUDA_R_16BF : CUDA_R_32F;
     const cublasComputeType_t compute = !c.bf16 && tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    check(l.cublasLtMatmulDescCreate(&p.op, compute, CUDA_R_32F), "matmul descriptor");
-    set(p.op, CUBLASLT_MATMUL_DESC_TRANSA, int32_t(CUBLAS_OP_N));
-    set(p.op, CUBLASLT_MATMUL_DESC_TRANSB, int32_t(CUBLAS_OP_N));
-    cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BIAS;
-    if (c.epilogue == GemmEpilogue::BiasRelu) e = CUBLASLT_EPILOGUE_RELU_BIAS;
-    if (c.epilogue == GemmEpilogue::BiasGeluTanh) e = CUBLASLT_EPILOGUE_GELU_BIAS;
-    set(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(e));
-    set(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(CUDA_R_32F));
-    if (batch > 1) set(p.op, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, int64_t(c.panel));
-    p.a = layout(in, rows, c.K, c.panel, batch, int64_t(c.K) * c.panel);
-    p.b = layout(in, c.K, c.M, c.K, batch, 0);
-    p.c = layout(CUDA_R_32F, rows, c.M, c.N, batch, c.panel);
+    try {
+      check(l.cublasLtMatmulDescCreate(&p.op, compute, CUDA_R_32F), "matmul descriptor");
+      set(p.op, CUBLASLT_MATMUL_DESC_TRANSA, int32_t(CUBLAS_OP_N));
+      set(p.op, CUBLASLT_MATMUL_DESC_TRANSB, int32_t(CUBLAS_OP_N));
+      cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BIAS;
+      if (c.epilogue == GemmEpilogue::BiasRelu) e = CUBLASLT_EPILOGUE_RELU_BIAS;
+      if (c.epilogue == GemmEpilogue::BiasGeluTanh) e = CUBLASLT_EPILOGUE_GELU_BIAS;
+      set(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(e));
+      set(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(CUDA_R_32F));
+      set(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, part.bias);  // the heuristic reads its alignment
+      if (batch > 1) set(p.op, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, int64_t(c.panel));
+      p.a = layout(in, rows, c.K, c.panel, batch, int64_t(c.K) * c.panel);
+      p.b = layout(in, c.K, c.M, c.K, batch, 0);
+      p.c = layout(CUDA_R_32F, rows, c.M, c.N, batch, c.panel);
+    } catch (const Error&) {
+      destroy(p);
+      throw;
+    }
     cublasLtMatmulPreference_t pref = nullptr;
     check(l.cublasLtMatmulPreferenceCreate(&pref), "preference");
     auto pref_set = [&](cublasLtMatmulPreferenceAttributes_t attr, auto v) {
-      check(l.cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof v), "preference attribute");
+      return l.cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof v);
     };
-    pref_set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t(workspace_bytes));
-    pref_set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a);
-    pref_set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b);
-    pref_set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_cd);
-    pref_set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_cd);
+    const auto& k = part.key;
+    cublasStatus_t s = pref_set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t(workspace_bytes));
+    for (auto [attr, bytes] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, std::get<8>(k)},
+                               std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, std::get<9>(k)},
+                               std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, std::get<10>(k)},
+                               std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, std::get<10>(k)}})
+      if (s == CUBLAS_STATUS_SUCCESS) s = pref_set(attr, bytes);
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    cublasStatus_t s = l.cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+    if (s == CUBLAS_STATUS_SUCCESS)
+      s = l.cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
     l.cublasLtMatmulPreferenceDestroy(pref);
-    check(s, "heuristic");
-    if (found == 0) throw Error("cuBLASLt has no algorithm for this matmul");
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED || (s == CUBLAS_STATUS_SUCCESS && found == 0)) return false;
+    if (s != CUBLAS_STATUS_SUCCESS) {
+      destroy(p);
+      check(s, "heuristic");
+    }
     p.algo = result.algo;
+    return true;
+  }
+  void destroy(Plan& p) {
+    if (p.a) l.cublasLtMatrixLayoutDestroy(p.a);
+    if (p.b) l.cublasLtMatrixLayoutDestroy(p.b);
+    if (p.c) l.cublasLtMatrixLayoutDestroy(p.c);
+    if (p.op) l.cublasLtMatmulDescDestroy(p.op);
+    p = Plan{};
   }
 
   ~Impl() {
     try {
-      Scope s(*this);
-      for (auto& [key, p] : plans) {
-        if (p.a) l.cublasLtMatrixLayoutDestroy(p.a);
-        if (p.b) l.cublasLtMatrixLayoutDestroy(p.b);
-        if (p.c) l.cublasLtMatrixLayoutDestroy(p.c);
-        if (p.op) l.cublasLtMatmulDescDestroy(p.op);
-      }
+      Scope s(*this, /*create=*/false);
+      for (auto& [key, p] : plans) destroy(p);
       if (workspace) l.mem_free(workspace);
       if (handle) l.cublasLtDestroy(handle);
     } catch (const Error&) {  // no context left at exit: nothing to free
@@ -286,18 +331,35 @@ std::unique_ptr<GpuBlas> GpuBlas::open(const CudaHooks& hooks, bool tf32, std::s
     *why = e.what();
     return nullptr;
   }
-  std::unique_ptr<GpuBlas> b(new GpuBlas(std::move(impl)));
   const size_t v = l.cublasLtGetVersion();
+  if (v / 10000 != CUBLAS_VER_MAJOR) {
+    *why = "the loaded libcublasLt is version " + std::to_string(v) + ", this halformer was built for major version " +
+           std::to_string(CUBLAS_VER_MAJOR);
+    return nullptr;
+  }
+  std::unique_ptr<GpuBlas> b(new GpuBlas(std::move(impl)));
   b->version_ = std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
   return b;
+}
+
+bool GpuBlas::prepare(const GemmCall& c) {
+  std::lock_guard<std::mutex> guard(impl_->lock);
+  Impl::Scope scope(*impl_);
+  for (const Impl::Part& p : impl_->parts(c))
+    if (!impl_->plan(c, p)) return false;
+  return true;
 }
 
 void GpuBlas::matmul(const GemmCall& c) {
   std::lock_guard<std::mutex> guard(impl_->lock);
   Impl::Scope scope(*impl_);
-  const int full = c.N / c.panel, tail = c.N % c.panel;
-  if (full > 0) impl_->run(c, c.panel, full, 0);
-  if (tail > 0) impl_->run(c, tail, 1, full * c.panel);
+  // Halide's stream now (an application may set its own stream handler after load).
+  if (impl_->hooks.get_stream(nullptr, scope.ctx, &impl_->stream) != 0) throw Error("cuBLASLt: no stream from Halide's runtime");
+  for (const Impl::Part& p : impl_->parts(c)) {
+    const Impl::Plan* plan = impl_->plan(c, p);
+    if (!plan) throw Error("internal: cuBLASLt matmul without a plan (prepare first)");
+    impl_->execute(c, p, *plan);
+  }
 }
 
 #endif

@@ -59,7 +59,10 @@ class GpuBlas {
   GpuBlas(const GpuBlas&) = delete;
   GpuBlas& operator=(const GpuBlas&) = delete;
 
-  // Runs `c`; throws Error naming the shape and cuBLASLt's status on failure.
+  // Whether cuBLASLt has an algorithm for `c` (its shape, epilogue and the alignment of its
+  // addresses): the plans are made here and kept, a refusal too. false: run the Halide kernel.
+  bool prepare(const GemmCall& c);
+  // Runs `c`, prepared; throws Error naming the shape and cuBLASLt's status on failure.
   void matmul(const GemmCall& c);
   // Whether the policy sends a call of `rows` rows through a K x N weight here.
   bool takes(int rows, int K, int N) const {

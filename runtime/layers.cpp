@@ -51,13 +51,13 @@ bool Stack::linear_on_blas(View& x, const LinearWeights& w, View* residual, cons
   auto [wb, bb] = linear_args(w);  // uploaded on first use
   GemmCall c{M, K, w.out, w.panel, w.bf16(), xb->device, wb->device, bb->device,
              residual ? residual->raw()->device : 0, out.raw()->device, e};
-  Array x16;
+  Array x16 = c.bf16 ? Array(K, M, 1, iface, /*bf16=*/true) : Array();
+  View x16v = c.bf16 ? x16.flat() : View{};
+  if (c.bf16) c.x = x16v.raw()->device;
+  if (!blas->prepare(c)) return false;  // no cuBLASLt algorithm for this shape or alignment
   if (c.bf16) {
-    x16 = Array(K, M, 1, iface, /*bf16=*/true);
-    View v = x16.flat();
     KernelTimer timer("cast_bf16", iface);
-    check_kernel(kt.cast_bf16(x.raw(), v.raw()), "cast_bf16");
-    c.x = v.raw()->device;
+    check_kernel(kt.cast_bf16(x.raw(), x16v.raw()), "cast_bf16");
   }
   KernelTimer timer("cublaslt_matmul", iface);  // the profile tells them from the Halide linears
   blas->matmul(c);
@@ -248,7 +248,7 @@ bool Stack::gated_on_blas(const Array& h, const LayerWeights& L, Array& gate, Ar
   if (!blas || !kt.gate_act || !blas->takes(h.T * h.B, L.ff_gate.in, L.ff_gate.out)) return false;
   View x = h.flat(), g = gate.flat(), u = mid.flat();
   if (!linear_on_blas(x, L.ff_gate, nullptr, "none", g)) return false;
-  if (!linear_on_blas(x, L.ff1, nullptr, "none", u)) throw Error("internal: ff_up not on cuBLASLt beside ff_gate");
+  if (!linear_on_blas(x, L.ff1, nullptr, "none", u)) return false;  // the Halide kernels redo the gate too
   KernelTimer timer("gate_act", iface);
   check_kernel(kt.gate_act(g.raw(), u.raw(), u.raw()), "gate_act");
   return true;

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <HalideBuffer.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <iterator>
@@ -132,7 +133,8 @@ TEST(Linear, GatedK60N36) {
 struct AttentionShape { int B, Tq, Tk; };
 const std::vector<AttentionShape> kAttentionShapes = {{1, 1, 1}, {2, 5, 5}, {1, 1, 9}, {3, 13, 13}, {2, 3, 17}, {1, 35, 35}};
 template <typename Fn>
-void check_attention(Fn fn, bool causal, bool cross, const std::vector<AttentionShape>& shapes = kAttentionShapes) {
+void check_attention(Fn fn, bool causal, bool cross, const std::vector<AttentionShape>& shapes = kAttentionShapes,
+                     bool mask_all_of_second = false) {
   const int H = 3, D = 20, Cq = cross ? H * D : 3 * H * D, Ckv = cross ? 2 * H * D : 3 * H * D;
   for (AttentionShape s : shapes) {
     if (!cross && s.Tq != s.Tk && !causal) continue;  // self-attention: same sequence
@@ -140,6 +142,7 @@ void check_attention(Fn fn, bool causal, bool cross, const std::vector<Attention
     Vec q = random_vec(size_t(s.B) * s.Tq * Cq, 5), kv = random_vec(size_t(s.B) * s.Tk * Ckv, 6);
     Vec mask(size_t(s.B) * s.Tk, 0.0f);
     if (s.B > 1) mask[size_t(s.Tk) * 2 - 1] = -1e30f;  // batch 1's last key is padding
+    if (mask_all_of_second && s.B > 1) std::fill(mask.begin() + s.Tk, mask.begin() + 2 * s.Tk, -1e30f);
     if (!cross) q = kv;                                  // self-attention reads one buffer
     int Tq = cross ? s.Tq : s.Tk;
     Vec out(size_t(s.B) * Tq * H * D, -7.0f);
@@ -158,13 +161,17 @@ TEST(Attention, CausalHead20) { check_attention(KERNEL(test_attention_causal), t
 // GPU: the softmax statistics walked by one thread per query (gpu_reduce_lanes=0).
 TEST(Attention, CausalSerialSoftmaxHead20) { check_attention(KERNEL(test_attention_causal_serial), true, false); }
 TEST(Attention, CrossHead20) { check_attention(KERNEL(test_attention_cross), false, true); }
-// Long inputs: GPU builds walk keys in tiles with an online softmax (gpu_key_tile), shared
-// memory independent of the length; 4,096 and 16,384 keys (a few new queries after a
-// cache, and cross-attention) and a 1,000-token encoder-style square.
+// GPU builds: keys in tiles of 32, 16 queries per block in groups (4 per V thread, 3 per
+// score thread: partial groups).
 TEST(Attention, SelfKeyTilesQueryGroupsHead20) { check_attention(KERNEL(test_attention_self_tiles), false, false); }
+// Long inputs: GPU builds walk keys in tiles with an online softmax (gpu_key_tile), shared
+// memory independent of the length: causal self-attention over 1,000 and 4,096 tokens,
+// cross-attention of a few queries over 4,096 and 16,384 keys, and one with every key of
+// a sequence masked (a uniform average, as with whole rows).
 TEST(Attention, LongKeysHead20) {
-  check_attention(KERNEL(test_attention_causal_tiles), true, false, {{1, 3, 4096}, {1, 1000, 1000}});
+  check_attention(KERNEL(test_attention_causal_tiles), true, false, {{1, 1000, 1000}, {1, 4096, 4096}});
   check_attention(KERNEL(test_attention_cross), false, true, {{2, 5, 4096}, {1, 2, 16384}});
+  check_attention(KERNEL(test_attention_cross), false, true, {{2, 3, 700}}, /*mask_all_of_second=*/true);
 }
 // GPU builds: scores and V sums per thread in registers (gpu_score_queries, gpu_v_queries).
 TEST(Attention, SelfRegisterSumsHead20) { check_attention(KERNEL(test_attention_self_regs), false, false); }
@@ -412,6 +419,8 @@ uint16_t nearest_bf16(float x) {
   const uint16_t lo = uint16_t(u >> 16);  // toward zero; lo + 1 is one step away from zero
   if ((u & 0xffffu) == 0) return lo;
   auto widen = [](uint16_t h) {
+    // Past the largest finite bf16 rounding goes to infinity as if the exponent went on: 2^128.
+    if ((h & 0x7fff) == 0x7f80) return (h & 0x8000 ? -1.0 : 1.0) * std::ldexp(1.0, 128);
     const uint32_t w = uint32_t(h) << 16;
     float f;
     std::memcpy(&f, &w, 4);
@@ -426,9 +435,17 @@ TEST(Convert, CastBf16RoundsToNearestEven) {
   const int C = 37;
   for (int M : kRows) {
     Vec x = random_vec(size_t(M) * C, 16);
-    const float special[] = {1.00390625f /* tie, even below */, 1.01171875f /* tie, odd below: up */, -2.5e-39f,
-                             std::numeric_limits<float>::infinity(), -0.0f, 3.0e38f,
-                             std::numeric_limits<float>::quiet_NaN()};
+    auto bits = [](uint32_t u) {
+      float f;
+      std::memcpy(&f, &u, 4);
+      return f;
+    };
+    // Ties (even below: stays; odd below: up), a subnormal, infinity, -0, large finite
+    // values, FLT_MAX and the tie at the top (both round to infinity), and NaNs that plain
+    // rounding would turn into infinity (0x7f800001) or zero (0xffffffff).
+    const float special[] = {1.00390625f, 1.01171875f, -2.5e-39f, std::numeric_limits<float>::infinity(), -0.0f,
+                             3.0e38f, std::numeric_limits<float>::max(), bits(0x7f7f8000u), bits(0x7f7f7fffu),
+                             std::numeric_limits<float>::quiet_NaN(), bits(0x7f800001u), bits(0xffffffffu)};
     for (size_t i = 0; i < std::size(special) && i < x.size(); ++i) x[i] = special[i];
     std::vector<uint16_t> got(x.size());
     Buf xb = view(x, {C, M});
@@ -456,6 +473,10 @@ TEST(Gate, SiluTimesUp) {
     ASSERT_EQ(KERNEL(test_gate_silu)(gb, ub, ob), 0);
     ob.copy_to_host();
     expect_close(out, want, "gate silu");
+    // In place, as the runtime calls it (out = up).
+    ASSERT_EQ(KERNEL(test_gate_silu)(gb, ub, ub), 0);
+    ub.copy_to_host();
+    expect_close(u, want, "gate silu in place");
   }
 }
 

@@ -118,7 +118,7 @@ class Planner {
                                                                {"k_head", std::to_string(k_head)},
                                                                {"v_head", std::to_string(v_head)},
                                                                {"causal", causal ? "true" : "false"}};
-    // GPU builds: whole score rows in shared memory where max_len allows, else key tiles
+    // GPU builds: whole score rows in shared memory where they fit at max_len, else key tiles
     // (generators/attention.cpp gpu_key_tile); CPU-only specs keep their parameters.
     if (std::any_of(spec_.targets.begin(), spec_.targets.end(), [](Target t) { return t != Target::Host; }))
       params.emplace_back("max_keys", std::to_string(spec_.max_len));
