@@ -153,6 +153,7 @@ struct GpuBlas::Impl {
   // (M, K, N, rows, batch, bf16, epilogue, residual, alignment of A, B, C/D, bias)
   using Key = std::tuple<int, int, int, int, int, bool, int, bool, uint32_t, uint32_t, uint32_t, uint32_t>;
   std::map<Key, Plan> plans;
+  static constexpr size_t kMaxPlans = 4096;  // a few KB of descriptors each
 
   Impl(const Lib& lib, const CudaHooks& h, bool tf32_ok) : l(lib), hooks(h), tf32(tf32_ok) {}
 
@@ -225,6 +226,10 @@ struct GpuBlas::Impl {
   // (remembered: the caller runs its Halide kernel instead).
   const Plan* plan(const GemmCall& c, const Part& part) {
     auto it = plans.find(part.key);
+    if (it == plans.end() && plans.size() >= kMaxPlans) {  // many distinct prompt lengths: start over
+      for (auto& [key, p] : plans) destroy(p);
+      plans.clear();
+    }
     if (it == plans.end()) {
       Plan p;
       const bool ok = make_plan(p, c, part);

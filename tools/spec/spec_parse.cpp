@@ -220,6 +220,10 @@ ParseResult parse_root(const YAML::Node& root, const std::string& file) {
   top.read("tf32", spec.tf32);
   if (spec.tf32 && std::find(spec.targets.begin(), spec.targets.end(), Target::Cuda) == spec.targets.end())
     cx.error(cx.where("tf32"), "tf32", "applies to CUDA builds only: add cuda to targets, or remove tf32");
+  else if (spec.tf32 && spec.precision != Precision::Fp32 && spec.output_precision() != Precision::Fp32)
+    cx.error(cx.where("tf32"), "tf32",
+             std::string("applies to fp32 linears, and this spec's are all ") + to_string(spec.precision) +
+                 ": remove tf32");
   read_schedule(top.section("schedule", /*free_form=*/true), spec);
   read_tuning(top.section("tuning"), spec);
 
