@@ -137,7 +137,7 @@ uint32_t alignment(uint64_t address, int64_t batch_stride_bytes) {
 struct GpuBlas::Impl {
   const Lib& l;
   CudaHooks hooks;
-  void* stream = nullptr;
+  void* stream = nullptr;  // Halide's, asked at every matmul (below)
   cublasLtHandle_t handle = nullptr;
   CUdeviceptr workspace = 0;
   size_t workspace_bytes = size_t(32) << 20;  // what NVIDIA suggests for Hopper
@@ -326,25 +326,21 @@ std::unique_ptr<GpuBlas> GpuBlas::open(const CudaHooks& hooks, bool tf32, std::s
     *why = l.error;
     return nullptr;
   }
+  if (const size_t v = l.cublasLtGetVersion(); v / 10000 != CUBLAS_VER_MAJOR) {
+    *why = "the loaded libcublasLt is version " + std::to_string(v) + ", this halformer was built for major version " +
+           std::to_string(CUBLAS_VER_MAJOR);
+    return nullptr;
+  }
   auto impl = std::make_unique<Impl>(l, hooks, tf32);
   try {
     Impl::Scope s(*impl);
-    if (hooks.get_stream(nullptr, s.ctx, &impl->stream) != 0) throw Error("cuBLASLt: no stream from Halide's runtime");
     impl->check(l.cublasLtCreate(&impl->handle), "create");
     if (l.mem_alloc(&impl->workspace, impl->workspace_bytes) != CUDA_SUCCESS) throw Error("cuBLASLt: workspace allocation failed");
   } catch (const Error& e) {
     *why = e.what();
     return nullptr;
   }
-  const size_t v = l.cublasLtGetVersion();
-  if (v / 10000 != CUBLAS_VER_MAJOR) {
-    *why = "the loaded libcublasLt is version " + std::to_string(v) + ", this halformer was built for major version " +
-           std::to_string(CUBLAS_VER_MAJOR);
-    return nullptr;
-  }
-  std::unique_ptr<GpuBlas> b(new GpuBlas(std::move(impl)));
-  b->version_ = std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
-  return b;
+  return std::unique_ptr<GpuBlas>(new GpuBlas(std::move(impl)));
 }
 
 bool GpuBlas::prepare(const GemmCall& c) {

@@ -69,7 +69,6 @@ class GpuBlas {
     return policy_ == GemmPolicy::Cublaslt ||
            (policy_ == GemmPolicy::Auto && (rows > kGemmMinRows || int64_t(K) * N >= kGemmMinWeights));
   }
-  const std::string& version() const { return version_; }
 
   struct Impl;
 
@@ -77,7 +76,6 @@ class GpuBlas {
   explicit GpuBlas(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
   GemmPolicy policy_;
-  std::string version_;
 };
 
 }  // namespace halformer

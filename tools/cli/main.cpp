@@ -203,7 +203,7 @@ int build(const Spec& spec, const std::string& spec_path, const std::string& out
      << "include(\"" << source_dir << "/cmake/Halformer.cmake\")\n";
   // CUDA kernels: checked with ptxas by the build (no spills, occupancy in DIR/ptxas.json).
   // Looked up on every build, so that installing CUDA later turns the check on.
-  if (std::find(spec.targets.begin(), spec.targets.end(), Target::Cuda) != spec.targets.end()) {
+  if (spec.has_target(Target::Cuda)) {
     const std::string ptxas = find_ptxas();
     if (ptxas.empty())
       std::cout << "[halformer] ptxas not found (PATH, CUDA_HOME, CUDA_PATH, /usr/local/cuda/bin): the CUDA "

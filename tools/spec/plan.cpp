@@ -7,7 +7,6 @@
 #include "halformer/amx.h"  // amx_usable_here: ModelConfig::amx_tiles
 #include "output_text.h"
 
-#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -120,7 +119,7 @@ class Planner {
                                                                {"causal", causal ? "true" : "false"}};
     // GPU builds: whole score rows in shared memory where they fit at max_len, else key tiles
     // (generators/attention.cpp gpu_key_tile); CPU-only specs keep their parameters.
-    if (std::any_of(spec_.targets.begin(), spec_.targets.end(), [](Target t) { return t != Target::Host; }))
+    if (spec_.has_target(Target::Cuda) || spec_.has_target(Target::OpenCL))
       params.emplace_back("max_keys", std::to_string(spec_.max_len));
     if (kv_bf16) params.emplace_back("kv_bf16", "true");
     if (q_bf16) params.emplace_back("q_bf16", "true");
@@ -214,7 +213,7 @@ class Planner {
     }
     // CUDA bf16 builds: the many-row linears multiply on tensor cores through cuBLASLt
     // (runtime/gpu_blas.h), whose bf16 input this kernel makes from the fp32 activations.
-    const bool cuda = std::find(s.targets.begin(), s.targets.end(), Target::Cuda) != s.targets.end();
+    const bool cuda = s.has_target(Target::Cuda);
     if (cuda && (s.precision == Precision::Bf16 || s.output_precision() == Precision::Bf16))
       bind(KernelRole::cast_bf16, "convert", "cast_bf16", {});
     // and a gated feed-forward's two projections there, whose activation this kernel applies.
@@ -382,9 +381,8 @@ void write_plan(const Spec& spec, const Plan& plan, const std::string& dir) {
   auto variant_fn = [](const std::string& fn, const std::string& device) {
     return device == "cpu" ? fn : fn + "_" + device;
   };
-  for (const auto& [device, target] : plan.variants) {
+  for (const auto& [device, target] : plan.variants)
     for (const auto& k : plan.kernels) c << "#include \"" << variant_fn(k.function, device) << ".h\"\n";
-  }
   // The config is model_config(spec) (what `halformer quantize` uses too), written out.
   const auto owned = model_config(spec);
   const ModelConfig& cfg = owned->config;
@@ -435,7 +433,7 @@ void write_plan(const Spec& spec, const Plan& plan, const std::string& dir) {
     << ", /*shared_layers*/ " << b(cfg.shared_layers) << ",\n      /*ff_activation*/ "
     << cpp_string(cfg.ff_activation) << ", /*tf32*/ " << b(cfg.tf32) << "};\n\n";
   // A CUDA build hands the runtime Halide's CUDA runtime hooks (model_config.h CudaHooks).
-  if (std::any_of(plan.variants.begin(), plan.variants.end(), [](const auto& v) { return v.first == "cuda"; }))
+  if (spec.has_target(Target::Cuda))
     c << "extern \"C\" int halide_cuda_acquire_context(void*, void**, bool);\n"
       << "extern \"C\" int halide_cuda_release_context(void*);\n"
       << "extern \"C\" int halide_cuda_get_stream(void*, void*, void**);\n"

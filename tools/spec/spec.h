@@ -6,6 +6,7 @@
 // "not supported yet" diagnostic from check_supported(), never a silent fallback.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -139,6 +140,7 @@ struct Spec {
     return kv_cache_precision.value_or(precision == Precision::Fp32 ? Precision::Fp32 : Precision::Bf16);
   }
   std::vector<Target> targets = {Target::Host};
+  bool has_target(Target t) const { return std::find(targets.begin(), targets.end(), t) != targets.end(); }
   int64_t cuda_capability = 80;
   // fp32 linears on cuBLASLt (CUDA) may multiply in TF32: off unless the spec says so.
   bool tf32 = false;

@@ -218,7 +218,7 @@ ParseResult parse_root(const YAML::Node& root, const std::string& file) {
   read_targets(top, spec);
   top.read("cuda_capability", spec.cuda_capability, 50, 120);
   top.read("tf32", spec.tf32);
-  if (spec.tf32 && std::find(spec.targets.begin(), spec.targets.end(), Target::Cuda) == spec.targets.end())
+  if (spec.tf32 && !spec.has_target(Target::Cuda))
     cx.error(cx.where("tf32"), "tf32", "applies to CUDA builds only: add cuda to targets, or remove tf32");
   else if (spec.tf32 && spec.precision != Precision::Fp32 && spec.output_precision() != Precision::Fp32)
     cx.error(cx.where("tf32"), "tf32",

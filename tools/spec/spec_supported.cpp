@@ -83,7 +83,7 @@ std::vector<Diagnostic> check_supported(const Spec& s) {
     unsupported("precision_overrides.embeddings", "'bf16' (embedding tables are fp32 or int8)");
   if (s.cache_precision() == Precision::Int8)
     unsupported("precision_overrides.kv_cache", "'int8' (attention caches are fp32 or bf16)");
-  if (std::find(s.targets.begin(), s.targets.end(), Target::Host) == s.targets.end())
+  if (!s.has_target(Target::Host))
     unsupported("targets", "a target list without 'host' (the CPU build is the reference and the fallback-free default)");
   sort_by_position(out);
   return out;
