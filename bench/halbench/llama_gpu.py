@@ -26,53 +26,46 @@ in place), as a serving stack keeps it, so that a decode step does no concatenat
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import statistics
-import struct
+import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
+from safetensors.torch import save_file
 
-from .common import Unsupported
-
-BF16_REL_TOL = 2e-2  # of the output scale: a bf16 model against the fp32 one
-
-
-def _log(msg: str) -> None:
-    import sys
-
-    print(f"[gpu-bench] {msg}", file=sys.stderr, flush=True)
+from .common import REFERENCE_DIR, Unsupported
+from .gpu import BF16_REL_TOL, log as _log
 
 
 # -- the spec ------------------------------------------------------------------------------
 
 def read_llama_spec(path: str) -> Dict[str, Any]:
-    """The fields of a Llama-style spec this model computes, with halformer's defaults
-    (`halformer check --print-defaults`) for those the spec leaves out. Reads the YAML
-    itself (no halformer CLI needed on the GPU machine)."""
-    import yaml
+    """The fields of a Llama-style spec this model computes, with halformer's defaults for
+    those the spec leaves out (halformer_torch.load_spec: `halformer check --print-defaults`
+    through the CLI, which the GPU bundle carries)."""
+    if REFERENCE_DIR not in sys.path:
+        sys.path.insert(0, REFERENCE_DIR)
+    from halformer_torch import load_spec
 
-    with open(path, "r", encoding="utf-8") as f:
-        spec = yaml.safe_load(f)
-    s = spec.get("sizes", {})
-    layer, emb = spec.get("layer", {}), spec.get("embedding", {})
-    att, tok = spec.get("attention", {}), spec.get("tokens", {})
+    spec = load_spec(path)
+    s, layer, emb = spec["sizes"], spec["layer"], spec["embedding"]
+    att, tok = spec["attention"], spec["tokens"]
     want = {
-        "architecture": (spec.get("architecture"), "decoder"),
-        "layer.norm_kind": (layer.get("norm_kind", "standard"), "rms"),
-        "layer.norm_placement": (layer.get("norm_placement", "post"), "pre"),
-        "layer.final_norm": (bool(layer.get("final_norm", False)), True),
-        "layer.activation": (layer.get("activation", "relu"), "swiglu"),
-        "layer.parallel_residual": (bool(layer.get("parallel_residual", False)), False),
-        "embedding.positions": (emb.get("positions", "sinusoidal"), "rotary"),
-        "embedding.scale": (bool(emb.get("scale", True)), False),
-        "attention.causal": (bool(att.get("causal", True)), True),
-        "head.kind": (spec.get("head", {}).get("kind", "log_softmax"), "logits"),
-        "weights.preset": (spec.get("weights", {}).get("preset", "torch.nn.Transformer"), "huggingface-llama"),
+        "architecture": (spec["architecture"], "decoder"),
+        "layer.norm_kind": (layer["norm_kind"], "rms"),
+        "layer.norm_placement": (layer["norm_placement"], "pre"),
+        "layer.final_norm": (bool(layer["final_norm"]), True),
+        "layer.activation": (layer["activation"], "swiglu"),
+        "layer.parallel_residual": (bool(layer["parallel_residual"]), False),
+        "embedding.positions": (emb["positions"], "rotary"),
+        "embedding.scale": (bool(emb["scale"]), False),
+        "attention.causal": (bool(att["causal"]), True),
+        "head.kind": (spec["head"]["kind"], "logits"),
+        "weights.preset": (spec["weights"]["preset"], "huggingface-llama"),
     }
     for key, (got, need) in want.items():
         if got != need:
@@ -81,17 +74,19 @@ def read_llama_spec(path: str) -> Dict[str, Any]:
     hd = d // h
     cfg = {
         "name": spec.get("name", os.path.basename(path)),
+        # derived defaults load_spec leaves unset (--print-defaults' "derived"): kv_heads =
+        # heads, rotary_dim = the head size
         "d": d, "heads": h, "kv_heads": int(s.get("kv_heads", h)), "hd": hd,
         "d_ff": int(s["d_ff"]), "layers": int(s["decoder_layers"]), "vocab": int(s["tgt_vocab"]),
         "max_len": int(s["max_len"]),
-        "eps": float(layer.get("norm_eps", 1e-5)),
-        "norm_offset": float(layer.get("norm_weight_offset", 0.0)),
-        "theta": float(emb.get("rotary_theta", 10000.0)),
+        "eps": float(layer["norm_eps"]),
+        "norm_offset": float(layer["norm_weight_offset"]),
+        "theta": float(emb["rotary_theta"]),
         "rotary_dim": int(emb.get("rotary_dim", hd)),
-        "rotary_layout": emb.get("rotary_layout", "half"),
-        "tied": bool(emb.get("share_tgt_output", False)),
-        "precision": spec.get("precision", "fp32"),
-        "pad": int(tok.get("pad", 0)), "bos": int(tok.get("bos", 1)), "eos": int(tok.get("eos", 2)),
+        "rotary_layout": emb["rotary_layout"],
+        "tied": bool(emb["share_tgt_output"]),
+        "precision": spec["precision"],
+        "pad": int(tok["pad"]), "bos": int(tok["bos"]), "eos": int(tok["eos"]),
     }
     if cfg["rotary_layout"] != "half":
         raise Unsupported(f"{path}: embedding.rotary_layout {cfg['rotary_layout']!r} (this model has 'half')")
@@ -128,30 +123,6 @@ def step_weight_bytes(cfg: Dict[str, Any], bytes_per_weight: int = 2) -> int:
 
 # -- weights -------------------------------------------------------------------------------
 
-def _save_safetensors(tensors: Dict[str, torch.Tensor], out: str) -> None:
-    """Streams tensors (bf16 / fp32) into a safetensors file, one at a time (1.1B
-    parameters: no second copy of the whole state in host memory), atomically."""
-    names = sorted(tensors)
-    dtypes = {torch.bfloat16: "BF16", torch.float32: "F32", torch.float16: "F16"}
-    header, offset = {}, 0
-    for name in names:
-        t = tensors[name]
-        nbytes = t.numel() * t.element_size()
-        header[name] = {"dtype": dtypes[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + nbytes]}
-        offset += nbytes
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)
-    tmp = out + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)))
-        f.write(raw)
-        for name in names:
-            t = tensors[name].detach().contiguous()
-            same_size = {2: torch.int16, 4: torch.int32}[t.element_size()]  # numpy has no bf16
-            f.write(t.view(same_size).cpu().numpy().tobytes())
-    os.replace(tmp, out)
-
-
 def make_llama_weights(cfg: Dict[str, Any], out: str, seed: int = 0, device: str = "cpu") -> Dict[str, torch.Tensor]:
     """Seeded random weights, made on `device` (the values depend on it: CUDA and CPU
     generators differ), rounded to bf16, written to `out` and returned (bf16, on device).
@@ -169,7 +140,9 @@ def make_llama_weights(cfg: Dict[str, Any], out: str, seed: int = 0, device: str
         elif "embed_tokens" not in name:
             x = x * (1.0 / math.sqrt(shape[1]))
         state[name] = x.to(torch.bfloat16)
-    _save_safetensors(state, out)
+    tmp = out + ".tmp"
+    save_file({k: v.cpu() for k, v in state.items()}, tmp)
+    os.replace(tmp, out)
     _log(f"random Llama weights (seed {seed}, {device}) -> {out} ({os.path.getsize(out) / 1e6:.0f} MB, "
          f"{time.time() - t0:.1f} s)")
     return state
