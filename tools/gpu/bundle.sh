@@ -41,9 +41,10 @@ sed -e "s/^targets: \[host\]/targets: [host, cuda]\ncuda_capability: $sm/" model
 grep -q "^cuda_capability: $sm" "$spec" || { echo "bundle: could not add the cuda target to $spec" >&2; exit 1; }
 build/bin/halformer build "$spec" -o "$b/gpu/transformer-base"
 cp "$b/gpu/transformer-base/transformer-base" "$out/bin/"
-model_bench() {  # model_bench BUILD_DIR OUT_BIN
-  c++ -O2 -std=c++17 bench/cpp/model_bench.cpp -I runtime/include -include "$1/transformer-base.h" \
-      -DHALFORMER_MODEL=halformer_model_transformer_base "$1/libtransformer-base.a" -lpthread -ldl -o "$2"
+model_bench() {  # model_bench BUILD_DIR OUT_BIN [MODEL=transformer-base]: the driver linked against a build
+  local m="${3:-transformer-base}"
+  c++ -O2 -std=c++17 bench/cpp/model_bench.cpp -I runtime/include -include "$1/$m.h" \
+      -DHALFORMER_MODEL="halformer_model_${m//-/_}" "$1/lib$m.a" -lpthread -ldl -o "$2"
 }
 model_bench "$b/gpu/transformer-base" "$out/bin/halformer_model_bench"
 # The same model in bf16 (tensor cores through cuBLASLt for many rows, Halide kernels
@@ -54,13 +55,8 @@ model_bench "$b/gpu/transformer-base-bf16" "$out/bin/halformer_model_bench_bf16"
 build/bin/halformer build "$out/transformer-base-cuda-tf32.yaml" -o "$b/gpu/transformer-base-tf32"
 model_bench "$b/gpu/transformer-base-tf32" "$out/bin/halformer_model_bench_tf32"
 # A TinyLlama-1.1B-shaped decoder (bf16, random weights made on the GPU machine).
-if [ -f bench/gpu/tinyllama-1b.yaml ]; then
-  build/bin/halformer build bench/gpu/tinyllama-1b.yaml -o "$b/gpu/tinyllama-1b"
-  c++ -O2 -std=c++17 bench/cpp/model_bench.cpp -I runtime/include -include "$b/gpu/tinyllama-1b/tinyllama-1b.h" \
-      -DHALFORMER_MODEL=halformer_model_tinyllama_1b "$b/gpu/tinyllama-1b/libtinyllama-1b.a" -lpthread -ldl \
-      -o "$out/bin/tinyllama_model_bench"
-  cp bench/gpu/tinyllama-1b.yaml "$out/"
-fi
+build/bin/halformer build bench/gpu/tinyllama-1b.yaml -o "$b/gpu/tinyllama-1b"
+model_bench "$b/gpu/tinyllama-1b" "$out/bin/tinyllama_model_bench" tinyllama-1b
 # Schedule variants timed side by side by run.sh (HALFORMER_GPU_VARIANTS="NAME=KNOB:VALUE[,KNOB:VALUE] ...",
 # knobs as the spec's `schedule:` keys, e.g. ks512=linear.gpu_k_slice:512).
 for v in ${HALFORMER_GPU_VARIANTS:-}; do
