@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "halformer/error.h"
+#include "halformer/packed_int4.h"
 #include "halformer/packed_layout.h"
 #include "halformer/safetensors.h"
 #include "weights_internal.h"
@@ -212,6 +213,9 @@ class Loader {
     if (int8_rows(canonical, rows, in, lb.format() == Precision::Int8,
                   [&](int r, const int8_t* q, float scale) { lb.channel_int8(n0 + r, q, scale); }))
       return;
+    if (int4_rows(canonical, rows, in, lb.format() == Precision::Int4,
+                  [&](int r, const uint8_t* blocks, const float* scales) { lb.channel_int4(n0 + r, blocks, scales); }))
+      return;
     read_rows(canonical, {rows, in}, [&](int r, const float* row, size_t) { lb.channel(n0 + r, row); });
   }
   // Linear with torch layout [out][in] -> the format and packed layout its kernel reads.
@@ -289,24 +293,46 @@ class Loader {
   // model does not read it as int8 (`accepted` false).
   template <typename RowFn>
   bool int8_rows(const std::string& canonical, int rows, int cols, bool accepted, RowFn row) {
+    return quantized_rows(canonical, "I8", "int8", {rows, cols}, {rows}, accepted, true,
+                          [&](int r, const uint8_t* q, const float* scale) {
+                            row(r, reinterpret_cast<const int8_t*>(q), *scale);
+                          });
+  }
+  // The int4 rows of a canonical file's tensor (halformer/packed_int4.h): U8 [rows][blocks *
+  // 16], each block's 16 bytes in Q4_0's order, and its F32 "_scale" [rows][blocks],
+  // through row(r, blocks, scales). As int8_rows otherwise (Q4_0 scales may be negative).
+  template <typename RowFn>
+  bool int4_rows(const std::string& canonical, int rows, int cols, bool accepted, RowFn row) {
+    const int B = int4_blocks(cols);
+    return quantized_rows(canonical, "U8", "int4", {rows, int64_t(B) * kInt4BlockBytes}, {rows, B}, accepted, false,
+                          row);
+  }
+  // What int8_rows and int4_rows share: the tensor `dtype` of `shape` and its F32 "_scale"
+  // of scale_shape (one row per output channel), each row through row(r, bytes, scales).
+  template <typename RowFn>
+  bool quantized_rows(const std::string& canonical, const char* dtype, const char* precision,
+                      const std::vector<int64_t>& shape, const std::vector<int64_t>& scale_shape, bool accepted,
+                      bool nonnegative_scales, RowFn row) {
     const TensorInfo* t = canonical_ ? file_.find(canonical) : nullptr;
-    if (!t || t->dtype != "I8") return false;
+    if (!t || t->dtype != dtype) return false;
     used_.insert(canonical);
     const std::string scale_name = canonical + "_scale";
     const TensorInfo* s = file_.find(scale_name);
     used_.insert(scale_name);
-    const std::vector<int64_t> shape{rows, cols}, scale_shape{rows};
     if (!accepted) {
-      mismatched_.push_back(canonical + ": I8 (quantized by halformer quantize), but this model reads it as " +
-                            "floats: quantize for this build's precision, or use the original weights");
+      mismatched_.push_back(canonical + ": " + dtype + " (" + precision + ", quantized by halformer quantize or " +
+                            "imported), but this model does not read it as " + precision +
+                            ": quantize for this build's precision, or use the original weights");
       return true;
     }
     if (t->shape != shape) {
-      mismatched_.push_back(canonical + ": expected I8 " + shape_str(shape) + ", found I8 " + shape_str(t->shape));
+      mismatched_.push_back(canonical + ": expected " + dtype + " " + shape_str(shape) + ", found " + dtype + " " +
+                            shape_str(t->shape));
       return true;
     }
     if (!s) {
-      missing_.push_back(scale_name + " F32 " + shape_str(scale_shape) + " (the scales of the I8 " + canonical + ")");
+      missing_.push_back(scale_name + " F32 " + shape_str(scale_shape) + " (the scales of the " + dtype + " " +
+                         canonical + ")");
       return true;
     }
     if (s->dtype != "F32" || s->shape != scale_shape) {
@@ -314,14 +340,16 @@ class Loader {
                             shape_str(s->shape));
       return true;
     }
+    const size_t per_row = scale_shape.size() > 1 ? size_t(scale_shape[1]) : 1, row_bytes = size_t(shape[1]);
+    std::vector<float> scales(per_row);
     bool valid = true;
-    for (int r = 0; r < rows; ++r) {
-      float scale;
-      std::memcpy(&scale, s->data + size_t(r) * 4, 4);
-      valid = valid && std::isfinite(scale) && scale >= 0.0f;
-      row(r, reinterpret_cast<const int8_t*>(t->data) + size_t(r) * cols, scale);
+    for (int64_t r = 0; r < shape[0]; ++r) {
+      std::memcpy(scales.data(), s->data + size_t(r) * per_row * 4, per_row * 4);
+      for (float v : scales) valid = valid && std::isfinite(v) && (v >= 0.0f || !nonnegative_scales);
+      row(int(r), reinterpret_cast<const uint8_t*>(t->data) + size_t(r) * row_bytes, scales.data());
     }
-    if (!valid) nonfinite_.push_back(scale_name + " (scales must be finite and >= 0)");
+    if (!valid)
+      nonfinite_.push_back(scale_name + (nonnegative_scales ? " (scales must be finite and >= 0)" : " (scales must be finite)"));
     file_.release(t->data, t->bytes);
     return true;
   }

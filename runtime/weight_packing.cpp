@@ -3,6 +3,7 @@
 // per-channel scales (and channel sums for quads), or bf16 panels, optionally in K pairs
 // (halformer/packed_layout.h, docs/precision.md) -- so that loading an int8 or bf16 model
 // never holds an fp32 copy of a whole matrix.
+#include "halformer/packed_int4.h"
 #include "halformer/packed_layout.h"
 #include "weights_internal.h"
 
@@ -15,7 +16,12 @@ LinearBuilder::LinearBuilder(int in, int out, Precision format, const WeightLayo
   l_.bf16_pairs = format == Precision::Bf16 && layout.bf16_pairs;
   l_.int8_group = layout.int8_group;
   const int panel = l_.panel = format == Precision::Bf16 ? layout.bf16_panel() : layout.panel;
-  if (format == Precision::Int8) {
+  if (format == Precision::Int4) {
+    l_.q4.assign(packed_int4_size(in, out), 0);
+    l_.b.assign(int4_bias_size(in, out), 0.0f);
+    channel_q4_.resize(size_t(int4_blocks(in)) * kInt4BlockBytes);
+    channel_scales_.resize(size_t(int4_blocks(in)));
+  } else if (format == Precision::Int8) {
     l_.q.assign(packed_int8_size(in, out, l_.int8_group), 0);
     scales_.assign(size_t(out), 0.0f);
     if (l_.int8_group == kInt8Quad) sums_.assign(size_t(out), 0.0f);
@@ -28,7 +34,10 @@ LinearBuilder::LinearBuilder(int in, int out, Precision format, const WeightLayo
 }
 
 void LinearBuilder::channel(int n, const float* v) {
-  if (format_ == Precision::Int8) {
+  if (format_ == Precision::Int4) {
+    quantize_channel_int4(v, l_.in, channel_q4_.data(), channel_scales_.data());
+    channel_int4(n, channel_q4_.data(), channel_scales_.data());
+  } else if (format_ == Precision::Int8) {
     channel_int8(n, channel_q_.data(), quantize_row_int8(v, l_.in, channel_q_.data()));
   } else if (format_ == Precision::Bf16) {
     for (int k = 0; k < l_.in; ++k) l_.h[packed_bf16_index(l_.in, n, k, l_.panel, l_.bf16_pairs)] = to_bf16(v[k]);
@@ -43,7 +52,15 @@ void LinearBuilder::channel_int8(int n, const int8_t* q, float scale) {
   if (!sums_.empty()) sums_[size_t(n)] = int8_channel_sum(q, l_.in);
 }
 
+void LinearBuilder::channel_int4(int n, const uint8_t* blocks, const float* scales) {
+  put_int4_channel(l_.q4.data(), l_.b.data(), l_.in, l_.out, n, blocks, scales);
+}
+
 LinearWeights LinearBuilder::finish(WeightVector<float> bias) {
+  if (format_ == Precision::Int4) {  // the biases into their panel rows, before the scales
+    for (int n = 0; n < l_.out; ++n) l_.b[int4_bias_index(n)] = bias[size_t(n)];
+    return std::move(l_);
+  }
   l_.b = std::move(bias);
   l_.b.insert(l_.b.end(), scales_.begin(), scales_.end());  // int8: (bias | scale [| sum])
   l_.b.insert(l_.b.end(), sums_.begin(), sums_.end());

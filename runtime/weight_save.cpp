@@ -1,7 +1,8 @@
 // Saving (save_weights, what `halformer quantize` writes): loaded weights back as a
 // safetensors file under the canonical names (docs/weights.md), each tensor in the format
 // the model's kernels read -- linears unpacked from their panels to [rows][in] rows, int8
-// ones and tables as I8 with F32 "_scale" rows, bf16 linears as BF16 -- so that loading
+// ones and tables as I8 with F32 "_scale" rows, bf16 linears as BF16, int4 ones as U8 Q4_0
+// blocks with F32 "_scale" [rows][blocks] -- so that loading
 // the file (weight_load.cpp) gives bit-identical weights.
 #include "halformer/weights.h"
 
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "halformer/packed_int4.h"
 #include "halformer/packed_layout.h"
 #include "halformer/safetensors.h"
 
@@ -45,6 +47,7 @@ class CanonicalWriter {
   // Rows [n0, n0 + rows) of a loaded linear as `prefix`.weight [rows][in] (+ _scale) and
   // `prefix`.bias, in the format the linear is stored in.
   void linear(const std::string& prefix, const LinearWeights& l, int n0, int rows) {
+    if (l.int4()) return linear_int4(prefix, l, n0, rows);
     const int in = l.in;
     const size_t esize = l.int8() ? 1 : l.bf16() ? 2 : 4;
     std::vector<uint8_t> w(size_t(rows) * in * esize);
@@ -65,6 +68,24 @@ class CanonicalWriter {
       std::vector<float> scales(l.b.begin() + l.out + n0, l.b.begin() + l.out + n0 + rows);
       owned_floats(prefix + ".weight_scale", std::move(scales));
     }
+    owned_floats(prefix + ".bias", std::move(bias));
+  }
+  // An int4 linear's rows as Q4_0 blocks: U8 [rows][blocks * 16] and F32 _scale [rows][blocks].
+  void linear_int4(const std::string& prefix, const LinearWeights& l, int n0, int rows) {
+    const int B = int4_blocks(l.in);
+    std::vector<uint8_t> w(size_t(rows) * B * kInt4BlockBytes), scales(size_t(rows) * B * sizeof(float));
+    std::vector<float> bias(static_cast<size_t>(rows));
+    for (int r = 0; r < rows; ++r) {
+      const int n = n0 + r;
+      for (int b = 0; b < B; ++b) {
+        for (int i = 0; i < kInt4BlockBytes; ++i)
+          w[(size_t(r) * B + b) * kInt4BlockBytes + i] = l.q4[packed_int4_index(l.in, n, b, i)];
+        std::memcpy(&scales[(size_t(r) * B + b) * sizeof(float)], &l.b[int4_scale_index(l.in, l.out, n, b)], 4);
+      }
+      bias[size_t(r)] = l.b[int4_bias_index(n)];
+    }
+    add(prefix + ".weight", "U8", {rows, int64_t(B) * kInt4BlockBytes}, std::move(w));
+    add(prefix + ".weight_scale", "F32", {rows, B}, std::move(scales));
     owned_floats(prefix + ".bias", std::move(bias));
   }
   // A concatenated projection split back into its parts (outs[i] rows each).

@@ -88,6 +88,8 @@ class LinearBuilder {
   void channel(int n, const float* v);
   // Output channel n already quantized (int8 builds only).
   void channel_int8(int n, const int8_t* q, float scale);
+  // Output channel n as Q4_0 blocks (16 bytes each) and their scales (int4 builds only).
+  void channel_int4(int n, const uint8_t* blocks, const float* scales);
   LinearWeights finish(WeightVector<float> bias);
 
  private:
@@ -95,6 +97,8 @@ class LinearBuilder {
   LinearWeights l_;
   std::vector<float> scales_, sums_;
   std::vector<int8_t> channel_q_;
+  std::vector<uint8_t> channel_q4_;
+  std::vector<float> channel_scales_;
 };
 
 }  // namespace weights_internal

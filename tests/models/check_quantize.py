@@ -6,7 +6,8 @@ For each case, `halformer quantize SPEC WEIGHTS --precision P` writes a file; th
 build at that precision, given it, must produce bit-identical outputs (--dump, byte for
 byte) to the same binary given the original weights -- the runtime quantizes at load as
 quantize did, so any difference is a bug in one of them. The file must hold its linears
-(and, in int8, its token tables) in the precision's dtype with F32 scales, and be smaller.
+(and, in int8 and int4, its token tables: I8) in the precision's dtype (int4: U8 Q4_0
+blocks) with F32 scales, and be smaller.
 With FP32_BINARY, the fp32 build must refuse the quantized file, naming a tensor; then the
 int8 file is damaged (a scale dropped, a scale of the wrong shape, a negative scale) and
 the int8 build must refuse each with the tensor named. Last, the command's own refusals:
@@ -72,16 +73,16 @@ def check_case(halformer, work, name, precision, spec, weights, binary, fp32_bin
     with safe_open(out, "np") as f:
         meta = f.metadata()
         dtypes = {k: f.get_slice(k).get_dtype() for k in f.keys()}
-    want_dtype = {"int8": "I8", "bf16": "BF16"}[precision]
+    want_dtype = {"int8": "I8", "bf16": "BF16", "int4": "U8"}[precision]
     linears = [k for k in dtypes if k.endswith(".weight") and ("attn." in k or ".ff" in k) and "norm" not in k]
     layered = bool(linears) and all(dtypes[k] == want_dtype for k in linears)
     tables = [k for k in dtypes if k.endswith("embedding.weight") and "pos" not in k and "type" not in k]
-    tables_ok = all(dtypes[k] == ("I8" if precision == "int8" else "F32") for k in tables)
-    scales_ok = all(k + "_scale" in dtypes for k in dtypes if dtypes[k] == "I8")
+    tables_ok = all(dtypes[k] == ("I8" if precision in ("int8", "int4") else "F32") for k in tables)
+    scales_ok = all(k + "_scale" in dtypes for k in dtypes if dtypes[k] in ("I8", "U8"))
     formats_ok = (meta.get("halformer.names") == "canonical" and layered and tables_ok and scales_ok
                   and size_out < size_in)
     print(f"{'ok  ' if formats_ok else 'FAIL'} {name} {precision}: {len(linears)} linears {want_dtype}, tables "
-          f"{sorted(dtypes[k] for k in tables)}, every I8 tensor with its _scale, metadata {meta}")
+          f"{sorted(dtypes[k] for k in tables)}, every I8 / U8 tensor with its _scale, metadata {meta}")
     ok &= formats_ok
     if fp32_binary:
         ok &= expect_refusal(f"{name}: the fp32 build given the {precision} file",

@@ -47,6 +47,13 @@ std::string env_or(const char* name, const char* fallback) {
   return v && *v ? v : fallback;
 }
 
+// The spec's precision names ("fp32", "bf16", "int8", "int4": halformer/enums.h).
+std::vector<std::string> precision_names() {
+  std::vector<std::string> names;
+  for (const auto& [p, name] : enum_names(Precision{})) names.emplace_back(name);
+  return names;
+}
+
 // Parses, validates and checks that the spec can be built; prints every problem.
 // `halformer build --precision P` replaces the spec's `precision:` (its
 // precision_overrides stay); the plan step, run by CMake, gets it as HALFORMER_PRECISION.
@@ -57,7 +64,9 @@ std::optional<Spec> load(const std::string& path, bool quiet_ok = false) {
   if (const char* p = std::getenv("HALFORMER_PRECISION"); p && *p) {
     const auto precision = parse_precision(p);
     if (!precision) {
-      std::cerr << "halformer: HALFORMER_PRECISION '" << p << "' is not one of fp32, bf16, int8\n";
+      std::string names;
+      for (const auto& n : precision_names()) names += (names.empty() ? "" : ", ") + n;
+      std::cerr << "halformer: HALFORMER_PRECISION '" << p << "' is not one of " << names << "\n";
       return std::nullopt;
     }
     r.spec->precision = *precision;
@@ -321,7 +330,7 @@ int quantize(const Spec& spec, const std::string& weights, const std::string& ou
   if (c.layer_weights == Precision::Fp32 && c.generator_weights == Precision::Fp32 &&
       c.embedding_weights == Precision::Fp32) {
     std::cerr << "halformer quantize: " << spec.name << " is fp32 throughout: nothing to quantize (give "
-              << "--precision int8 or bf16, or set the spec's precision)\n";
+              << "--precision int8, int4 or bf16, or set the spec's precision)\n";
     return 1;
   }
   using clock = std::chrono::steady_clock;
@@ -373,7 +382,7 @@ int run_cli(int argc, char** argv) {
   bld->add_flag("--no-db", no_db, "ignore any tuning database: hand schedules only")->excludes(db_opt);
   std::string build_precision;
   bld->add_option("--precision", build_precision, "build at this precision instead of the spec's (docs/precision.md)")
-      ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
+      ->check(CLI::IsMember(precision_names()));
 
   auto* tune = app.add_subcommand("tune", "search schedules for the spec's kernels on this machine and record them "
                                           "in a tuning database (docs/tuning.md); see `halformer tune --help`");
@@ -391,7 +400,7 @@ int run_cli(int argc, char** argv) {
 
   std::string quant_spec, quant_weights, quant_out, quant_precision;
   bool quant_force = false;
-  auto* quant = app.add_subcommand("quantize", "write a weights file in the int8 / bf16 formats the spec's build reads, "
+  auto* quant = app.add_subcommand("quantize", "write a weights file in the int8 / int4 / bf16 formats the spec's build reads, "
                                                "loaded as it is (docs/precision.md)");
   quant->add_option("SPEC", quant_spec)->required();
   quant->add_option("WEIGHTS", quant_weights, "the model's safetensors weights (as for the fp32 build)")
@@ -399,7 +408,7 @@ int run_cli(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   quant->add_option("-o,--out", quant_out, "the safetensors file to write")->required();
   quant->add_option("--precision", quant_precision, "quantize for this precision instead of the spec's")
-      ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
+      ->check(CLI::IsMember(precision_names()));
   quant->add_flag("--force", quant_force, "replace an existing output file (never the input)");
 
   CLI11_PARSE(app, argc, argv);

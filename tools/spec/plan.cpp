@@ -74,7 +74,7 @@ class Planner {
   // "linear_residual" -> "linear", "linear_int8_gated" -> "linear_int8": the kind whose
   // schedule knobs ("linear.tile_m") a variant shares; other generators: "".
   static std::string linear_family(const std::string& generator) {
-    for (const char* f : {"linear_int8", "linear_bf16"})
+    for (const char* f : {"linear_int8", "linear_int4", "linear_bf16"})
       if (generator.rfind(f, 0) == 0) return f;
     if (generator.rfind("linear", 0) == 0) return "linear";
     return "";

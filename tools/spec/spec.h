@@ -121,17 +121,23 @@ struct Spec {
   std::map<std::string, std::string> weight_map;  // explicit: canonical name -> file name
 
   Precision precision = Precision::Fp32;
-  // precision_overrides.generator: the output projection's own precision (absent: precision)
+  // precision_overrides.generator: the output projection's own precision (absent: precision;
+  // int8 in an int4 build)
   std::optional<Precision> generator_precision;
-  Precision output_precision() const { return generator_precision.value_or(precision); }
-  // precision_overrides.embeddings: the token tables' (fp32 or int8; absent: int8 in an
+  // int4 builds keep the output projection int8 (as llama.cpp's Q4_0 files keep theirs at
+  // 6 or 8 bits): the logits' error is what greedy tokens see first.
+  Precision output_precision() const {
+    return generator_precision.value_or(precision == Precision::Int4 ? Precision::Int8 : precision);
+  }
+  // precision_overrides.embeddings: the token tables' (fp32 or int8; absent: int8 in an int4 or
   // int8 build, else fp32)
   std::optional<Precision> embedding_precision;
   // precision_overrides.int16_activations: int8 linears keep int16 activations (vpmaddwd)
   // even where the CPU could multiply uint8 ones (vpdpbusd): accuracy over speed
   bool int16_activations = false;
   Precision table_precision() const {
-    return embedding_precision.value_or(precision == Precision::Int8 ? Precision::Int8 : Precision::Fp32);
+    const bool quantized = precision == Precision::Int8 || precision == Precision::Int4;
+    return embedding_precision.value_or(quantized ? Precision::Int8 : Precision::Fp32);
   }
   // precision_overrides.kv_cache: the attention caches' (fp32 or bf16; absent: bf16 in a
   // reduced-precision build, else fp32). Today the cross-attention keys/values.

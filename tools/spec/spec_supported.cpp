@@ -72,17 +72,19 @@ std::vector<Diagnostic> check_supported(const Spec& s) {
   if (s.kv_heads != s.heads && s.architecture == Architecture::EncoderDecoder)
     unsupported("sizes.kv_heads", "grouped-query attention (kv_heads " + std::to_string(s.kv_heads) +
                                       " != heads) in an encoder-decoder (its cross-attention)");
-  // int8 kernels are CPU only (generators/linear_int8.cpp); bf16 ones run on GPUs too
-  // (generators/linear.cpp: bf16 weights widened to fp32 there).
-  const Precision p = Precision::Int8;
-  for (Target t : s.targets)
-    if ((s.precision == p || s.output_precision() == p || s.table_precision() == p) && t != Target::Host)
-      unsupported("targets", std::string("precision '") + enum_name(p) + "' with target '" + enum_name(t) + "' (" +
-                                 enum_name(p) + " kernels are CPU only)");
-  if (s.table_precision() == Precision::Bf16)
-    unsupported("precision_overrides.embeddings", "'bf16' (embedding tables are fp32 or int8)");
-  if (s.cache_precision() == Precision::Int8)
-    unsupported("precision_overrides.kv_cache", "'int8' (attention caches are fp32 or bf16)");
+  // int8 and int4 kernels are CPU only (generators/linear_int8.cpp, linear_int4.cpp); bf16
+  // ones run on GPUs too (generators/linear.cpp: bf16 weights widened to fp32 there).
+  for (Precision p : {Precision::Int8, Precision::Int4})
+    for (Target t : s.targets)
+      if ((s.precision == p || s.output_precision() == p || s.table_precision() == p) && t != Target::Host)
+        unsupported("targets", std::string("precision '") + enum_name(p) + "' with target '" + enum_name(t) + "' (" +
+                                   enum_name(p) + " kernels are CPU only)");
+  for (Precision p : {Precision::Bf16, Precision::Int4})
+    if (s.table_precision() == p)
+      unsupported("precision_overrides.embeddings", std::string("'") + enum_name(p) + "' (embedding tables are fp32 or int8)");
+  for (Precision p : {Precision::Int8, Precision::Int4})
+    if (s.cache_precision() == p)
+      unsupported("precision_overrides.kv_cache", std::string("'") + enum_name(p) + "' (attention caches are fp32 or bf16)");
   if (!s.has_target(Target::Host))
     unsupported("targets", "a target list without 'host' (the CPU build is the reference and the fallback-free default)");
   sort_by_position(out);

@@ -42,7 +42,7 @@ enum class WeightPreset {
   Explicit
 };
 // The spec's precision and the format the runtime stores weights in (docs/precision.md).
-enum class Precision { Fp32, Int8, Bf16 };
+enum class Precision { Fp32, Int8, Bf16, Int4 };
 
 // ---- the spelling of each value in the spec (docs/spec.md)
 
@@ -89,7 +89,7 @@ inline constexpr std::pair<WeightPreset, const char*> kWeightPresetNames[] = {
     {WeightPreset::HuggingfaceOpt, "huggingface-opt"},
     {WeightPreset::Explicit, "explicit"}};
 inline constexpr std::pair<Precision, const char*> kPrecisionNames[] = {
-    {Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}, {Precision::Int8, "int8"}};
+    {Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}, {Precision::Int8, "int8"}, {Precision::Int4, "int4"}};
 
 constexpr EnumNames<Architecture> enum_names(Architecture) { return enum_names_of(kArchitectureNames); }
 constexpr EnumNames<NormKind> enum_names(NormKind) { return enum_names_of(kNormKindNames); }

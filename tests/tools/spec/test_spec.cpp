@@ -252,7 +252,8 @@ TEST(Reporting, SeveralProblemsReportedTogetherInFileOrder) {
             "m.yaml:13:3: error: layer.activaton: unknown key 'activaton' (did you mean 'activation'?)");
   EXPECT_EQ(r.diagnostics[3].str(), "m.yaml:14:15: error: layer.final_norm: expected true/false, found 'nope'");
   EXPECT_EQ(r.diagnostics[4].str(),
-            "m.yaml:15:12: error: precision: unknown precision 'fp64'; allowed: fp32, bf16, int8 (did you mean 'fp32'?)");
+            "m.yaml:15:12: error: precision: unknown precision 'fp64'; allowed: fp32, bf16, int8, int4 "
+            "(did you mean 'fp32'?)");
 }
 
 TEST(Reporting, DiagnosticFormat) {
