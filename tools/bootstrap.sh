@@ -93,6 +93,9 @@ PIP_CORE_PINS=(halide==21.0.0 cmake==3.31.6)
 # on purpose (declared, never imported there): google-api-core/google-auth (opencensus'
 # exporters), py-spy (dashboard profiling), smart-open, virtualenv (runtime_env pip),
 # python-dotenv. Costs ~20 s (22 s measured, no pip cache) and ~260 MB (the ray wheel: 72 MB).
+# gguf (the writer llama.cpp's converters use) for the GGUF reader's compatibility test
+# (tests/import/make_gguf.py): it imports numpy and yaml (Debian's, above); requests and
+# tqdm only for remote files and progress bars.
 RAY_PINS=(ray==2.52.1 aiohttp-cors==0.7.0 colorful==0.5.5 msgpack==1.1.2
           jsonschema==4.23.0 jsonschema-specifications==2024.10.1 referencing==0.36.2 rpds-py==0.22.3
           opencensus==0.11.4 opencensus-context==0.1.3 googleapis-common-protos==1.61.0
@@ -114,6 +117,7 @@ PIP_TEST_PINS=(safetensors==0.4.5
           aiohttp==3.11.11 aiosignal==1.3.2 frozenlist==1.5.0 multidict==6.1.0 yarl==1.18.3 propcache==0.2.1
           aiohappyeyeballs==2.4.4 pyzmq==26.2.0 sh==2.1.0 typing-inspect==0.9.0 mypy-extensions==1.0.0
           wrapt==1.17.0 importlib-metadata==8.5.0 zipp==3.21.0
+          gguf==0.19.0
           nvidia-cuda-runtime-cu12==12.4.127
           "${RAY_PINS[@]}")
 if [ ! -x .venv/bin/python ]; then
