@@ -141,13 +141,17 @@ class LinearInt4 : public Generator<LinearInt4<kEpilogue>> {
     nibble.compute_at(bsum, r.y).reorder(j, n, g).vectorize(j).vectorize(n, knobs.vec).unroll(n).unroll(g);
   }
 
-  // The register tile: a block's int32 sums sit beside the float accumulators, so half
-  // linear_int8's tile (AVX-512: 4 rows x 2 vectors of 16 -> 8 + 8 accumulators).
+  // The register tile: a block's int32 sums sit beside the float accumulators, so 4 rows
+  // x 4 vectors of 16 on AVX-512 (16 + 16 zmm); on AVX2 4 rows x 2 ymm (one 16-feature panel:
+  // a tile narrower than its panel made Halide gather the weights byte by byte).
+  // Measured on Sapphire Rapids, 2 threads, 2048x5632 (docs/precision.md): 4x4 led at 1 and
+  // 4 rows and was within the noise of 6x2 and 8x2 at 128 and 512; 8- and 12-row tiles
+  // spilled.
   MatmulKnobs int4_knobs(MatmulKnobs requested) const {
     MatmulKnobs k = requested;
     const bool avx512 = this->get_target().has_feature(Target::AVX512);
     if (k.vec <= 0) k.vec = avx512 ? 16 : 8;
-    if (k.tile_n <= 0) k.tile_n = 2;
+    if (k.tile_n <= 0) k.tile_n = avx512 ? 4 : 2;
     if (k.tile_m <= 0) k.tile_m = 4;
     return k;
   }
