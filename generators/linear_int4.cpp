@@ -14,7 +14,7 @@
 // computed with the quantization). Without VNNI Halide lowers the same sums to
 // vpmaddubsw / vpmaddwd pairs (u <= 15: no saturation).
 //
-// The weights travel as 4.5 bits (nibbles + an fp32 scale per 32): decode, which is
+// The weights travel as 4.5 bits (nibbles + an fp16 scale per 32): decode, which is
 // bandwidth-bound, reads 7x fewer bytes than fp32. The block sums are integers (exact);
 // the float sum over blocks is accumulated in registers like linear's, tile by tile
 // (schedules/cpu_matmul.h), each block's int32 sums in registers beside it.
@@ -47,7 +47,7 @@ class LinearInt4 : public Generator<LinearInt4<kEpilogue>> {
 
   In<Buffer<float, 2>> x{"x"};         // (K, M)
   In<Buffer<uint8_t, 3>> w{"w"};       // (4, kInt4Panel, P * blocks * 4): packed nibbles
-  In<Buffer<float, 2>> b{"b"};         // (kInt4Panel, P * (1 + blocks)): biases, then scales
+  In<Buffer<float, 2>> b{"b"};         // (kInt4Panel, P * (1 + pairs)): biases, then fp16 scale pairs
   Out<Buffer<void, 2>> out{"out"};     // (N, M): float, or uint16 (bf16 bits) with out_bf16
   In<Buffer<float, 2>>* residual = nullptr;  // (N, M), _residual / _gated only
   static constexpr bool kResidual = kEpilogue != Epilogue::None;
@@ -59,7 +59,7 @@ class LinearInt4 : public Generator<LinearInt4<kEpilogue>> {
 
   void generate() {
     const int K = in_features, N = out_features;
-    const int B = int4_blocks(K), P = int4_panel_count(N), Q = kInt4Quad;
+    const int B = int4_blocks(K), P = int4_panel_count(N), Q = kInt4Quad, pairs = int4_scale_pairs(K);
     const int groups = kInt4Block / Q;  // 8 quads per block: 4 in the low nibbles, 4 in the high
     Var n("n"), m("m"), j("j"), g("g"), blk("blk");
     Expr M = x.dim(1).extent();
@@ -80,7 +80,7 @@ class LinearInt4 : public Generator<LinearInt4<kEpilogue>> {
 
     // ---- weights: group g < 4 is the low nibble of row g, g >= 4 the high nibble of row g - 4
     const MatmulKnobs knobs = int4_knobs(MatmulKnobs{vec, tile_n, tile_m, parallel});
-    const int feature_bytes = B * (kInt4BlockBytes + 4);
+    const int feature_bytes = B * (kInt4BlockBytes + 2);
     const bool overhang = matmul_widths(N, knobs, kInt4Panel, feature_bytes).overhangs(N);
     Expr panel = overhang ? min(n / kInt4Panel, P - 1) : n / kInt4Panel;
     // Unpacked into their own Func (registers): read back from it, a nibble is any uint8
@@ -98,7 +98,9 @@ class LinearInt4 : public Generator<LinearInt4<kEpilogue>> {
     bsum(n, m, blk) += cast<int32_t>(nibble(r.x, n, r.y, blk)) * cast<int32_t>(xq(r.x, r.y, blk, m));
     RDom rb(0, B, "rb");
     Expr mc = min(m, M - 1);
-    Expr scale_w = b(n % kInt4Panel, P + panel * B + rb);
+    // The block's fp16 scale: half of its pair's 32-bit slot (halformer/packed_int4.h).
+    Expr pair_bits = reinterpret<uint32_t>(b(n % kInt4Panel, P + panel * pairs + rb / 2));
+    Expr scale_w = cast<float>(reinterpret<float16_t>(cast<uint16_t>(pair_bits >> (16 * (rb % 2)))));
     acc(n, m) = 0.0f;
     acc(n, m) += cast<float>(bsum(n, m, rb) - kInt4Zero * xsum(rb, mc)) * (scale_w * dx(rb, mc));
 
@@ -112,7 +114,7 @@ class LinearInt4 : public Generator<LinearInt4<kEpilogue>> {
     x.dim(1).set_min(0);
     w.dim(0).set_bounds(0, Q).dim(1).set_bounds(0, kInt4Panel).set_stride(Q);
     w.dim(2).set_bounds(0, P * B * kInt4RowsPerBlock).set_stride(Q * kInt4Panel);
-    b.dim(0).set_bounds(0, kInt4Panel).dim(1).set_bounds(0, P * (1 + B)).set_stride(kInt4Panel);
+    b.dim(0).set_bounds(0, kInt4Panel).dim(1).set_bounds(0, P * (1 + pairs)).set_stride(kInt4Panel);
     out.dim(0).set_bounds(0, N);
     out.dim(1).set_min(0);
 
@@ -120,7 +122,7 @@ class LinearInt4 : public Generator<LinearInt4<kEpilogue>> {
     if (this->using_autoscheduler()) {
       x.set_estimates({{0, K}, {0, 128}});
       w.set_estimates({{0, Q}, {0, kInt4Panel}, {0, P * B * kInt4RowsPerBlock}});
-      b.set_estimates({{0, kInt4Panel}, {0, P * (1 + B)}});
+      b.set_estimates({{0, kInt4Panel}, {0, P * (1 + pairs)}});
       if (kResidual) residual->set_estimates({{0, N}, {0, 128}});
       out.set_estimates({{0, N}, {0, 128}});
       return;

@@ -293,26 +293,29 @@ class Loader {
   // model does not read it as int8 (`accepted` false).
   template <typename RowFn>
   bool int8_rows(const std::string& canonical, int rows, int cols, bool accepted, RowFn row) {
-    return quantized_rows(canonical, "I8", "int8", {rows, cols}, {rows}, accepted, true,
+    auto valid = [](float s) { return std::isfinite(s) && s >= 0.0f; };
+    return quantized_rows(canonical, "I8", "int8", {rows, cols}, {rows}, accepted, valid, "finite and >= 0",
                           [&](int r, const uint8_t* q, const float* scale) {
                             row(r, reinterpret_cast<const int8_t*>(q), *scale);
                           });
   }
   // The int4 rows of a canonical file's tensor (halformer/packed_int4.h): U8 [rows][blocks *
   // 16], each block's 16 bytes in Q4_0's order, and its F32 "_scale" [rows][blocks],
-  // through row(r, blocks, scales). As int8_rows otherwise (Q4_0 scales may be negative).
+  // through row(r, blocks, scales). As int8_rows otherwise; Q4_0 scales may be negative,
+  // and are fp16 values (the kernels keep them as fp16: packed_int4.h).
   template <typename RowFn>
   bool int4_rows(const std::string& canonical, int rows, int cols, bool accepted, RowFn row) {
     const int B = int4_blocks(cols);
-    return quantized_rows(canonical, "U8", "int4", {rows, int64_t(B) * kInt4BlockBytes}, {rows, B}, accepted, false,
-                          row);
+    auto valid = [](float s) { return std::isfinite(s) && fp16_exact(s); };
+    return quantized_rows(canonical, "U8", "int4", {rows, int64_t(B) * kInt4BlockBytes}, {rows, B}, accepted, valid,
+                          "finite fp16 values", row);
   }
   // What int8_rows and int4_rows share: the tensor `dtype` of `shape` and its F32 "_scale"
   // of scale_shape (one row per output channel), each row through row(r, bytes, scales).
   template <typename RowFn>
   bool quantized_rows(const std::string& canonical, const char* dtype, const char* precision,
                       const std::vector<int64_t>& shape, const std::vector<int64_t>& scale_shape, bool accepted,
-                      bool nonnegative_scales, RowFn row) {
+                      bool (*valid_scale)(float), const char* scale_rule, RowFn row) {
     const TensorInfo* t = canonical_ ? file_.find(canonical) : nullptr;
     if (!t || t->dtype != dtype) return false;
     used_.insert(canonical);
@@ -345,11 +348,10 @@ class Loader {
     bool valid = true;
     for (int64_t r = 0; r < shape[0]; ++r) {
       std::memcpy(scales.data(), s->data + size_t(r) * per_row * 4, per_row * 4);
-      for (float v : scales) valid = valid && std::isfinite(v) && (v >= 0.0f || !nonnegative_scales);
+      for (float v : scales) valid = valid && valid_scale(v);
       row(int(r), reinterpret_cast<const uint8_t*>(t->data) + size_t(r) * row_bytes, scales.data());
     }
-    if (!valid)
-      nonfinite_.push_back(scale_name + (nonnegative_scales ? " (scales must be finite and >= 0)" : " (scales must be finite)"));
+    if (!valid) nonfinite_.push_back(scale_name + " (scales must be " + scale_rule + ")");
     file_.release(t->data, t->bytes);
     return true;
   }

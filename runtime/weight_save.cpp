@@ -80,7 +80,8 @@ class CanonicalWriter {
       for (int b = 0; b < B; ++b) {
         for (int i = 0; i < kInt4BlockBytes; ++i)
           w[(size_t(r) * B + b) * kInt4BlockBytes + i] = l.q4[packed_int4_index(l.in, n, b, i)];
-        std::memcpy(&scales[(size_t(r) * B + b) * sizeof(float)], &l.b[int4_scale_index(l.in, l.out, n, b)], 4);
+        const float d = int4_scale(l.b.data(), l.in, l.out, n, b);
+        std::memcpy(&scales[(size_t(r) * B + b) * sizeof(float)], &d, 4);
       }
       bias[size_t(r)] = l.b[int4_bias_index(n)];
     }

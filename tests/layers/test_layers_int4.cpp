@@ -44,7 +44,10 @@ TEST(LinearInt4, LayoutIndices) {
   // K = 40: 2 blocks; feature 19 is lane 3 of panel 1; byte 6 of a block is row 1, j 2.
   EXPECT_EQ(hf::packed_int4_index(40, 19, 1, 6), size_t((((1 * 2 + 1) * 4 + 1) * 16 + 3) * 4 + 2));
   EXPECT_EQ(hf::packed_int4_size(40, 19), size_t(2 * 2 * 16 * 16));
-  EXPECT_EQ(hf::int4_scale_index(40, 19, 19, 1), size_t((2 + 1 * 2 + 1) * 16 + 3));
+  // 2 blocks = 1 pair of fp16 scales per slot: feature 19's slot is in row P + 1 * 1 + 0.
+  EXPECT_EQ(hf::int4_scale_index(40, 19, 19, 1), size_t((2 + 1 * 1 + 0) * 16 + 3));
+  EXPECT_EQ(hf::int4_bias_size(40, 19), size_t(2 * (1 + 1) * 16));
+  EXPECT_EQ(hf::int4_bias_size(70, 19), size_t(2 * (1 + 2) * 16));  // 3 blocks: 2 pairs
   EXPECT_EQ(hf::int4_bias_index(19), size_t(16 + 3));
 }
 
@@ -61,7 +64,7 @@ TEST(LinearInt4, PackingHoldsReferenceBlocks) {
       int q[32];
       float d;
       ref::quantize_q4_0_block(&w[size_t(n) * K + blk * 32], std::min(32, K - blk * 32), q, &d);
-      ASSERT_EQ(kw.bias_scales[hf::int4_scale_index(K, N, n, blk)], d) << "n " << n << " block " << blk;
+      ASSERT_EQ(hf::int4_scale(kw.bias_scales.data(), K, N, n, blk), d) << "n " << n << " block " << blk;
       uint8_t bytes[16];
       for (int i = 0; i < 16; ++i) bytes[i] = kw.packed[hf::packed_int4_index(K, n, blk, i)];
       for (int i = 0; i < 32; ++i) ASSERT_EQ(hf::int4_value(bytes, i), q[i] - 8) << "n " << n << " k " << blk * 32 + i;
