@@ -5,8 +5,9 @@
 //   halformer build SPEC -o DIR   generate + compile every layer, link DIR/<name>
 //                 [--db FILE | --no-db]   tuning database (default: the spec's tuning.db)
 //   halformer tune  SPEC ...      search schedules (runs halformer-tune; docs/tuning.md)
-//   halformer import HF_DIR -o SPEC [--name N] [--force]   a spec from a Hugging Face
-//                                 model directory (tools/import; docs/import.md)
+//   halformer import HF_DIR|MODEL.gguf -o SPEC [--name N] [--weights-out W] [--force]
+//                                 a spec from a Hugging Face model directory, or from a
+//                                 GGUF file with its weights (tools/import; docs/import.md)
 //   halformer quantize SPEC W -o OUT [--precision P] [--force]   W in the int8 / bf16
 //                                 formats the spec's build reads (docs/precision.md)
 #include <CLI/CLI.hpp>
@@ -272,24 +273,42 @@ bool may_write(const char* cmd, const std::string& out, const std::vector<std::s
 }
 
 // `halformer import`: writes the spec only when it is new (or --force), never over one of
-// the files it read, and only after the spec compiler accepted it.
-int import_model(const std::string& dir, const std::string& out, std::string name, bool force) {
+// the files it read, and only after the spec compiler accepted it. A GGUF file also gets
+// its weights file (`weights_out`, default: the spec's path with .safetensors), under the
+// same rules, written before the spec.
+int import_model(const std::string& src, const std::string& out, std::string name, std::string weights_out,
+                 bool force) {
   if (name.empty()) name = import::name_from_path(out);
   if (name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-") != std::string::npos) {
     std::cerr << "halformer import: --name '" << name
               << "' is not a valid name: use only letters, digits, '_' and '-'\n";
     return 1;
   }
+  const bool gguf = import::is_gguf(src);
+  if (!gguf && !weights_out.empty()) {
+    std::cerr << "halformer import: --weights-out applies to GGUF files; a Hugging Face directory's weights are read "
+                 "as they are\n";
+    return 1;
+  }
+  if (gguf && weights_out.empty()) weights_out = fs::path(out).replace_extension(".safetensors").string();
   import::Imported imp;
   try {
-    imp = import::import_directory(dir, name);
+    imp = gguf ? import::import_gguf(src, name, weights_out) : import::import_directory(src, name);
   } catch (const import::ImportError& e) {
-    std::cerr << "halformer import: cannot import " << dir << " (" << e.problems.size()
+    std::cerr << "halformer import: cannot import " << src << " (" << e.problems.size()
               << (e.problems.size() == 1 ? " problem" : " problems") << "):\n";
     for (const auto& p : e.problems) std::cerr << "  " << p << "\n";
     return 1;
   }
   if (!may_write("halformer import", out, imp.inputs, force)) return 1;
+  if (gguf) {
+    if (fs::absolute(weights_out).lexically_normal() == fs::absolute(out).lexically_normal()) {
+      std::cerr << "halformer import: the weights file " << weights_out << " is the spec " << out
+                << "; give another --weights-out\n";
+      return 1;
+    }
+    if (!may_write("halformer import", weights_out, imp.inputs, force)) return 1;
+  }
   // The importer only writes what the spec compiler accepts; anything else is a bug here.
   ParseResult parsed = parse_spec_string(imp.yaml, out);
   std::vector<Diagnostic> problems = parsed.diagnostics;
@@ -301,8 +320,23 @@ int import_model(const std::string& dir, const std::string& out, std::string nam
     std::cerr << imp.yaml;
     return 1;
   }
-  const fs::path tmp = fs::path(out).concat(".tmp-import");
   if (fs::path parent = fs::path(out).parent_path(); !parent.empty()) fs::create_directories(parent);
+  if (imp.write_weights) {
+    if (fs::path parent = fs::path(weights_out).parent_path(); !parent.empty()) fs::create_directories(parent);
+    for (const auto& note : imp.notes) std::cout << "halformer import: " << note << "\n";
+    std::cout << "halformer import: writing " << weights_out << "...\n" << std::flush;
+    try {
+      imp.write_weights();
+    } catch (const import::ImportError& e) {
+      std::cerr << "halformer import: cannot import " << src << ":\n";
+      for (const auto& p : e.problems) std::cerr << "  " << p << "\n";
+      return 1;
+    } catch (const std::exception& e) {
+      std::cerr << "halformer import: " << e.what() << "\n";
+      return 1;
+    }
+  }
+  const fs::path tmp = fs::path(out).concat(".tmp-import");
   {
     std::ofstream f(tmp, std::ios::binary);
     f << imp.yaml;
@@ -314,8 +348,13 @@ int import_model(const std::string& dir, const std::string& out, std::string nam
     }
   }
   fs::rename(tmp, out);
-  std::cout << "halformer import: wrote " << out << " (" << name << ", " << imp.family << ", preset " << imp.preset
-            << ")\n  halformer build " << out << " -o DIR\n  DIR/" << name << " --weights " << imp.weights
+  if (gguf)
+    std::cout << "halformer import: wrote " << out << " (" << name << ", GGUF " << imp.family << ", precision "
+              << imp.precision << ") and " << weights_out << "\n";
+  else
+    std::cout << "halformer import: wrote " << out << " (" << name << ", " << imp.family << ", preset " << imp.preset
+              << ")\n";
+  std::cout << "  halformer build " << out << " -o DIR\n  DIR/" << name << " --weights " << imp.weights
             << " --src \"...\"\n";
   return 0;
 }
@@ -389,14 +428,19 @@ int run_cli(int argc, char** argv) {
   tune->prefix_command();
   tune->set_help_flag();  // --help goes to halformer-tune, which knows the options
 
-  std::string import_dir, import_out, import_name;
+  std::string import_dir, import_out, import_name, import_weights_out;
   bool import_force = false;
   auto* imp = app.add_subcommand("import", "write a spec for a Hugging Face model directory (config.json + "
-                                           "model.safetensors): BERT, RoBERTa, DistilBERT, GPT-2 (docs/import.md)");
-  imp->add_option("HF_DIR", import_dir, "the model directory (a sentence-transformers directory too)")->required();
+                                           "model.safetensors: BERT, GPT-2, Llama, T5 ...), or for a llama.cpp GGUF "
+                                           "file (llama, qwen2) with its weights (docs/import.md)");
+  imp->add_option("HF_DIR|MODEL.gguf", import_dir,
+                  "the model directory (a sentence-transformers directory too), or a GGUF file")
+      ->required();
   imp->add_option("-o,--out", import_out, "the spec file to write")->required();
   imp->add_option("--name", import_name, "the spec's name (default: the output file's stem)");
-  imp->add_flag("--force", import_force, "replace an existing output file (never one of the inputs)");
+  imp->add_option("--weights-out", import_weights_out,
+                  "GGUF: the weights file to write (canonical safetensors; default: the spec's path with .safetensors)");
+  imp->add_flag("--force", import_force, "replace existing output files (never one of the inputs)");
 
   std::string quant_spec, quant_weights, quant_out, quant_precision;
   bool quant_force = false;
@@ -419,7 +463,7 @@ int run_cli(int argc, char** argv) {
     if (!spec) return 1;
     return quantize(*spec, quant_weights, quant_out, quant_force);
   }
-  if (*imp) return import_model(import_dir, import_out, import_name, import_force);
+  if (*imp) return import_model(import_dir, import_out, import_name, import_weights_out, import_force);
 
   if (*check) {
     if (print_defaults && !check_specs.empty()) {

@@ -1,5 +1,6 @@
 // `halformer import`: a spec from a Hugging Face model directory (config.json +
-// model.safetensors, optionally a sentence-transformers layout around it).
+// model.safetensors, optionally a sentence-transformers layout around it), or from a
+// llama.cpp GGUF file (import_gguf: the spec and a canonical weights file).
 //
 // Design: the importer only writes specs the current spec language can express exactly.
 // Each config field is either mapped to a spec field (the spec says which in a comment),
@@ -11,6 +12,7 @@
 // what is refused and why.
 #pragma once
 
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -26,6 +28,12 @@ struct Imported {
   std::string family;
   std::string preset;               // e.g. "huggingface-bert"
   std::vector<std::string> inputs;  // every file read (the output must be none of them)
+  // GGUF imports only (import_gguf): the spec's precision ("int4" or "fp32"), notices for
+  // the user (what was dequantized), and the writer of the weights file, to be called
+  // once the spec has been checked (nothing is written before).
+  std::string precision;
+  std::vector<std::string> notes;
+  std::function<void()> write_weights;
 };
 
 // Every reason the directory cannot be imported, each "FILE: field: found VALUE; why".
@@ -38,6 +46,18 @@ struct ImportError : std::runtime_error {
 // sentence-transformers module configs, the tokenizer's special tokens) and returns the
 // spec named `name`. Throws ImportError.
 Imported import_directory(const std::string& dir, const std::string& name);
+
+// Whether `path` names a GGUF file: it ends in ".gguf", or is a file that starts with the
+// GGUF magic.
+bool is_gguf(const std::string& path);
+
+// Reads the GGUF file (general.architecture llama or qwen2; tools/import/gguf_import.cpp)
+// and returns the spec named `name`, whose weights are `weights_out`: a safetensors file
+// under halformer's canonical names that Imported::write_weights writes (Q4_0 layer
+// linears as halformer's int4 blocks when all of them are Q4_0, the rest F32). Every
+// problem ("FILE: key 'K': ..." / "FILE: tensor 'T': ...") is checked before it returns.
+// Throws ImportError.
+Imported import_gguf(const std::string& gguf_path, const std::string& name, const std::string& weights_out);
 
 // A spec name ([A-Za-z0-9_-]+) from a file name: its stem, other characters as '-'.
 std::string name_from_path(const std::string& path);
