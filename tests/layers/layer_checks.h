@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "halformer/packed_layout.h"  // from_bf16
@@ -58,6 +59,18 @@ inline void expect_rounded_bf16(const std::vector<uint16_t>& got, const std::vec
   }
   EXPECT_LE(worst, rel * scale) << what << ": value " << at << " is " << from_bf16(got[at]) << ", want "
                                 << want[at] << " rounded to bf16";
+}
+
+// One call of a linear kernel of any precision (the same signature, model_config.h's
+// LinearFn): _residual and _gated kernels also take `second`.
+template <typename Fn>
+int call_linear(Fn fn, halide_buffer_t* x, halide_buffer_t* w, halide_buffer_t* b, halide_buffer_t* second,
+                halide_buffer_t* out) {
+  using B = halide_buffer_t*;
+  if constexpr (std::is_invocable_v<Fn, B, B, B, B, B>)
+    return fn(x, w, b, second, out);
+  else
+    return fn(x, w, b, out);
 }
 
 }  // namespace layer_checks

@@ -81,13 +81,7 @@ void check_linear(Fn fn, int K, int N, const char* act, bool residual) {
     Vec wp = halformer::pack_linear(w.data(), N, K, kPanel);  // the runtime's layout
     Buf xb = view(x, {K, M}), wb = view(wp, {kPanel, K, halformer::panel_count(N, kPanel)}), bb = view(b, {N}), ob = view(out, {N, M}),
         rb = view(res, {N, M});
-    int rc;
-    if constexpr (std::is_invocable_v<Fn, halide_buffer_t*, halide_buffer_t*, halide_buffer_t*,
-                                      halide_buffer_t*, halide_buffer_t*>)
-      rc = fn(xb, wb, bb, rb, ob);
-    else
-      rc = fn(xb, wb, bb, ob);
-    ASSERT_EQ(rc, 0);
+    ASSERT_EQ(layer_checks::call_linear(fn, xb, wb, bb, rb, ob), 0);
     ob.copy_to_host();  // GPU builds leave results on the device
     expect_close(out, ref::linear(x, w, b, M, K, N, act, residual ? &res : nullptr), act);
   }

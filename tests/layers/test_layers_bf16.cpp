@@ -67,13 +67,7 @@ void check(Fn fn, int K, int N, const char* act, Second second, bool bf16_out = 
     Halide::Runtime::Buffer<void> wb(hf::bf16_weight_type(kLayout.bf16_pairs), wh.data(), {ws.pair, ws.panel, ws.rows()});
     for (halide_buffer_t* in : {xb.raw_buffer(), wb.raw_buffer(), bb.raw_buffer(), rb.raw_buffer()})
       in->set_host_dirty();  // so GPU builds copy them to the device
-    int rc;
-    if constexpr (std::is_invocable_v<Fn, halide_buffer_t*, halide_buffer_t*, halide_buffer_t*, halide_buffer_t*,
-                                      halide_buffer_t*>)
-      rc = fn(xb, wb, bb, rb, o);
-    else
-      rc = fn(xb, wb, bb, o);
-    ASSERT_EQ(rc, 0);
+    ASSERT_EQ(layer_checks::call_linear(fn, xb, wb, bb, rb, o), 0);
     ob.copy_to_host();  // GPU builds leave results on the device
     Vec want = ref::linear(xr, wr, b, M, K, N, act, second == Second::Residual ? &res : nullptr);
     if (second == Second::Gate)

@@ -88,13 +88,7 @@ void check(Fn fn, int K, int N, const char* act, Second second, bool bf16_out = 
     std::vector<uint16_t> out_bits(out.size(), 0);
     Halide::Runtime::Buffer<uint16_t> obits(out_bits.data(), {N, M});
     halide_buffer_t* o = bf16_out ? obits.raw_buffer() : ob.raw_buffer();
-    int rc;
-    if constexpr (std::is_invocable_v<Fn, halide_buffer_t*, halide_buffer_t*, halide_buffer_t*, halide_buffer_t*,
-                                      halide_buffer_t*>)
-      rc = fn(xb, kw.w, kw.b, rb, o);
-    else
-      rc = fn(xb, kw.w, kw.b, o);
-    ASSERT_EQ(rc, 0);
+    ASSERT_EQ(layer_checks::call_linear(fn, xb, kw.w, kw.b, rb, o), 0);
     const Vec* sec = second == Second::None ? nullptr : &res;
     Vec want = ref::linear_int4(x, w, b, M, K, N, act, sec, second == Second::Gate);
     if (bf16_out) {
