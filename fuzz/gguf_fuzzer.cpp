@@ -8,9 +8,6 @@
 //   clang++ -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -I tools/import
 //           fuzz/gguf_fuzzer.cpp tools/import/gguf_file.cpp -o fuzz_gguf
 //   ./fuzz_gguf NEW_CORPUS fuzz/corpus/gguf
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -20,17 +17,12 @@
 #include <utility>
 #include <vector>
 
+#include "fuzz_input_file.h"
 #include "gguf_file.h"
 
 namespace {
 
 using namespace halformer::import;
-
-int memfd() {
-  static int fd = ::memfd_create("halformer-fuzz-gguf", 0);
-  if (fd < 0) std::abort();
-  return fd;
-}
 
 void check(bool ok) {
   if (!ok) std::abort();
@@ -58,14 +50,7 @@ void read_metadata(const GgufFile& f) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const int fd = memfd();
-  if (::ftruncate(fd, 0) != 0) std::abort();
-  for (size_t done = 0; done < size;) {
-    ssize_t n = ::pwrite(fd, data + done, size - done, off_t(done));
-    if (n <= 0) std::abort();
-    done += size_t(n);
-  }
-  const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  const std::string path = halformer_fuzz::input_file(data, size);
   std::optional<GgufFile> opened;
   try {
     opened.emplace(path);

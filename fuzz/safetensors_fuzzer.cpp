@@ -7,9 +7,6 @@
 //   clang++ -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -I runtime/include \
 //     fuzz/safetensors_fuzzer.cpp runtime/safetensors.cpp -o fuzz_safetensors
 //   ./fuzz_safetensors -dict=fuzz/safetensors.dict NEW_CORPUS fuzz/corpus/safetensors
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -19,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "fuzz_input_file.h"
 #include "halformer/error.h"
 #include "halformer/safetensors.h"
 
@@ -32,23 +30,10 @@ size_t dtype_size(const std::string& d) {
   return it == sizes.end() ? 0 : it->second;
 }
 
-int memfd() {
-  static int fd = ::memfd_create("halformer-fuzz", 0);
-  if (fd < 0) std::abort();
-  return fd;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const int fd = memfd();
-  if (::ftruncate(fd, 0) != 0) std::abort();
-  for (size_t done = 0; done < size;) {
-    ssize_t n = ::pwrite(fd, data + done, size - done, off_t(done));
-    if (n <= 0) std::abort();
-    done += size_t(n);
-  }
-  const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  const std::string path = halformer_fuzz::input_file(data, size);
   try {
     halformer::SafetensorsFile f(path);
     uint64_t header = 0;

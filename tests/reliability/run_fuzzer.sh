@@ -2,7 +2,7 @@
 # Builds a libFuzzer harness from fuzz/ with clang++ (whatever compiler the project uses)
 # and runs it for a bounded time over the committed seed corpus.
 #   usage: run_fuzzer.sh SOURCE_DIR WORK_DIR HARNESS SECONDS
-# HARNESS: spec_parser | safetensors. Exit 77 (ctest: skipped) when clang++ or its
+# HARNESS: spec_parser | safetensors | gguf. Exit 77 (ctest: skipped) when clang++ or its
 # libFuzzer runtime is missing. New corpus entries go to WORK_DIR/<harness>-corpus (the
 # committed seeds are only read); a crash leaves its input in WORK_DIR/<harness>-artifacts/
 # -- copy it to fuzz/regressions/<harness>/ (replayed by the unit tests) and fix the bug.
@@ -26,9 +26,15 @@ case $harness in
     max_len=8192 ;;
   safetensors)
     sources="fuzz/safetensors_fuzzer.cpp runtime/safetensors.cpp"
-    deps="$sources runtime/include/halformer/safetensors.h runtime/include/halformer/error.h"
+    deps="$sources runtime/include/halformer/safetensors.h runtime/include/halformer/error.h fuzz/fuzz_input_file.h"
     flags="-I runtime/include" libs=""
     seeds="fuzz/corpus/safetensors"
+    max_len=4096 ;;
+  gguf)
+    sources="fuzz/gguf_fuzzer.cpp tools/import/gguf_file.cpp"
+    deps="$sources tools/import/gguf_file.h fuzz/fuzz_input_file.h"
+    flags="-I tools/import" libs=""
+    seeds="fuzz/corpus/gguf"
     max_len=4096 ;;
   *) echo "unknown harness $harness"; exit 2 ;;
 esac
