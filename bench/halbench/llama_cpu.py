@@ -75,15 +75,21 @@ def make_files(a, s: Dict[str, Any], work: str) -> Dict[str, str]:
     from halformer_torch.gguf_llama import write_llama_gguf
 
     files = {"F16": os.path.join(work, f"{a.shape}-F16.gguf")}
-    if not os.path.exists(files["F16"]):
-        t0 = time.time()
+    if a.write_f16:  # the child process below: the weights' memory never enters the harness
         st = random_state(s, a.seed)
-        write_llama_gguf(files["F16"] + ".tmp", st, heads=s["heads"], kv_heads=s["kv_heads"], layers=s["layers"],
+        write_llama_gguf(a.write_f16, st, heads=s["heads"], kv_heads=s["kv_heads"], layers=s["layers"],
                          d_ff=s["d_ff"], context=a.context + 512, name=f"halformer bench {a.shape}")
+        return files
+    if not os.path.exists(files["F16"]):
+        # In a child process: Linux carries a process's peak RSS over to the children it
+        # starts, so a harness that had held the weights would report that peak for every engine.
+        t0 = time.time()
+        run([sys.executable, "-m", "halbench.llama_cpu", "--shape", a.shape, "--seed", str(a.seed), "--context",
+             str(a.context), "--write-f16", files["F16"] + ".tmp"], cwd=os.path.dirname(os.path.dirname(__file__)))
         os.replace(files["F16"] + ".tmp", files["F16"])
         log(f"random {a.shape} weights -> {files['F16']} ({os.path.getsize(files['F16']) / 1e6:.0f} MB, "
             f"{time.time() - t0:.0f} s)")
-    for q, ftype in LLAMA_FTYPES.items():
+    for q, ftype in LLAMA_FTYPES.items():  # every file, whichever --llama rows run: halformer reads them too
         files[q] = os.path.join(work, f"{a.shape}-{q}.gguf")
         if os.path.exists(files[q]):
             continue
@@ -201,9 +207,14 @@ def main(argv=None) -> int:
     ap.add_argument("--context", type=int, default=4096)
     ap.add_argument("--halformer", default="int4:Q4_0,int8:Q8_0,bf16:F16,fp32:F16",
                     help="PRECISION:FILE pairs (FILE one of F16, Q8_0, Q4_0)")
+    ap.add_argument("--llama", default="F16,Q8_0,Q4_0", help="the files llama.cpp runs on")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--write-f16", default="", help=argparse.SUPPRESS)  # internal: the child that writes the F16 file
     a = ap.parse_args(argv)
     s = SHAPES[a.shape]
+    if a.write_f16:
+        make_files(a, s, "")
+        return 0
     with open(os.path.join(a.build_dir, "bench", "bench_config.json")) as f:
         cfg = json.load(f)
     work = os.path.abspath(a.work or os.path.join(ROOT, "bench", ".cache", f"llama-{a.shape}"))
@@ -225,7 +236,7 @@ def main(argv=None) -> int:
         with open(prompts[key], "w") as f:
             f.write("".join(" ".join(map(str, r)) + "\n" for r in rows))
     rows = []
-    for source in ("F16", "Q8_0", "Q4_0"):
+    for source in a.llama.split(","):
         log(f"llama.cpp on {source}")
         rows.append(llama_row(a, files, source, work, prompt, checks))
     for pair in a.halformer.split(","):
@@ -239,7 +250,7 @@ def main(argv=None) -> int:
     llama = {r["file"]: r for r in rows if r["engine"] == "llama.cpp"}
     for r in rows:
         bound = r["step_bytes"] / (peak["gbs"] * 1e9) * 1e3
-        peer = llama.get(r["file"]) if r["engine"] == "halformer" else None
+        peer = llama.get(r["file"]) if r["engine"] == "halformer" else None  # absent: no ratio
         ratio = (f"decode {peer['decode_ms'] / r['decode_ms']:.2f}x, prompt {peer['prompt_ms'] / r['prompt_ms']:.2f}x"
                  if peer else "")
         lines.append(f"| {r['engine']} | {r['precision']} ({r['file']}) | {a.prompt_len / r['prompt_ms'] * 1e3:.1f} | "
@@ -247,7 +258,7 @@ def main(argv=None) -> int:
                      f"{bound:.1f} | {r['decode_ms'] / bound:.2f} | {r.get('context_decode_ms', float('nan')):.2f} | "
                      f"{r['max_rss_bytes'] / 1e9:.2f} |")
     for r in rows:
-        if r["engine"] == "halformer":
+        if r["engine"] == "halformer" and r["file"] in llama:
             lines.append(compare(r, llama[r["file"]]))
     text = "\n".join(lines)
     print(text)
