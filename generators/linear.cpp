@@ -117,7 +117,7 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
     // A last tile that reaches past N (whole register tiles keep the loads dense vectors;
     // its extra outputs are not stored) reads a clamped panel index (panels are zero-padded
     // to whole panels already) and bias. Only then: a clamped bias is a gather.
-    const MatmulKnobs knobs = matmul_knobs_for(this->get_target(), false, MatmulKnobs{vec, tile_n, tile_m, parallel});
+    const MatmulKnobs knobs = matmul_knobs_for(this->get_target(), MatmulKind::Float, MatmulKnobs{vec, tile_n, tile_m, parallel});
     // Bytes of one output feature's weights (bf16: 16-bit).
     const int feature_bytes = K * (kBf16 ? 2 : 4);
     const bool overhang = gpu || matmul_widths(N, knobs, panel, feature_bytes).overhangs(N);

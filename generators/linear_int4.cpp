@@ -37,7 +37,8 @@ class LinearInt4 : public Generator<LinearInt4<kEpilogue>> {
   GP<int> in_features{"in_features", 64};    // K
   GP<int> out_features{"out_features", 64};  // N
   GP<PointwiseFn> activation{"activation", PointwiseFn::None, kPointwiseFnNames};
-  // Schedule knobs, as linear's (0 = this kernel's tile, below); vec counts int32 lanes.
+  // Schedule knobs, as linear's (0 = the target's int4 tile, schedules/cpu_matmul.h); vec
+  // counts int32 lanes.
   GP<int> vec{"vec", 0};
   GP<int> tile_n{"tile_n", 0};
   GP<int> tile_m{"tile_m", 0};
@@ -79,7 +80,7 @@ class LinearInt4 : public Generator<LinearInt4<kEpilogue>> {
     xsum(blk, m) = sum(cast<int32_t>(xq(rq.x, rq.y, blk, m)));
 
     // ---- weights: group g < 4 is the low nibble of row g, g >= 4 the high nibble of row g - 4
-    const MatmulKnobs knobs = int4_knobs(MatmulKnobs{vec, tile_n, tile_m, parallel});
+    const MatmulKnobs knobs = matmul_knobs_for(this->get_target(), MatmulKind::Int4, MatmulKnobs{vec, tile_n, tile_m, parallel});
     const int feature_bytes = B * (kInt4BlockBytes + 2);
     const bool overhang = matmul_widths(N, knobs, kInt4Panel, feature_bytes).overhangs(N);
     Expr panel = overhang ? min(n / kInt4Panel, P - 1) : n / kInt4Panel;
@@ -141,21 +142,6 @@ class LinearInt4 : public Generator<LinearInt4<kEpilogue>> {
     bsum.compute_at(acc, rb).vectorize(n, knobs.vec).unroll(n).unroll(m);
     bsum.update().reorder(r.x, n, m, r.y).atomic().vectorize(r.x).vectorize(n, knobs.vec).unroll(n).unroll(m).unroll(r.y);
     nibble.compute_at(bsum, r.y).reorder(j, n, g).vectorize(j).vectorize(n, knobs.vec).unroll(n).unroll(g);
-  }
-
-  // The register tile: a block's int32 sums sit beside the float accumulators, so 4 rows
-  // x 4 vectors of 16 on AVX-512 (16 + 16 zmm); on AVX2 4 rows x 2 ymm (one 16-feature panel:
-  // a tile narrower than its panel made Halide gather the weights byte by byte).
-  // Measured on Sapphire Rapids, 2 threads, 2048x5632 (docs/precision.md): 4x4 led at 1 and
-  // 4 rows and was within the noise of 6x2 and 8x2 at 128 and 512; 8- and 12-row tiles
-  // spilled.
-  MatmulKnobs int4_knobs(MatmulKnobs requested) const {
-    MatmulKnobs k = requested;
-    const bool avx512 = this->get_target().has_feature(Target::AVX512);
-    if (k.vec <= 0) k.vec = avx512 ? 16 : 8;
-    if (k.tile_n <= 0) k.tile_n = avx512 ? 4 : 2;
-    if (k.tile_m <= 0) k.tile_m = 4;
-    return k;
   }
 };
 

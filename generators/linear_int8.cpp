@@ -128,7 +128,7 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
     Func wf("w_func"), acc("acc");
     // A last register tile that reaches past N (its extra outputs are not stored) reads a
     // clamped panel index (panels are zero-padded) and bias / scale.
-    const MatmulKnobs knobs = matmul_knobs_for(this->get_target(), true, MatmulKnobs{vec, tile_n, tile_m, parallel});
+    const MatmulKnobs knobs = matmul_knobs_for(this->get_target(), MatmulKind::Int8, MatmulKnobs{vec, tile_n, tile_m, parallel});
     const int amx_k = quads ? amx_k_step(int8_groups(K, G) * G, G) : 0;
     const bool use_amx = amx_k > 0 && amx && amx_tiles(this->get_target()) && !this->using_autoscheduler();
     const bool overhang = matmul_widths(N, knobs, kInt8Panel, K).overhangs(N);

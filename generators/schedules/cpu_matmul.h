@@ -32,18 +32,26 @@ struct MatmulKnobs {
   bool parallel = true;
 };
 
+// What a matmul's register tile accumulates: floats (fp32 and bf16 linears), int8 sums,
+// or int4's float sums with each block's int32 sums beside them (generators/linear_int4.cpp).
+enum class MatmulKind { Float, Int8, Int4 };
+
 // The hand schedule's register tile for a target; a knob left at 0 takes this value.
 // The tile's accumulators must fit the register file with room for the weight vectors
 // and a broadcast (docs/performance-log.md#cpu-matmul):
 //   AVX-512 (32 zmm): 6 rows x 4 vectors of 16 = 24 accumulators; int8 the same shape
-//     (vpdpbusd adds in place).
-//   AVX2 (16 ymm): 6 rows x 2 ymm = 12 accumulators (the AVX-512 tile spills there).
-inline MatmulKnobs matmul_knobs_for(const Halide::Target& t, bool int8, MatmulKnobs requested) {
-  const bool avx512 = t.has_feature(Halide::Target::AVX512);
+//     (vpdpbusd adds in place); int4 4 rows x 4 vectors (16 float + 16 int32 sums: 4x4
+//     led at 1 and 4 rows on Sapphire Rapids, 2048x5632, within the noise of 6x2 and 8x2
+//     at 128 and 512 rows; 8- and 12-row tiles spilled; docs/precision.md).
+//   AVX2 (16 ymm): 6 rows x 2 ymm = 12 accumulators (the AVX-512 tile spills there); int4
+//     4 rows x 2 ymm, one 16-feature panel (a tile narrower than its panel made Halide
+//     gather the weights byte by byte).
+inline MatmulKnobs matmul_knobs_for(const Halide::Target& t, MatmulKind kind, MatmulKnobs requested) {
+  const bool avx512 = t.has_feature(Halide::Target::AVX512), integer = kind != MatmulKind::Float;
   MatmulKnobs d;
-  d.vec = avx512 ? 16 : (int8 ? 8 : 16);
-  d.tile_n = avx512 ? 4 : (int8 ? 2 : 1);
-  d.tile_m = 6;
+  d.vec = avx512 ? 16 : (integer ? 8 : 16);
+  d.tile_n = avx512 ? 4 : (integer ? 2 : 1);
+  d.tile_m = kind == MatmulKind::Int4 ? 4 : 6;
   d.parallel = requested.parallel;
   if (requested.vec > 0) d.vec = requested.vec;
   if (requested.tile_n > 0) d.tile_n = requested.tile_n;
