@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "halformer/packed_layout.h"  // from_bf16
@@ -72,5 +73,29 @@ int call_linear(Fn fn, halide_buffer_t* x, halide_buffer_t* w, halide_buffer_t* 
   else
     return fn(x, w, b, out);
 }
+
+// One call of a quantized linear kernel on M rows (test_layers_int8 / int4): random inputs
+// x (K, M) whose first value and (M > 1) second row are zero -- a zero row must give the
+// bias only (scale 0), not NaN --, a random second input (N, M) for _residual / _gated
+// kernels, and the output as floats (out) or, with bf16_out, as bf16 bits (out_bits).
+struct QuantizedLinearCall {
+  std::vector<float> x, second, out;
+  std::vector<uint16_t> out_bits;
+  QuantizedLinearCall(int M, int K, int N, std::vector<float> random_x, std::vector<float> random_second)
+      : x(std::move(random_x)), second(std::move(random_second)), out(size_t(M) * N, -7.0f), out_bits(out.size(), 0),
+        M_(M), K_(K), N_(N) {
+    x[0] = 0;
+    if (M > 1) std::fill(x.begin() + K, x.begin() + 2 * K, 0.0f);
+  }
+  template <typename Fn>
+  int run(Fn fn, halide_buffer_t* w, halide_buffer_t* b, bool bf16_out) {
+    Halide::Runtime::Buffer<float> xb(x.data(), {K_, M_}), sb(second.data(), {N_, M_}), ob(out.data(), {N_, M_});
+    Halide::Runtime::Buffer<uint16_t> obits(out_bits.data(), {N_, M_});
+    return call_linear(fn, xb, w, b, sb, bf16_out ? obits.raw_buffer() : ob.raw_buffer());
+  }
+
+ private:
+  int M_, K_, N_;
+};
 
 }  // namespace layer_checks

@@ -48,7 +48,6 @@ TEST(LinearInt4, LayoutIndices) {
   EXPECT_EQ(hf::int4_scale_index(40, 19, 19, 1), size_t((2 + 1 * 1 + 0) * 16 + 3));
   EXPECT_EQ(hf::int4_bias_size(40, 19), size_t(2 * (1 + 1) * 16));
   EXPECT_EQ(hf::int4_bias_size(70, 19), size_t(2 * (1 + 2) * 16));  // 3 blocks: 2 pairs
-  EXPECT_EQ(hf::int4_bias_index(19), size_t(16 + 3));
 }
 
 // The packing holds the reference's quantization: every nibble and scale.
@@ -59,7 +58,7 @@ TEST(LinearInt4, PackingHoldsReferenceBlocks) {
   std::fill(w.begin() + K, w.begin() + 2 * K, 0.0f);  // an all-zero channel: scale 0
   Int4Weights kw(w, b, K, N);
   for (int n = 0; n < N; ++n) {
-    ASSERT_EQ(kw.bias_scales[hf::int4_bias_index(n)], b[n]);
+    ASSERT_EQ(kw.bias_scales[size_t(n)], b[n]);
     for (int blk = 0; blk < B; ++blk) {
       int q[32];
       float d;
@@ -81,18 +80,13 @@ void check(Fn fn, int K, int N, const char* act, Second second, bool bf16_out = 
   double worst_vs_fp32 = 0;
   for (int M : kRows) {
     SCOPED_TRACE("M=" + std::to_string(M));
-    Vec x = random_vec(size_t(M) * K, 1), res = random_vec(size_t(M) * N, 4), out(size_t(M) * N, -7.0f);
-    x[0] = 0;  // a row of zeros must give bias only (scale 0), not NaN
-    if (M > 1) std::fill(x.begin() + K, x.begin() + 2 * K, 0.0f);
-    Buf xb(x.data(), {K, M}), ob(out.data(), {N, M}), rb(res.data(), {N, M});
-    std::vector<uint16_t> out_bits(out.size(), 0);
-    Halide::Runtime::Buffer<uint16_t> obits(out_bits.data(), {N, M});
-    halide_buffer_t* o = bf16_out ? obits.raw_buffer() : ob.raw_buffer();
-    ASSERT_EQ(layer_checks::call_linear(fn, xb, kw.w, kw.b, rb, o), 0);
+    layer_checks::QuantizedLinearCall call(M, K, N, random_vec(size_t(M) * K, 1), random_vec(size_t(M) * N, 4));
+    ASSERT_EQ(call.run(fn, kw.w, kw.b, bf16_out), 0);
+    const Vec &x = call.x, &res = call.second, &out = call.out;
     const Vec* sec = second == Second::None ? nullptr : &res;
     Vec want = ref::linear_int4(x, w, b, M, K, N, act, sec, second == Second::Gate);
     if (bf16_out) {
-      layer_checks::expect_rounded_bf16(out_bits, want, act, kTolerance);
+      layer_checks::expect_rounded_bf16(call.out_bits, want, act, kTolerance);
       continue;
     }
     layer_checks::expect_close(out, want, act, kTolerance);

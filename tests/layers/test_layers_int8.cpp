@@ -96,18 +96,13 @@ void check(Fn fn, int K, int N, const char* act, Second second, int group = kGro
   }
   for (int M : kRows) {
     SCOPED_TRACE("M=" + std::to_string(M));
-    Vec x = random_vec(size_t(M) * K, 1), res = random_vec(size_t(M) * N, 4), out(size_t(M) * N, -7.0f);
-    x[0] = 0;  // a row of zeros must give bias only (scale 0), not NaN
-    if (M > 1) std::fill(x.begin() + K, x.begin() + 2 * K, 0.0f);
-    Buf xb(x.data(), {K, M}), ob(out.data(), {N, M}), rb(res.data(), {N, M});
-    std::vector<uint16_t> out_bits(out.size(), 0);
-    Halide::Runtime::Buffer<uint16_t> obits(out_bits.data(), {N, M});
-    halide_buffer_t* o = bf16_out ? obits.raw_buffer() : ob.raw_buffer();
-    ASSERT_EQ(layer_checks::call_linear(fn, xb, kw.w, kw.b, rb, o), 0);
+    layer_checks::QuantizedLinearCall call(M, K, N, random_vec(size_t(M) * K, 1), random_vec(size_t(M) * N, 4));
+    ASSERT_EQ(call.run(fn, kw.w, kw.b, bf16_out), 0);
+    const Vec &x = call.x, &res = call.second, &out = call.out;
     Vec want = ref::linear_int8(x, wq, sw, b, M, K, N, quads ? 0 : hf::int8_activation_levels(K), act,
                                 second == Second::None ? nullptr : &res, second == Second::Gate);
     if (bf16_out)
-      layer_checks::expect_rounded_bf16(out_bits, want, act, kTolerance);
+      layer_checks::expect_rounded_bf16(call.out_bits, want, act, kTolerance);
     else
       layer_checks::expect_close(out, want, act, kTolerance);
   }
