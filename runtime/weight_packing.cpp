@@ -3,6 +3,8 @@
 // per-channel scales (and channel sums for quads), or bf16 panels, optionally in K pairs
 // (halformer/packed_layout.h, docs/precision.md) -- so that loading an int8 or bf16 model
 // never holds an fp32 copy of a whole matrix.
+#include <algorithm>
+
 #include "halformer/packed_int4.h"
 #include "halformer/packed_layout.h"
 #include "weights_internal.h"
@@ -57,8 +59,8 @@ void LinearBuilder::channel_int4(int n, const uint8_t* blocks, const float* scal
 }
 
 LinearWeights LinearBuilder::finish(WeightVector<float> bias) {
-  if (format_ == Precision::Int4) {  // the biases into their panel rows, before the scales
-    for (int n = 0; n < l_.out; ++n) l_.b[int4_bias_index(n)] = bias[size_t(n)];
+  if (format_ == Precision::Int4) {  // the biases first, before the scales (packed_int4.h)
+    std::copy(bias.begin(), bias.end(), l_.b.begin());
     return std::move(l_);
   }
   l_.b = std::move(bias);

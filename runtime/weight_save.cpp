@@ -83,7 +83,7 @@ class CanonicalWriter {
         const float d = int4_scale(l.b.data(), l.in, l.out, n, b);
         std::memcpy(&scales[(size_t(r) * B + b) * sizeof(float)], &d, 4);
       }
-      bias[size_t(r)] = l.b[int4_bias_index(n)];
+      bias[size_t(r)] = l.b[size_t(n)];  // the biases lead the bias + scale input
     }
     add(prefix + ".weight", "U8", {rows, int64_t(B) * kInt4BlockBytes}, std::move(w));
     add(prefix + ".weight_scale", "F32", {rows, B}, std::move(scales));

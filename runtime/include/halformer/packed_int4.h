@@ -13,7 +13,8 @@
 // and whose high nibbles are k = 16 + 4g + j (groups 4..7): each int32 lane (a feature)
 // holds 4 consecutive k, the quad vpdpbusd sums, after one AND or one shift.
 // Scales and biases ride in the kernel's float input b (kInt4Panel, P * (1 + pairs)), pairs
-// = ceil(blocks / 2): row p holds the biases of panel p; row P + p * pairs + block / 2 the
+// = ceil(blocks / 2): rows 0 .. P - 1 hold the biases (feature n's at float n); row
+// P + p * pairs + block / 2 the
 // scales of blocks 2i and 2i + 1 as fp16 bits, block 2i in the low half of each feature's
 // 32 bits, so that a panel's scales stream beside its weights at 2 bytes per block of 32:
 // 18 bytes per 32 weights, Q4_0's own size (fp32 scales read 11% more per decode step).
@@ -46,7 +47,6 @@ inline int int4_scale_pairs(int in_features) { return (int4_blocks(in_features) 
 inline size_t int4_bias_size(int in_features, int out_features) {
   return size_t(int4_panel_count(out_features)) * (1 + int4_scale_pairs(in_features)) * kInt4Panel;
 }
-inline size_t int4_bias_index(int n) { return size_t(n / kInt4Panel) * kInt4Panel + n % kInt4Panel; }
 // The float slot that holds feature n's scale of `block` (in its low or high 16 bits).
 inline size_t int4_scale_index(int in_features, int out_features, int n, int block) {
   const size_t P = size_t(int4_panel_count(out_features));
@@ -132,7 +132,7 @@ inline std::vector<uint8_t> pack_linear_int4(const float* torch_w, const float* 
   for (int n = 0; n < out_features; ++n) {
     quantize_channel_int4(torch_w + size_t(n) * in_features, in_features, blocks.data(), scales.data());
     put_int4_channel(packed.data(), bias_scales.data(), in_features, out_features, n, blocks.data(), scales.data());
-    if (bias) bias_scales[int4_bias_index(n)] = bias[n];
+    if (bias) bias_scales[size_t(n)] = bias[n];
   }
   return packed;
 }

@@ -50,7 +50,7 @@ struct LinearWeights {
   WeightVector<int8_t> q;  // int8 only: packed_int8 layout (halformer/packed_layout.h)
   WeightVector<uint16_t> h;  // bf16 only: bf16 bits, packed_bf16_index's layout
   // int4 only: Q4_0 blocks in packed_int4_index's layout (halformer/packed_int4.h); b is
-  // then (kInt4Panel, panels * (1 + blocks)): biases, then each block's scales
+  // then (kInt4Panel, panels * (1 + ceil(blocks / 2))): biases, then the blocks' fp16 scales
   WeightVector<uint8_t> q4;
   bool int8() const { return !q.empty(); }
   bool bf16() const { return !h.empty(); }
