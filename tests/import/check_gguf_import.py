@@ -349,7 +349,7 @@ def mixed(halformer, out):
 # case: (metadata changes, tensor change, regex); tensor change: None, ("drop", name),
 # ("nan", name), ("type", name, qtype) or a special case run by refuse().
 REFUSALS = {
-    "architecture": ({}, ("arch", "gpt2"), r"key 'general.architecture': found string 'gpt2'; supported: llama"),
+    "architecture": ({}, ("arch", "falcon"), r"key 'general.architecture': found string 'falcon'; supported: llama"),
     "missing_tensor": ({}, ("drop", "blk.1.ffn_up.weight"), r"tensor 'blk.1.ffn_up.weight': missing"),
     "shape": ({"feed_forward_length": ("add_feed_forward_length", 96)}, None,
               r"tensor 'blk.0.ffn_gate.weight': dims \[64, 100\] disagree with the metadata: expected \[64, 96\]"),

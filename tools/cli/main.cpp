@@ -274,8 +274,9 @@ bool may_write(const char* cmd, const std::string& out, const std::vector<std::s
 
 // `halformer import`: writes the spec only when it is new (or --force), never over one of
 // the files it read, and only after the spec compiler accepted it. A GGUF file also gets
-// its weights file (`weights_out`, default: the spec's path with .safetensors), under the
-// same rules, written before the spec.
+// its weights file (`weights_out`, default: the spec's path with .safetensors) and its
+// tokenizer files beside it (import::Imported::files), under the same rules, written before
+// the spec.
 int import_model(const std::string& src, const std::string& out, std::string name, std::string weights_out,
                  bool force) {
   if (name.empty()) name = import::name_from_path(out);
@@ -309,6 +310,17 @@ int import_model(const std::string& src, const std::string& out, std::string nam
     }
     if (!may_write("halformer import", weights_out, imp.inputs, force)) return 1;
   }
+  // Other outputs (a GGUF's tokenizer files): the same rules, and none of them the spec or
+  // the weights.
+  for (const auto& [path, text] : imp.files) {
+    const fs::path p = fs::absolute(path).lexically_normal();
+    if (p == fs::absolute(out).lexically_normal() || (gguf && p == fs::absolute(weights_out).lexically_normal())) {
+      std::cerr << "halformer import: the output " << path << " is also the spec or the weights file; give another "
+                << (gguf ? "--weights-out (the tokenizer files are named after it)" : "-o") << "\n";
+      return 1;
+    }
+    if (!may_write("halformer import", path, imp.inputs, force)) return 1;
+  }
   // The importer only writes what the spec compiler accepts; anything else is a bug here.
   ParseResult parsed = parse_spec_string(imp.yaml, out);
   std::vector<Diagnostic> problems = parsed.diagnostics;
@@ -336,24 +348,33 @@ int import_model(const std::string& src, const std::string& out, std::string nam
       return 1;
     }
   }
-  const fs::path tmp = fs::path(out).concat(".tmp-import");
-  {
+  // Each file whole or not at all: written aside, then renamed over the name.
+  auto write_file = [](const std::string& path, const std::string& text) {
+    const fs::path tmp = fs::path(path).concat(".tmp-import");
     std::ofstream f(tmp, std::ios::binary);
-    f << imp.yaml;
+    f << text;
     if (!f.flush()) {
       std::cerr << "halformer import: cannot write " << tmp.string() << ": " << std::strerror(errno) << "\n";
       std::error_code ec;
       fs::remove(tmp, ec);
-      return 1;
+      return false;
     }
+    f.close();
+    fs::rename(tmp, path);
+    return true;
+  };
+  for (const auto& [path, text] : imp.files) {
+    if (fs::path parent = fs::path(path).parent_path(); !parent.empty()) fs::create_directories(parent);
+    if (!write_file(path, text)) return 1;
   }
-  fs::rename(tmp, out);
+  if (!write_file(out, imp.yaml)) return 1;
   if (gguf)
     std::cout << "halformer import: wrote " << out << " (" << name << ", GGUF " << imp.family << ", precision "
               << imp.precision << ") and " << weights_out << "\n";
   else
     std::cout << "halformer import: wrote " << out << " (" << name << ", " << imp.family << ", preset " << imp.preset
               << ")\n";
+  for (const auto& file : imp.files) std::cout << "halformer import: wrote " << file.first << "\n";
   std::cout << "  halformer build " << out << " -o DIR\n  DIR/" << name << " --weights " << imp.weights
             << " --src \"...\"\n";
   return 0;
@@ -432,7 +453,7 @@ int run_cli(int argc, char** argv) {
   bool import_force = false;
   auto* imp = app.add_subcommand("import", "write a spec for a Hugging Face model directory (config.json + "
                                            "model.safetensors: BERT, GPT-2, Llama, T5 ...), or for a llama.cpp GGUF "
-                                           "file (llama, qwen2) with its weights (docs/import.md)");
+                                           "file (llama, qwen2, gemma, gpt2) with its weights (docs/import.md)");
   imp->add_option("HF_DIR|MODEL.gguf", import_dir,
                   "the model directory (a sentence-transformers directory too), or a GGUF file")
       ->required();

@@ -1,17 +1,16 @@
-// `halformer import MODEL.gguf` (importer.h): a Llama-architecture GGUF file (llama,
-// qwen2) -> a spec and a weights file under halformer's canonical names (docs/import.md,
-// "GGUF files").
+// `halformer import MODEL.gguf` (importer.h): a GGUF file of an architecture llama.cpp
+// runs (llama, qwen2, gemma, gpt2) -> a spec and a weights file under halformer's canonical
+// names (docs/import.md, "GGUF files").
 //
 // Design: as import_directory, every problem is collected and reported at once, and
 // nothing is written until the metadata and every tensor's name, type and shape have been
 // checked; the weights are then streamed out a few rows at a time (a 7B file never sits
-// in memory as floats) into a temporary file renamed at the end. Rotary: llama.cpp's
-// converter (convert_hf_to_gguf.py, LlamaModel.permute) reorders each head's attn_q /
-// attn_k rows so that ggml's "normal" rope rotates adjacent pairs (2c, 2c + 1); a llama
-// file is therefore `rotary_layout: interleaved` with its rows used as they are. qwen2 is
-// not permuted (ggml's NEOX rope: `half`). Q4_0 layer linears are kept as their blocks
-// when every one is Q4_0 (halformer's int4 is Q4_0, packed_int4.h); everything else is
-// widened (F16, BF16) or dequantized to F32.
+// in memory as floats) into a temporary file renamed at the end. This file is what every
+// architecture shares: the architecture, the vocabulary and token ids, unknown keys and
+// tensors, what is kept and what dequantized, the spec's header and the writing; each
+// architecture's keys, tensors and spec fields are in gguf_archs.cpp (gguf_internal.h).
+// Q4_0 layer linears are kept as their blocks when every one is Q4_0 (halformer's int4 is
+// Q4_0, packed_int4.h); everything else is widened (F16, BF16) or dequantized to F32.
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -21,32 +20,15 @@
 #include <fstream>
 #include <memory>
 
-#include "gguf_file.h"
-#include "import_internal.h"
+#include "gguf_internal.h"
+#include "gguf_tokenizer.h"
 #include "importer.h"
 
 namespace halformer::import {
 using namespace detail;
 
-namespace {
-
-// Positions the spec gets at most: the file's context_length can be 128k, and a build
-// plans its buffers for max_len. The spec's comment says how to raise it.
-constexpr int64_t kMaxLenCap = 4096;
-
-struct ArchInfo {
-  const char* name;
-  const char* preset;  // the spec's naming preset (a canonical file is read by canonical names whatever it says)
-  const char *layout, *layout_note;
-  bool qkv_bias;  // q/k/v biases required (qwen2); llama's biases are optional
-};
-const ArchInfo kArchs[] = {
-    {"llama", "huggingface-llama", "interleaved",
-     "ggml's normal rope, pairs (2c, 2c + 1): the converter permuted attn_q / attn_k rows for it", false},
-    {"qwen2", "huggingface-qwen2", "half", "ggml's NEOX rope: pairs (c, c + head size / 2)", true},
-};
-
-std::string q(const std::string& s) {  // text from the file, for messages
+namespace detail {
+std::string gguf_quote(const std::string& s) {
   std::string out = "'";
   for (size_t i = 0; i < s.size() && i < 120; ++i) out += std::isprint(static_cast<unsigned char>(s[i])) ? s[i] : '?';
   return out + (s.size() > 120 ? "...'" : "'");
@@ -56,64 +38,31 @@ std::string dims_str(const std::vector<int64_t>& d) {
   for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
   return s + "]";
 }
+double float32_decimal(double v) {
+  for (int p = 1; p <= 9; ++p) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%.*g", p, v);
+    const double x = std::strtod(buf, nullptr);
+    if (float(x) == float(v)) return x;
+  }
+  return v;
+}
+}  // namespace detail
+
+namespace {
+
+// Positions the spec gets at most: the file's context_length can be 128k. Caches are
+// allocated per call, but a CPU build bakes each position's rotary cos/sin into its
+// attention kernels (up to 2^20 values; past that they are computed per call) and learned
+// position tables are read up to max_len. The spec's comment says how to raise it.
+constexpr int64_t kMaxLenCap = 4096;
+
+std::string q(const std::string& s) { return gguf_quote(s); }
 bool exact_float(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
 
-// Typed metadata reads that record a problem ("FILE: key 'K': ...") instead of throwing,
-// and remember which keys were looked at.
-class Meta {
- public:
-  Meta(const GgufFile& f, Problems& p) : f_(f), p_(p) {}
-  std::set<std::string> seen;
-  void problem(const std::string& key, const std::string& msg) { p_.add(f_.path(), "key " + q(key), msg); }
-  void refuse(const std::string& key, const std::string& why) { problem(key, "found " + f_.show(key) + "; " + why); }
-  std::optional<int64_t> integer(const std::string& key, std::optional<int64_t> fallback, int64_t lo = 1,
-                                 int64_t hi = INT32_MAX) {
-    return get<int64_t>(key, fallback, "an integer", [&]() -> std::optional<int64_t> {
-      const int64_t v = f_.int_value(key);
-      if (v >= lo && v <= hi) return v;
-      refuse(key, "must be between " + std::to_string(lo) + " and " + std::to_string(hi));
-      return std::nullopt;
-    });
-  }
-  std::optional<double> number(const std::string& key, std::optional<double> fallback) {
-    return get<double>(key, fallback, "a number", [&] { return f_.float_value(key); });
-  }
-  std::optional<std::string> text(const std::string& key) {
-    return get<std::string>(key, std::nullopt, nullptr, [&] { return f_.string_value(key); });
-  }
-
- private:
-  // read() for a key that is there (a wrong type: a problem), else `fallback` (none and
-  // `what` given: a problem, "required").
-  template <class T, class F>
-  std::optional<T> get(const std::string& key, std::optional<T> fallback, const char* what, F read) {
-    seen.insert(key);
-    if (!f_.has(key)) {
-      if (!fallback && what) problem(key, std::string("missing (required: ") + what + ")");
-      return fallback;
-    }
-    try {
-      return read();
-    } catch (const GgufError& e) {
-      p_.list.push_back(e.what());
-    }
-    return std::nullopt;
-  }
-  const GgufFile& f_;
-  Problems& p_;
-};
-
-// One tensor the model reads: the file's (nullptr: zeros, a bias the file lacks), its
-// canonical name and its shape in torch's order ([out, in] / [n]).
-enum class Role { Table, Norm, Linear, LayerLinear, Bias };
-struct Want {
-  std::string gguf, canonical;
-  std::vector<int64_t> shape;
-  Role role;
-  const TensorInfo* t = nullptr;
-};
 // One tensor of the weights file. Q4_0's blocks in a GGUF file: fp16 d, then 16 bytes of
 // nibbles for 32 weights (halformer's int4 keeps the 16 bytes, and d as an F32 scale).
+// `from`: Want's (the first row of src, or the first element of a vector).
 constexpr int64_t kQ4Weights = 32, kQ4Bytes = 18, kQ4Nibbles = 16;
 enum class Kind { Floats, Zeros, Q4Blocks, Q4Scales };
 struct Part {
@@ -121,6 +70,7 @@ struct Part {
   Kind kind;
   std::vector<int64_t> shape;
   const TensorInfo* src;
+  int64_t from = 0;
   uint64_t bytes() const {
     uint64_t n = 1;
     for (int64_t d : shape) n *= uint64_t(d);
@@ -171,17 +121,6 @@ std::string grouped(const std::vector<const TensorInfo*>& ts) {
   return out;
 }
 
-// The shortest decimal that reads back as the same float32 (1e-05 for the float32 of 1e-5).
-double float32_decimal(double v) {
-  for (int p = 1; p <= 9; ++p) {
-    char buf[40];
-    std::snprintf(buf, sizeof buf, "%.*g", p, v);
-    const double x = std::strtod(buf, nullptr);
-    if (float(x) == float(v)) return x;
-  }
-  return v;
-}
-
 // The weights file: a safetensors header computed up front, then every part streamed.
 void write_weights(const GgufFile& f, const std::vector<Part>& parts, const std::string& path,
                    const std::map<std::string, std::string>& metadata) {
@@ -222,17 +161,22 @@ void write_weights(const GgufFile& f, const std::vector<Part>& parts, const std:
     if (p.kind == Kind::Zeros) {
       buf.assign(p.bytes() / 4, 0.0f);
       o.write(reinterpret_cast<const char*>(buf.data()), std::streamsize(p.bytes()));
-    } else if (p.kind == Kind::Floats) {  // ~1 MB of rows at a time
+    } else if (p.kind == Kind::Floats && p.shape.size() == 1) {  // a vector, or part of one (gpt2's attn_qkv.bias)
+      buf.resize(size_t(t->row_length()));
+      f.dequantize_rows(*t, 0, 1, buf.data());
+      buf.erase(buf.begin(), buf.begin() + p.from);
+      floats(size_t(p.shape[0]), t, 0, t->row_length());
+    } else if (p.kind == Kind::Floats) {  // ~1 MB of rows at a time, rows [from, from + shape[0])
       const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 18) / t->row_length());
-      for (int64_t r = 0; r < t->rows(); r += chunk) {
-        const int64_t n = std::min(chunk, t->rows() - r);
+      for (int64_t r = p.from; r < p.from + p.shape[0]; r += chunk) {
+        const int64_t n = std::min(chunk, p.from + p.shape[0] - r);
         buf.resize(size_t(n * t->row_length()));
         f.dequantize_rows(*t, r, n, buf.data());
         floats(buf.size(), t, r, t->row_length());
       }
     } else {
       const int64_t blocks = t->row_length() / kQ4Weights;
-      for (int64_t r = 0; r < t->rows(); ++r) {
+      for (int64_t r = p.from; r < p.from + p.shape[0]; ++r) {
         const uint8_t* row = f.row_data(*t, r);
         if (p.kind == Kind::Q4Blocks) {
           bytes.resize(size_t(blocks * kQ4Nibbles));
@@ -281,55 +225,21 @@ Imported import_gguf(const std::string& path, const std::string& name, const std
 
   // ---- the architecture
   std::string supported;
-  for (const auto& a : kArchs) supported += (supported.empty() ? "" : ", ") + std::string(a.name);
+  for (const auto& a : gguf_archs()) supported += (supported.empty() ? "" : ", ") + std::string(a.name);
   supported += " (llama covers Llama 1-2, Mistral 7B, TinyLlama, CodeLlama ...)";
   const auto arch_name = meta.text("general.architecture");
-  const ArchInfo* ai = nullptr;
-  for (const auto& a : kArchs)
+  const GgufArch* ai = nullptr;
+  for (const auto& a : gguf_archs())
     if (arch_name && *arch_name == a.name) ai = &a;
   if (!f.has("general.architecture")) meta.problem("general.architecture", "missing; supported: " + supported);
   if (!ai && arch_name) meta.refuse("general.architecture", "supported: " + supported);
   if (!ai) throw ImportError(pr.list);
   const std::string arch = ai->name;
-  auto k = [&](const char* s) { return arch + "." + s; };
+  GgufImport g{f, pr, meta, *ai};
+  auto k = [&](const char* s) { return g.k(s); };
 
-  // ---- hyperparameters
-  const int64_t max_layers = int64_t(f.tensors().size());  // each layer has 9 tensors: bounds the checks below
-  const auto d = meta.integer(k("embedding_length"), std::nullopt),
-             layers = meta.integer(k("block_count"), std::nullopt, 1, max_layers);
-  const auto ff = meta.integer(k("feed_forward_length"), std::nullopt),
-             h = meta.integer(k("attention.head_count"), std::nullopt);
-  const auto kvh = meta.integer(k("attention.head_count_kv"), h ? h : std::optional<int64_t>(1));
-  const auto eps = meta.number(k("attention.layer_norm_rms_epsilon"), std::nullopt);
-  const auto theta = meta.number(k("rope.freq_base"), 10000.0);
-  const auto ctx = meta.integer(k("context_length"), std::nullopt, 1, INT64_MAX);
-  const int64_t hd = d && h && *d % *h == 0 ? *d / *h : 0;
-  if (d && h && *d % *h != 0)
-    meta.refuse(k("embedding_length"), "not divisible by the head count " + std::to_string(*h));
-  if (h && kvh && *h % *kvh != 0)
-    meta.refuse(k("attention.head_count_kv"), "does not divide the head count " + std::to_string(*h));
-  if (hd % 2)
-    meta.problem(k("attention.head_count"),
-                 "head size " + std::to_string(hd) + " is odd: rotary positions rotate pairs");
-  for (const char* key : {"rope.dimension_count", "attention.key_length", "attention.value_length"})
-    if (auto v = meta.integer(k(key), hd); v && hd && *v != hd)
-      meta.refuse(k(key),
-                  "differs from the head size " + std::to_string(hd) +
-                      " (embedding_length / head_count): partial rotary or other head widths are not supported");
-  if (eps && !(*eps > 0)) meta.refuse(k("attention.layer_norm_rms_epsilon"), "must be > 0");
-  if (theta && !(*theta > 1)) meta.refuse(k("rope.freq_base"), "must be > 1");
-  // Scaled rotary positions (linear, YaRN, llama3's rope_freqs) change every angle.
-  const auto scaling = meta.text(k("rope.scaling.type"));
-  if (scaling && *scaling != "none" && *scaling != "linear")
-    meta.refuse(k("rope.scaling.type"), "scaled rotary positions are not supported (none only)");
-  for (const char* key : {"rope.scaling.factor", "rope.scale_linear"})
-    if (auto v = meta.number(k(key), 1.0); v && *v != 1.0 && *v != 0.0)
-      meta.refuse(k(key), "scaled rotary positions are not supported (1 only)");
-  for (const char* key : {"expert_count", "expert_used_count"})
-    if (auto v = meta.integer(k(key), 0, 0); v && *v > 0)
-      meta.refuse(k(key), "a mixture of experts (Mixtral-style) is not supported");
-  for (const char* key : {"tensor_data_layout", "rope.scaling.original_context_length", "rope.scaling.finetuned"})
-    meta.seen.insert(k(key));  // do not change what the file computes
+  // ---- hyperparameters (the architecture's keys)
+  const bool complete = ai->hparams(g);
   if (auto parts = meta.integer("split.count", 1, 0); parts && *parts > 1)
     meta.refuse("split.count", "a model split over several files: merge them first (llama-gguf-split --merge)");
 
@@ -369,69 +279,22 @@ Imported import_gguf(const std::string& path, const std::string& name, const std
     if (key.rfind(arch + ".", 0) == 0 && !meta.seen.count(key))
       meta.problem(key, "found " + f.show(key) + "; this key is not known to halformer import (it may change the " +
                             "model); docs/import.md lists the keys it reads");
-  if (!d || !layers || !ff || !h || !kvh || !eps || !theta || !ctx || !vocab || !pr.list.empty())
-    throw ImportError(pr.list);
+  if (!complete || !vocab || !pr.list.empty()) throw ImportError(pr.list);
+  const int64_t ctx = *g.ctx;
+  g.vocab = *vocab, g.max_len = std::min(ctx, kMaxLenCap);
 
   // ---- the tensors: names, shapes (torch order; GGUF lists them row length first), types
-  const int64_t kvd = *kvh * hd;
-  std::vector<Want> wants;
-  std::set<std::string> known;
-  auto want = [&](const std::string& gguf, const std::string& canonical, std::vector<int64_t> shape, Role role,
-                  bool required, const std::string& from) {
-    known.insert(gguf);
-    Want w{gguf, canonical, shape, role, f.find(gguf)};
-    const std::string where = "tensor " + q(gguf);
-    if (!w.t) {
-      if (required)
-        pr.add(path, where, "missing (expected " + dims_str({shape.rbegin(), shape.rend()}) + ", GGUF order)");
-    } else if (std::vector<int64_t>(w.t->dims.rbegin(), w.t->dims.rend()) != shape) {
-      pr.add(path, where,
-             "dims " + dims_str(w.t->dims) + " disagree with the metadata: expected " +
-                 dims_str({shape.rbegin(), shape.rend()}) + " (GGUF order, row length first: " + from + ")");
-    } else if (!can_dequantize(w.t->type) || (w.t->type >= GgmlType::I8 && w.t->type <= GgmlType::I64)) {
-      pr.add(path, where,
-             std::string("type ") + type_name(w.t->type) + " is not read by halformer import (F32, F16, BF16, " +
-                 "Q4_0 as they are; Q4_1, Q5_0, Q5_1, Q8_0 and the K-quants dequantized)");
-    }
-    wants.push_back(w);
-  };
-  const std::string sd = std::to_string(*d), sv = std::to_string(*vocab), sff = std::to_string(*ff);
-  const std::string e_from = k("embedding_length") + " " + sd,
-                    kv_from = std::to_string(*kvh) + " key/value heads of " + std::to_string(hd) + ", " + e_from;
-  want("token_embd.weight", "tgt_embedding.weight", {*vocab, *d}, Role::Table, true, e_from + ", vocabulary " + sv);
-  for (int64_t i = 0; i < *layers; ++i) {
-    const std::string b = "blk." + std::to_string(i) + ".", c = "decoder." + std::to_string(i) + ".";
-    want(b + "attn_norm.weight", c + "self_norm.weight", {*d}, Role::Norm, true, e_from);
-    const std::vector<std::tuple<std::string, std::string, int64_t, int64_t, std::string>> linears = {
-        {"attn_q", "self_attn.q", *d, *d, e_from},
-        {"attn_k", "self_attn.k", kvd, *d, kv_from},
-        {"attn_v", "self_attn.v", kvd, *d, kv_from},
-        {"attn_output", "self_attn.o", *d, *d, e_from},
-        {"ffn_gate", "ff_gate", *ff, *d, k("feed_forward_length") + " " + sff + ", " + e_from},
-        {"ffn_up", "ff1", *ff, *d, k("feed_forward_length") + " " + sff + ", " + e_from},
-        {"ffn_down", "ff2", *d, *ff, e_from + ", " + k("feed_forward_length") + " " + sff}};
-    for (const auto& [g, cn, rows, cols, from] : linears) {
-      want(b + g + ".weight", c + cn + ".weight", {rows, cols}, Role::LayerLinear, true, from);
-      const bool qkv = g == "attn_q" || g == "attn_k" || g == "attn_v";
-      if (qkv || !ai->qkv_bias)  // llama: every bias optional; qwen2: q/k/v biases, no others
-        want(b + g + ".bias", c + cn + ".bias", {rows}, Role::Bias, ai->qkv_bias, from);
-      else
-        wants.push_back({"", c + cn + ".bias", {rows}, Role::Bias, nullptr});  // zeros
-    }
-    want(b + "ffn_norm.weight", c + "ff_norm.weight", {*d}, Role::Norm, true, e_from);
-  }
-  want("output_norm.weight", "decoder_norm.weight", {*d}, Role::Norm, true, e_from);
-  const bool tied = !f.find("output.weight");
-  if (!tied) want("output.weight", "generator.weight", {*vocab, *d}, Role::Linear, true, e_from + ", vocabulary " + sv);
-  wants.push_back({"", "generator.bias", {*vocab}, Role::Bias, nullptr});  // the spec's output bias: zeros
+  ai->tensors(g);
+  const std::vector<Want>& wants = g.wants;
+  const bool tied = g.tied;
   for (const auto& t : f.tensors()) {
-    if (known.count(t.name)) continue;
+    if (g.known.count(t.name)) continue;
     if (t.name == "rope_freqs.weight" || t.name.find(".rope_freqs.") != std::string::npos)
       pr.add(path, "tensor " + q(t.name), "scaled rotary frequencies (Llama 3.1's rope scaling) are not supported");
     else
       pr.add(path, "tensor " + q(t.name),
              "not part of the " + arch + " architecture as halformer imports it (it may change the model; " +
-                 std::to_string(*layers) + " layers by block_count)");
+                 std::to_string(*g.layers) + " layers by block_count)");
   }
   if (!pr.list.empty()) throw ImportError(pr.list);
 
@@ -447,11 +310,12 @@ Imported import_gguf(const std::string& path, const std::string& name, const std
       parts.push_back({w.canonical, Kind::Zeros, w.shape, nullptr});
     } else if (w.role == Role::LayerLinear && int4) {
       const int64_t blocks = w.shape[1] / kQ4Weights;
-      parts.push_back({w.canonical, Kind::Q4Blocks, {w.shape[0], blocks * kQ4Nibbles}, w.t});
-      parts.push_back({w.canonical + "_scale", Kind::Q4Scales, {w.shape[0], blocks}, w.t});
+      parts.push_back({w.canonical, Kind::Q4Blocks, {w.shape[0], blocks * kQ4Nibbles}, w.t, w.from});
+      parts.push_back({w.canonical + "_scale", Kind::Q4Scales, {w.shape[0], blocks}, w.t, w.from});
     } else {
-      parts.push_back({w.canonical, Kind::Floats, w.shape, w.t});
-      if (!exact_float(w.t->type)) dequantized.push_back(w.t);
+      parts.push_back({w.canonical, Kind::Floats, w.shape, w.t, w.from});
+      if (!exact_float(w.t->type) && std::find(dequantized.begin(), dequantized.end(), w.t) == dequantized.end())
+        dequantized.push_back(w.t);  // once (gpt2's attn_qkv is three parts)
     }
     quantized_layers = quantized_layers || (w.role == Role::LayerLinear && !exact_float(w.t->type));
   }
@@ -459,32 +323,24 @@ Imported import_gguf(const std::string& path, const std::string& name, const std
     out.notes.push_back("dequantized to F32 (halformer keeps Q4_0 layer linears as they are, when all are Q4_0): " +
                         grouped(dequantized));
 
-  // ---- the spec
+  // ---- the spec: what every architecture has, then the architecture's fields
   Model m;
-  m.family = arch, m.preset = ai->preset, m.architecture = "decoder", m.d_model = *d, m.vocab = *vocab;
-  m.set("sizes", "d_model", *d, k("embedding_length"));
-  m.set("sizes", "heads", *h, k("attention.head_count") + " (head size " + std::to_string(hd) + ")");
-  m.set("sizes", "kv_heads", *kvh,
-        f.has(k("attention.head_count_kv")) ? k("attention.head_count_kv") : "one per query head");
-  m.set("sizes", "d_ff", *ff, k("feed_forward_length"));
-  m.set("sizes", "decoder_layers", *layers, k("block_count"));
+  m.family = arch, m.preset = ai->preset, m.architecture = "decoder", m.d_model = *g.d, m.vocab = *vocab;
+  m.set("sizes", "d_model", *g.d, k("embedding_length"));
+  m.set("sizes", "heads", *g.h, k("attention.head_count") + " (head size " + std::to_string(g.hd) + ")");
+  if (g.kv_heads_field)
+    m.set("sizes", "kv_heads", *g.kvh,
+          f.has(k("attention.head_count_kv")) ? k("attention.head_count_kv") : "one per query head");
+  m.set("sizes", "d_ff", *g.ff, k("feed_forward_length"));
+  m.set("sizes", "decoder_layers", *g.layers, k("block_count"));
   m.set("sizes", "tgt_vocab", *vocab, f.has(k("vocab_size")) ? k("vocab_size") : "token_embd.weight's rows");
-  if (*ctx > kMaxLenCap)
+  if (ctx > kMaxLenCap)
     m.set("sizes", "max_len", kMaxLenCap,
-          k("context_length") + " " + std::to_string(*ctx) + ", capped so that builds plan small buffers: raise it " +
-              "(up to " + std::to_string(*ctx) + ") for longer text");
+          k("context_length") + " " + std::to_string(ctx) + ", capped (rotary tables in the kernels grow with it): raise it " +
+              "(up to " + std::to_string(ctx) + ") for longer text");
   else
-    m.set("sizes", "max_len", *ctx, k("context_length") + ": prompt + generated tokens");
-  m.set("layer", "norm_placement", "pre", "x + sublayer(rmsnorm(x))");
-  m.set("layer", "norm_kind", "rms", "attn_norm, ffn_norm");
-  m.set("layer", "norm_eps", format_float_literal(float32_decimal(*eps)), k("attention.layer_norm_rms_epsilon"));
-  m.set("layer", "final_norm", "true", "output_norm");
-  m.set("layer", "activation", "swiglu", "silu(ffn_gate x) * ffn_up x");
-  m.set("embedding", "positions", "rotary", "rotary embedding of q and k in every layer");
-  m.set("embedding", "rotary_theta", format_float_literal(float32_decimal(*theta)),
-        f.has(k("rope.freq_base")) ? k("rope.freq_base") : "no rope.freq_base: 10000");
-  m.set("embedding", "rotary_layout", ai->layout, ai->layout_note);
-  m.set("embedding", "scale", "false");
+    m.set("sizes", "max_len", ctx, k("context_length") + ": prompt + generated tokens");
+  ai->spec(g, m);
   m.set("embedding", "share_tgt_output", tied ? "true" : "false",
         tied ? "no output.weight: the output projection is token_embd" : "output.weight");
   m.set("attention", "causal", "true");
@@ -525,7 +381,7 @@ Imported import_gguf(const std::string& path, const std::string& name, const std
   if (!dequantized.empty()) header.push_back("  dequantized to F32: " + grouped(dequantized));
   header.push_back("  halformer build <this spec> -o DIR");
   header.push_back("  DIR/" + name + " --weights " + w_abs + " --src \"...token ids...\"");
-  bool add_bos = true;
+  bool add_bos = ai->add_bos;
   try {
     if (f.has("tokenizer.ggml.add_bos_token")) add_bos = f.bool_value("tokenizer.ggml.add_bos_token");
   } catch (const GgufError&) {
@@ -533,6 +389,7 @@ Imported import_gguf(const std::string& path, const std::string& name, const std
   if (add_bos)
     header.push_back("llama.cpp starts every prompt with bos " + std::to_string(ids["bos_token_id"]) +
                      ": give it first in --src for the same outputs");
+  add_gguf_tokenizer(f, *vocab, name, w_abs, header, out);  // its files, their lines in the header
   out.yaml = write_yaml(m, name, header);
   if (int4) {
     const std::string at = "\narchitecture: decoder\n";

@@ -15,6 +15,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace halformer::import {
@@ -34,6 +35,10 @@ struct Imported {
   std::string precision;
   std::vector<std::string> notes;
   std::function<void()> write_weights;
+  // Other files to write, path (absolute) and contents: the GGUF's tokenizer beside the
+  // weights (gguf_tokenizer.h). Under the spec's rules: never an input, an existing file
+  // only with --force, written after the weights and before the spec.
+  std::vector<std::pair<std::string, std::string>> files;
 };
 
 // Every reason the directory cannot be imported, each "FILE: field: found VALUE; why".
@@ -51,12 +56,12 @@ Imported import_directory(const std::string& dir, const std::string& name);
 // GGUF magic.
 bool is_gguf(const std::string& path);
 
-// Reads the GGUF file (general.architecture llama or qwen2; tools/import/gguf_import.cpp)
-// and returns the spec named `name`, whose weights are `weights_out`: a safetensors file
-// under halformer's canonical names that Imported::write_weights writes (Q4_0 layer
-// linears as halformer's int4 blocks when all of them are Q4_0, the rest F32). Every
-// problem ("FILE: key 'K': ..." / "FILE: tensor 'T': ...") is checked before it returns.
-// Throws ImportError.
+// Reads the GGUF file (general.architecture llama, qwen2, gemma or gpt2;
+// tools/import/gguf_import.cpp, gguf_archs.cpp) and returns the spec named `name`, whose
+// weights are `weights_out`: a safetensors file under halformer's canonical names that
+// Imported::write_weights writes (Q4_0 layer linears as halformer's int4 blocks when all of
+// them are Q4_0, the rest F32). Every problem ("FILE: key 'K': ..." / "FILE: tensor 'T':
+// ...") is checked before it returns. Throws ImportError.
 Imported import_gguf(const std::string& gguf_path, const std::string& name, const std::string& weights_out);
 
 // A spec name ([A-Za-z0-9_-]+) from a file name: its stem, other characters as '-'.
