@@ -82,16 +82,21 @@ void Stack::attention(AttentionFn fn, const char* name, View q, View kv, View ma
 // QKV rows (qkv_width() features) of positions [0, len + T) of B sequences,
 // `t_stride` floats apart, `b_stride` per sequence; the queries are positions
 // [len, len + T). mask: (len + T, B), `m_stride` per sequence; out: (d, T, B).
-// Causal, on the CPU, the queries go in chunks of kCausalChunk, each reading only the keys
-// it can see, [0, len + q1): a 128-token prompt scores 5/8 of the full square. Bit-identical
-// to one call: a key left out has weight exactly 0 (its masked score's exp underflows) and
-// lies past every key the chunk reads, so every sum sees the same terms in the same order.
-// No chunk holds a single query (Tq = 1 is the kernel's other path, summed differently).
-// 32 = whole key blocks on AVX2 and AVX-512 (docs/performance-log.md#runtime-causal-chunks).
+// Causal, on the CPU, the queries go in chunks, each reading only the keys it can see,
+// [0, len + q1): a 128-token prompt scores 5/8 of the full square. Bit-identical to one
+// call: a key left out has weight exactly 0 (its masked score's exp underflows) and lies
+// past every key the chunk reads, so every sum sees the same terms in the same order. No
+// chunk holds a single query (Tq = 1 is the kernel's other path, summed differently).
+// Chunks are whole key blocks (32 on AVX2 and AVX-512) and grow with the keys: each call
+// rotates and transposes every key it reads once, so short chunks over long contexts spent
+// most of their time there (TinyLlama, a 2,048-token prompt: 32 -> 256 halved the
+// attention's cycles; docs/performance-log.md#runtime-causal-chunks).
+int Stack::causal_chunk(int keys) { return kCausalChunk * std::clamp(keys / 256, 1, 8); }
+
 void Stack::decoder_self_attention(const Array& kv, int len, int T, int B, int64_t t_stride, int64_t b_stride,
                             const Array& mask, int64_t m_stride, halide_buffer_t* bias, Array& out) {
   const int d = cfg.d_model, hd = d / cfg.heads, heads = qkv_width() / hd;
-  const int chunk = iface || !cfg.causal ? T : kCausalChunk;  // device views must start aligned: one call
+  const int chunk = iface || !cfg.causal ? T : causal_chunk(len + T);  // device views must start aligned: one call
   for (int q0 = 0, q1; q0 < T; q0 = q1) {
     q1 = std::min(T, q0 + chunk);
     if (T - q1 == 1) q1 = T;

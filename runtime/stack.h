@@ -60,7 +60,8 @@ struct Stack : DeviceContext {
   // bias: a stack's relative position table (position_bias).
   void attention(AttentionFn fn, const char* name, View q, View kv, View mask, halide_buffer_t* bias, View out);
   // The decoder's self-attention of T new positions after `len` earlier ones (layers.cpp).
-  static constexpr int kCausalChunk = 32;  // queries per call, causal, CPU (docs/performance-log.md)
+  static constexpr int kCausalChunk = 32;  // queries per call, causal, CPU: a multiple of this
+  static int causal_chunk(int keys);       // the chunk for a call reading `keys` keys
   void decoder_self_attention(const Array& kv, int len, int T, int B, int64_t t_stride, int64_t b_stride,
                               const Array& mask, int64_t m_stride, halide_buffer_t* bias, Array& out);
   halide_buffer_t* position_bias(const WeightVector<float>& table);
