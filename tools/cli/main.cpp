@@ -196,6 +196,8 @@ int build(const Spec& spec, const std::string& spec_path, const std::string& out
     Plan preview = make_plan(spec);
     for (const auto& line : tune::apply_tuning(preview, db, HALFORMER_HALIDE_PLUGIN_DIR))
       std::cout << "[halformer] " << line << "\n";
+    if (const std::string memory = memory_summary(spec); !memory.empty())
+      std::cout << "[halformer] " << memory << "\n";
     std::cout << std::flush;  // before CMake's output
   }
   std::error_code ec;

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <sstream>
 #include <stdexcept>
 
@@ -25,6 +26,10 @@ int halide_ptx_capability(int64_t capability) {
   return 30;
 }
 namespace {
+
+// Features of the decoder's fused self-attention row: H query heads, kv_heads key and as many
+// value heads.
+int64_t qkv_width(const Spec& s) { return s.d_model + 2 * s.kv_heads * (s.d_model / s.heads); }
 
 std::string c_identifier(const std::string& s) {
   std::string r;
@@ -166,7 +171,7 @@ class Planner {
     if (enc) embedding(KernelRole::embed_src, s.src_vocab);
     if (dec) embedding(KernelRole::embed_tgt, s.tgt_vocab);
     const int KVH = int(s.kv_heads);
-    const int64_t qkv_width = s.d_model + 2 * KVH * (s.d_model / H);
+    const int64_t qkv_width = halformer::qkv_width(s);
     linear(KernelRole::qkv, s.d_model, qkv_width, "none");
     // A bf16 cache (ModelConfig::self_cache_bf16): the decoder's fused QKV rows, queries
     // included, are stored as bf16 by their own projection (qkv_cache) and read as such.
@@ -281,6 +286,32 @@ std::string cmake_string(const std::string& s) {
 }  // namespace
 
 Plan make_plan(const Spec& spec) { return Planner(spec).build(); }
+
+std::string memory_summary(const Spec& s) {
+  if (s.architecture == Architecture::Encoder) return "";
+  const bool bf16 = s.cache_precision() == Precision::Bf16;
+  const int64_t elem = bf16 ? 2 : 4, per_position = s.decoder_layers * qkv_width(s) * elem;
+  const bool cross = s.architecture == Architecture::EncoderDecoder;
+  const int64_t cross_per_position = cross ? s.decoder_layers * 2 * s.d_model * elem : 0;
+  auto size = [](double bytes) {
+    std::ostringstream o;
+    o << std::fixed << std::setprecision(1);
+    if (bytes >= double(1 << 30)) o << bytes / double(1 << 30) << " GiB";
+    else if (bytes >= double(1 << 20)) o << bytes / double(1 << 20) << " MiB";
+    else o << bytes / 1024.0 << " KiB";
+    return o.str();
+  };
+  std::ostringstream o;
+  o << "key/value cache per sequence: " << size(double(per_position)) << " per position ("
+    << s.decoder_layers << " layers x " << qkv_width(s) << " " << (bf16 ? "bf16" : "fp32")
+    << " features: the fused query/key/value row), " << size(double(per_position) * double(s.max_len))
+    << " at max_len " << s.max_len;
+  if (cross)
+    o << "; cross-attention " << size(double(cross_per_position)) << " per source position, "
+      << size(double(cross_per_position) * double(s.max_len)) << " at max_len";
+  o << "; allocated per call for the prompt and its new tokens";
+  return o.str();
+}
 
 std::unique_ptr<SpecModelConfig> model_config(const Spec& s) {
   auto r = std::make_unique<SpecModelConfig>();

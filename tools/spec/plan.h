@@ -37,6 +37,10 @@ struct Plan {
 
 Plan make_plan(const Spec& spec);
 
+// The decoder's key/value cache memory in words (per position, at max_len), for `halformer
+// build` to state; "" for an encoder.
+std::string memory_summary(const Spec& spec);
+
 // The CUDA capability Halide generates PTX for, given the spec's cuda_capability (the
 // highest Halide knows at or below it).
 int halide_ptx_capability(int64_t capability);
