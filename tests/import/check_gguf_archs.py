@@ -198,14 +198,11 @@ def reference(case, out):
 
 
 def compare(case, out, binary, weights, f32_weights=None):
-    import torch
-
     sys.path.insert(0, HERE)
-    from compare import Errors, run_binary
+    from compare import compare_gguf_decoder
 
     v = CASES[case]
     model = reference(case, out)
-    eos = model.config.eos_token_id
     rng = np.random.default_rng(v["seed"])
     if v["arch"] == "gemma":  # bos first, as llama.cpp adds it; no special ids inside
         first, low, high = [GEMMA_IDS["bos"]], 4, VOCAB
@@ -213,45 +210,15 @@ def compare(case, out, binary, weights, f32_weights=None):
         first, low, high = [], 0, ENDOFTEXT
     seq = lambda n: first + rng.integers(low, high, n - len(first)).tolist()  # noqa: E731
     prompts = {"length 1": [seq(1)], "length 7": [seq(7)], "padded batch": [seq(n) for n in (7, 3, 12, 1, 40)]}
-    new_tokens, q4 = 16, bool(v.get("layers"))
-    errors, agree, positions, same_prefix = Errors(), 0, 0, []
-    for label, seqs in prompts.items():
-        got, dumped = run_binary(binary, weights, seqs, ["--max-new-tokens", str(new_tokens)])
-        if f32_weights:  # the int4 build given the dequantized values: quantized at load into the same blocks
-            got32, dumped32 = run_binary(binary, f32_weights, seqs, ["--max-new-tokens", str(new_tokens)])
-            if got32["sequences"] != got["sequences"] or not np.array_equal(dumped32["logits"], dumped["logits"]):
-                raise SystemExit(f"{case} {label}: the imported Q4_0 blocks and the same values as F32 (quantized "
-                                 f"at load) give different outputs")
-        for b, s in enumerate(seqs):
-            ids = torch.tensor([s])
-            with torch.no_grad():
-                ref = model(ids).logits[0].numpy()
-                gen = model.generate(ids, max_new_tokens=new_tokens, do_sample=False, num_beams=1, pad_token_id=eos,
-                                     attention_mask=torch.ones_like(ids))[0, len(s):].tolist()
-            logits = dumped["logits"][b, :len(s)]
-            errors.add("logits (dump logits vs .logits)", logits, ref)
-            agree += int(np.sum(np.argmax(logits, -1) == np.argmax(ref, -1)))
-            positions += len(s)
-            tokens = got["sequences"][b]["tokens"]
-            same_prefix.append(next((i for i, (x, y) in enumerate(zip(tokens, gen)) if x != y), min(len(tokens), len(gen))))
-            if not q4 and tokens != gen:
-                raise SystemExit(f"{case} {label}, prompt {s}: greedy tokens {tokens}, generate() gives {gen}")
-        print(f"{case} {label}: {len(seqs)} prompt(s), lengths {[len(s) for s in seqs]}")
-    err = errors.worst["logits (dump logits vs .logits)"]
-    if not q4:
-        print(f"{case}: greedy tokens identical to generate(do_sample=False) ({new_tokens} new tokens)")
-        ok = err <= TOLERANCE
-        print(f"{case} logits: max error {err:.2e} of the output scale ({'ok' if ok else 'FAIL'}, limit {TOLERANCE:g})")
-        if not ok:
-            raise SystemExit(f"{case}: outputs differ from transformers")
+    int4 = bool(v.get("layers"))
+    errors = compare_gguf_decoder(case, model, binary, weights, prompts, model.config.eos_token_id, int4, f32_weights)
+    if int4:
         return
-    if f32_weights:
-        print(f"{case}: outputs bit-identical to the same build given the dequantized values as F32")
-    print(f"{case}: logits max error {err:.3e} of the output scale (limit 0.1); top-1 agreement {agree}/{positions} "
-          f"({100.0 * agree / positions:.1f}%, limit 80%); greedy tokens identical for the first {same_prefix} of "
-          f"{new_tokens}")
-    if err > 0.1 or agree < 0.8 * positions:
-        raise SystemExit(f"{case}: the int4 build differs from transformers on the dequantized weights more than expected")
+    err = errors.worst["logits (dump logits vs .logits)"]
+    ok = err <= TOLERANCE
+    print(f"{case} logits: max error {err:.2e} of the output scale ({'ok' if ok else 'FAIL'}, limit {TOLERANCE:g})")
+    if not ok:
+        raise SystemExit(f"{case}: outputs differ from transformers")
 
 
 # ---------------------------------------------------------------- spec

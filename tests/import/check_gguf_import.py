@@ -36,6 +36,7 @@ from gguf import GGMLQuantizationType as Q
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "reference"))
 from halformer_torch.gguf_llama import LINEARS, permute  # noqa: E402  (the converter's layout, shared with bench)
+from halformer_torch.gguf_archs import write_gguf as write_gguf_file  # noqa: E402
 
 VOCAB, HIDDEN, LAYERS, BOS, EOS = 300, 64, 2, 1, 2
 CASES = {
@@ -152,15 +153,7 @@ def gguf_metadata(case, **changes):
 
 
 def write_gguf(path, arch, metadata, tensors):
-    w = gguf.GGUFWriter(path, arch=arch)
-    for _, (method, value) in metadata.items():
-        getattr(w, method)(value)
-    for name, (data, raw_dtype) in tensors.items():
-        w.add_tensor(name, data, raw_dtype=raw_dtype)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write_gguf_file(path, arch, list(metadata.values()), tensors)
 
 
 def make(out):
@@ -212,52 +205,16 @@ def reference_model(ref):
 
 
 def compare(case, out, binary, weights, f32_weights=None):
-    import torch
-
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from compare import Errors, run_binary
+    from compare import compare_gguf_decoder
 
     model = reference_model(os.path.join(out, f"{case}-ref"))
     rng = np.random.default_rng(CASES[case]["seed"])
     prompts = {"length 1": [[BOS]], "length 7": [[BOS] + rng.integers(3, VOCAB, 6).tolist()],
                "padded batch": [[BOS] + rng.integers(3, VOCAB, n - 1).tolist() for n in (7, 3, 12, 1, 40)]}
-    new_tokens = 16
-    errors, agree, positions, same_prefix = Errors(), 0, 0, []
-    for label, seqs in prompts.items():
-        got, dumped = run_binary(binary, weights, seqs, ["--max-new-tokens", str(new_tokens)])
-        if f32_weights:  # the int4 build given the dequantized values: quantized at load into the same blocks
-            got32, dumped32 = run_binary(binary, f32_weights, seqs, ["--max-new-tokens", str(new_tokens)])
-            if got32["sequences"] != got["sequences"] or not np.array_equal(dumped32["logits"], dumped["logits"]):
-                raise SystemExit(f"{case} {label}: the imported Q4_0 blocks and the same values as F32 (quantized "
-                                 f"at load) give different outputs")
-        for b, s in enumerate(seqs):
-            ids = torch.tensor([s])
-            with torch.no_grad():
-                ref = model(ids).logits[0].numpy()
-                gen = model.generate(ids, max_new_tokens=new_tokens, do_sample=False, num_beams=1, pad_token_id=EOS,
-                                     attention_mask=torch.ones_like(ids))[0, len(s):].tolist()
-            logits = dumped["logits"][b, :len(s)]
-            errors.add("logits (dump logits vs .logits)", logits, ref)
-            agree += int(np.sum(np.argmax(logits, -1) == np.argmax(ref, -1)))
-            positions += len(s)
-            tokens = got["sequences"][b]["tokens"]
-            same_prefix.append(next((i for i, (x, y) in enumerate(zip(tokens, gen)) if x != y), min(len(tokens), len(gen))))
-            if case != "q4" and tokens != gen:
-                raise SystemExit(f"{case} {label}, prompt {s}: greedy tokens {tokens}, generate() gives {gen}")
-        print(f"{case} {label}: {len(seqs)} prompt(s), lengths {[len(s) for s in seqs]}")
+    errors = compare_gguf_decoder(case, model, binary, weights, prompts, EOS, case == "q4", f32_weights)
     if case != "q4":
-        print(f"{case}: greedy tokens identical to generate(do_sample=False) ({new_tokens} new tokens)")
-        return errors.check(f"gguf {case}")
-    # int4: the weights are the reference's exactly (its are the dequantized blocks); the
-    # activations are quantized per block of 32 at run time (Q8_0), so outputs differ by a few %.
-    err = errors.worst["logits (dump logits vs .logits)"]
-    if f32_weights:
-        print("q4: outputs bit-identical to the same build given the dequantized values as F32 (quantized at load)")
-    print(f"q4: logits max error {err:.3e} of the output scale (limit 0.1); top-1 agreement {agree}/{positions} "
-          f"({100.0 * agree / positions:.1f}%, limit 80%); greedy tokens identical for the first {same_prefix} of "
-          f"{new_tokens}")
-    if err > 0.1 or agree < 0.8 * positions:
-        raise SystemExit("q4: the int4 build differs from transformers on the dequantized weights more than expected")
+        errors.check(f"gguf {case}")
 
 
 # ---------------------------------------------------------------- kept

@@ -53,6 +53,53 @@ class Errors:
             raise SystemExit(f"{family}: outputs differ from transformers")
 
 
+def compare_gguf_decoder(case, model, binary, weights, prompts, eos, int4, f32_weights=None, new_tokens=16):
+    """An imported GGUF decoder's binary against transformers' `model` on `prompts` (label ->
+    one batch of id lists): the logits of every prompt position and `new_tokens` greedy
+    tokens, identical unless `int4`. f32_weights: the same build given the dequantized values
+    as F32 (quantized at load), bit-identical to the kept Q4_0 blocks. int4: the weights are
+    the reference's exactly (its are the dequantized blocks), the activations quantized per
+    block of 32 at run time (Q8_0), so logits differ by a few %: checked against limits here.
+    Returns the Errors (the fp32 verdict is the caller's)."""
+    import torch
+
+    errors, agree, positions, same_prefix = Errors(), 0, 0, []
+    for label, seqs in prompts.items():
+        got, dumped = run_binary(binary, weights, seqs, ["--max-new-tokens", str(new_tokens)])
+        if f32_weights:
+            got32, dumped32 = run_binary(binary, f32_weights, seqs, ["--max-new-tokens", str(new_tokens)])
+            if got32["sequences"] != got["sequences"] or not np.array_equal(dumped32["logits"], dumped["logits"]):
+                raise SystemExit(f"{case} {label}: the imported Q4_0 blocks and the same values as F32 (quantized "
+                                 f"at load) give different outputs")
+        for b, s in enumerate(seqs):
+            ids = torch.tensor([s])
+            with torch.no_grad():
+                ref = model(ids).logits[0].numpy()
+                gen = model.generate(ids, max_new_tokens=new_tokens, do_sample=False, num_beams=1, pad_token_id=eos,
+                                     attention_mask=torch.ones_like(ids))[0, len(s):].tolist()
+            logits = dumped["logits"][b, :len(s)]
+            errors.add("logits (dump logits vs .logits)", logits, ref)
+            agree += int(np.sum(np.argmax(logits, -1) == np.argmax(ref, -1)))
+            positions += len(s)
+            tokens = got["sequences"][b]["tokens"]
+            same_prefix.append(next((i for i, (x, y) in enumerate(zip(tokens, gen)) if x != y), min(len(tokens), len(gen))))
+            if not int4 and tokens != gen:
+                raise SystemExit(f"{case} {label}, prompt {s}: greedy tokens {tokens}, generate() gives {gen}")
+        print(f"{case} {label}: {len(seqs)} prompt(s), lengths {[len(s) for s in seqs]}")
+    if not int4:
+        print(f"{case}: greedy tokens identical to generate(do_sample=False) ({new_tokens} new tokens)")
+        return errors
+    err = errors.worst["logits (dump logits vs .logits)"]
+    if f32_weights:
+        print(f"{case}: outputs bit-identical to the same build given the dequantized values as F32 (quantized at load)")
+    print(f"{case}: logits max error {err:.3e} of the output scale (limit 0.1); top-1 agreement {agree}/{positions} "
+          f"({100.0 * agree / positions:.1f}%, limit 80%); greedy tokens identical for the first {same_prefix} of "
+          f"{new_tokens}")
+    if err > 0.1 or agree < 0.8 * positions:
+        raise SystemExit(f"{case}: the int4 build differs from transformers on the dequantized weights more than expected")
+    return errors
+
+
 def input_sets(rng, low, n_vocab):
     one = [rng.integers(low, n_vocab, 1).tolist()]
     seven = [rng.integers(low, n_vocab, 7).tolist()]
