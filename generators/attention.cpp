@@ -21,16 +21,16 @@
 // h / kv_group (Hugging Face's repeat_kv order), so a fused row holds H query heads and
 // H / kv_group key and value heads each, and so does the KV cache.
 // Rotary positions (rotary_dim > 0): queries and keys are rotated on read, at position
-// Tk - Tq + i (query i) and j (key j) -- the position in the cache, so the cache keeps
-// keys unrotated and a decode step needs no separate kernel. Feature pairs (c, c + R/2)
-// ("half", Llama / GPT-NeoX) or (2c, 2c + 1) ("interleaved", GPT-J) for c < R/2 turn by
-// pos * theta^(-2c/R); features from R on pass through. The angle is formed in float32
-// exactly as transformers forms it (inv_freq = 1 / theta^(2c/R), then pos * inv_freq).
+// Tk - Tq + i (query i) and j (key j) -- the position in the buffer (rotary_math.h has the
+// arithmetic). Models do not use this any more: the rotary kernel (rotary.cpp) turns each
+// row once before it is attended or cached, so that a decode step reads its keys as they
+// are (docs/performance-log.md#rotary-once); the layer tests still check it here.
 #include <algorithm>
 #include <cmath>
 #include <functional>
 
 #include "common.h"
+#include "rotary_math.h"
 #include "schedules/cpu_rows.h"
 #include "schedules/gpu.h"
 
@@ -127,55 +127,10 @@ class Attention : public Generator<Attention> {
       return position_bias(clamp(jj - p, -M, M) + M, hh);
     };
 
-    // Rotary positions: x(d) of a query or key row at position `pos`, rotated. cos/sin of
-    // the angle per (frequency, position) as Funcs. With rotary_positions on a CPU they are
-    // constant tables computed here with the same float arithmetic (the angle's product in
-    // float, cosf / sinf: the values the kernel computed, bit for bit); else each call
-    // computes its positions' once. Per call they were scalar libm calls on one thread
-    // (docs/performance-log.md#attention) -- tables of up to 2^20 entries each.
-    Func inv_freq("inv_freq"), rope_cos("rope_cos"), rope_sin("rope_sin");
-    Var f("f"), pos("pos");
-    const int P = rotary_positions;
-    const bool rope_tables = R > 0 && P > 0 && int64_t(P) * (R / 2) <= (int64_t(1) << 20) &&
-                             !get_target().has_gpu_feature() && !using_autoscheduler();
-    {
-      Buffer<float> freqs(std::max(R / 2, 1), "rope_inv_freq");
-      for (int c = 0; c < R / 2; ++c)
-        freqs(c) = 1.0f / std::pow(float(rotary_theta), float(2 * c) / float(R));
-      if (rope_tables) {
-        Buffer<float> cos_table(R / 2, P, "rope_cos_table"), sin_table(R / 2, P, "rope_sin_table");
-        for (int p = 0; p < P; ++p)
-          for (int c = 0; c < R / 2; ++c) {
-            const float angle = float(p) * freqs(c);
-            cos_table(c, p) = std::cos(angle);
-            sin_table(c, p) = std::sin(angle);
-          }
-        rope_cos(f, pos) = cos_table(f, clamp(pos, 0, P - 1));
-        rope_sin(f, pos) = sin_table(f, clamp(pos, 0, P - 1));
-      } else {
-        inv_freq(f) = freqs(f);
-        Expr angle = cast<float>(pos) * inv_freq(f);
-        rope_cos(f, pos) = cos(angle);
-        rope_sin(f, pos) = sin(angle);
-      }
-    }
-    // rotate(x, d, pos): x is a function of the feature index (already bound to its row).
-    auto rotate = [&](const std::function<Expr(Expr)>& x, Expr dd, Expr p) -> Expr {
-      if (R == 0) return x(dd);
-      Expr fi, partner, sign;
-      if (rotary_interleaved) {
-        fi = dd / 2;
-        partner = select(dd % 2 == 0, x(min(dd + 1, D - 1)), x(max(dd - 1, 0)));
-        sign = select(dd % 2 == 0, -1.0f, 1.0f);
-      } else {
-        fi = select(dd < R / 2, dd, dd - R / 2);
-        partner = select(dd < R / 2, x(min(dd + R / 2, D - 1)), x(max(dd - R / 2, 0)));
-        sign = select(dd < R / 2, -1.0f, 1.0f);
-      }
-      Expr fc = clamp(fi, 0, std::max(R / 2 - 1, 0));
-      Expr rotated = x(dd) * rope_cos(fc, p) + sign * partner * rope_sin(fc, p);
-      return R == D ? rotated : select(dd < R, rotated, x(dd));
-    };
+    // Rotary positions: rope.rotate(x, d, pos) is feature d of a row at position `pos`.
+    const RotaryMath rope(R, D, float(rotary_theta), rotary_interleaved, rotary_positions,
+                          !get_target().has_gpu_feature() && !using_autoscheduler());
+    auto rotate = [&](const std::function<Expr(Expr)>& x, Expr dd, Expr p) { return rope.rotate(x, dd, p); };
     const Expr kv_h = h / G;  // the key/value head of query head h
     // A query, key or value feature as fp32.
     auto qf = [&](Expr dd, Expr hh, Expr ii, Expr bb) -> Expr {
@@ -452,22 +407,8 @@ class Attention : public Generator<Attention> {
     const Blocks target_blocks = get_target().has_feature(Target::AVX512) ? Blocks{8, 4, 0} : Blocks{6, 6, 16};
     const int vec_ = vec > 0 ? int(vec) : 16, tile_q_ = tile_q > 0 ? int(tile_q) : target_blocks.tile_q;
     const int dvec = pow2_divisor(D, vec_);
-    if (R > 0 && !rope_tables) {  // one table per call: Tk positions x R/2 frequencies
-      rope_cos.compute_root();
-      rope_sin.compute_root();
-    }
-    // Rotated rows: the feature loop split at R/2 (unrolled regions: first halves, second
-    // halves, the features past R), so that within a region each partner read is a dense
-    // vector at a fixed offset; one loop over d made Halide clamp the partner index lane
-    // by lane (docs/performance-log.md#attention). The interleaved layout's partner still
-    // clamps at one end of each region.
-    // Regions need R/2 to divide the head size and hold whole vectors of 4 or more.
-    auto vectorize_rotated = [&](Func f) {
-      const int half = R / 2, rv = pow2_divisor(half, vec_);
-      if (D % half != 0 || rv < 4) return f.vectorize(d, dvec);
-      Var region("region"), c("c");
-      return f.split(d, region, c, half).unroll(region).vectorize(c, rv);
-    };
+    rope.schedule_per_call();  // one table per call: Tk positions x R/2 frequencies
+    auto vectorize_rotated = [&](Func f) { return rope.vectorize(f, d, vec_); };
     Var io("io"), ii("ii"), hb("hb");
     {
       // Tq == 1: a task per (group of up to 4 heads, batch): scores, softmax and the V
@@ -493,10 +434,10 @@ class Attention : public Generator<Attention> {
       RVar rdo("rdo"), rdi("rdi");
       Var lane("lane");
       dot.compute_at(out, hb);
-      if (R > 0) {  // rotate the query row and the group's keys once, not once per score
-        vectorize_rotated(q1.compute_at(out, hb));
-        vectorize_rotated(k1.compute_at(out, hb));
-      }
+      // The query row widened (and rotated) once; with rotary_dim the group's keys rotated
+      // once too, else read as they are in the score loop (one pass over the cache).
+      vectorize_rotated(q1.compute_at(out, hb));
+      if (R > 0) vectorize_rotated(k1.compute_at(out, hb));
       // Per key and head: dvec-wide partial sums along d, then one horizontal add. Keys
       // (and below, values) decode_prefetch rows ahead are prefetched: in rows that hold
       // every head each key's row is a short run (the group's heads) a whole cache row
@@ -527,12 +468,10 @@ class Attention : public Generator<Attention> {
         .fuse(h, b, hb)
         .parallel(hb)
         .vectorize(d, dvec);
-    if (R > 0) {
-      vectorize_rotated(kc.compute_at(out, hb));
-      vectorize_rotated(qc.compute_at(out, io));  // rotated once per query tile, not per key block
-    } else {
-      kc.compute_at(out, hb).vectorize(d, dvec);
-    }
+    // Keys compacted (and rotated) once per task; queries widened (and rotated) once per query
+    // tile, not per key block.
+    vectorize_rotated(kc.compute_at(out, hb));
+    vectorize_rotated(qc.compute_at(out, io));
     kt.compute_at(out, hb).vectorize(j, vec_, TailStrategy::GuardWithIf);
     Var jo("jo"), ji("ji"), iq("iq"), iqi("iqi");
     // Per block of vec keys, the vec x tile_q score block lives in registers over d (a

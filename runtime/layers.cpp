@@ -261,17 +261,32 @@ bool Stack::gated_on_blas(const Array& h, const LayerWeights& L, Array& gate, Ar
   return true;
 }
 
-// Rotary or relative positions: applied inside self-attention, where each key's position
-// (its cache row) matters, not added to the embeddings.
-bool Stack::positions_in_attention() const {
-  return cfg.positions == Positions::Rotary || cfg.positions == Positions::Relative;
-}
+// Relative positions (T5): a bias by the distance between a key's cache row and the
+// query's, added inside self-attention (rotary positions are turned into the rows
+// themselves at their sequence positions: qkv_projection).
+bool Stack::positions_in_attention() const { return cfg.positions == Positions::Relative; }
 
 // Features of a fused self-attention QKV row: H query heads and kv_heads key and value heads.
 int Stack::qkv_width() const { return cfg.d_model + 2 * cfg.kv_heads * (cfg.d_model / cfg.heads); }
 
 // The decoder's self-attention cache is bf16 (its kernels read and write bf16 rows).
 bool Stack::self_cache_bf16() const { return cfg.self_cache_bf16 && !iface; }
+
+// The fused QKV projection of the rows x into `out` (bf16: bf16 rows, the decoder's
+// cache). Rotary models turn the query and key heads here, once, row m at position
+// pos[m] (generators/rotary.cpp): attention then reads the rows as they are, and a
+// decode step no longer turns every cached key again (docs/performance-log.md#rotary-once).
+void Stack::qkv_projection(View x, const LayerWeights& L, View out, bool bf16, const std::vector<int>& pos) {
+  if (!kt.rotary) return linear(bf16 ? kt.qkv_cache : kt.qkv, "qkv", x, L.qkv, out);
+  const int M = int(pos.size());
+  Array rows(qkv_width(), M, 1, iface, false, /*zeroed=*/false);
+  linear(kt.qkv, "qkv", x, L.qkv, rows.flat());
+  IBuf positions(M);
+  for (int m = 0; m < M; ++m) positions(m) = pos[m];
+  upload(positions);
+  KernelTimer timer("rotary", iface);
+  check_kernel((bf16 ? kt.rotary_cache : kt.rotary)(rows.flat().raw(), positions.raw_buffer(), out.raw()), "rotary");
+}
 
 // Self-attention over the whole sequence (no cache): encoder layers, teacher forcing.
 // decoder: the decoder's kernels, whose QKV rows are the cache's (bf16 with self_cache_bf16).
@@ -284,7 +299,9 @@ void Stack::self_attention_block(Array& x, const LayerWeights& L, const Array& m
   const bool bf16 = decoder && self_cache_bf16();
   residual_block(x, L.self_norm, [&](const Array& h, const Array& res, Array& y) {
     Array qkv(W, h.T, h.B, iface, bf16), a(d, y.T, h.B, iface);
-    linear(bf16 ? kt.qkv_cache : kt.qkv, "qkv", h.flat(), L.qkv, qkv.flat());
+    std::vector<int> positions(size_t(h.T) * h.B);  // row (t, b): position t
+    for (size_t m = 0; m < positions.size(); ++m) positions[m] = int(m % size_t(h.T));
+    qkv_projection(h.flat(), L, qkv.flat(), bf16, positions);
     if (decoder && last_row) {
       // The last query against every key; its row copied out (a view of it would not
       // start aligned on a device).

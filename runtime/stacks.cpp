@@ -66,9 +66,9 @@ Array Stack::decode_step(DecoderState& st, const Weights& w, const IBuf& tokens,
   } else {
     x = embed(kt.embed_tgt, tokens, true, w, len);
   }
-  // Rotary attention turns keys by their cache position, relative positions bias them by
-  // their distance from the query's: rows at their own positions
-  // each get their own call over their own positions.
+  // Relative positions bias keys by their distance from the query's cache row: rows at
+  // their own positions each get their own call over their own positions. (Rotary rows
+  // are turned at their sequence positions when written: one call serves the batch.)
   const bool per_row = shifted && positions_in_attention();
   halide_buffer_t* bias = position_bias(w.decoder_position_bias);
   const int64_t bstride = int64_t(row) * st.Tmax, at = int64_t(len) * row;
@@ -82,7 +82,9 @@ Array Stack::decode_step(DecoderState& st, const Weights& w, const IBuf& tokens,
       // New QKV rows go straight into the cache: T rows of one sequence, or one row each of B.
       const int W = qkv_width(), heads = W / hd;
       View out = T > 1 ? view2(c, at, W, T * B, row) : view2(c, at, W, B, bstride);
-      linear(self_cache_bf16() ? kt.qkv_cache : kt.qkv, "qkv", h.flat(), L.qkv, out);
+      std::vector<int> positions(size_t(T) * B);  // T rows of one sequence, or row b at its own
+      for (size_t m = 0; m < positions.size(); ++m) positions[m] = T > 1 ? len + int(m) : len - st.shift[m];
+      qkv_projection(h.flat(), L, out, self_cache_bf16(), positions);
       if (!per_row) {
         decoder_self_attention(c, len + T - y.T, y.T, B, row, bstride, st.self_mask, st.Tmax, bias, a);
       } else {

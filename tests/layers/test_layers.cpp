@@ -275,6 +275,34 @@ TEST(Attention, RotaryPartialEncoder) {
   check_attention_gqa(KERNEL(test_attention_rotary_encoder), 3, 1, 8, 10000, false, false);
 }
 
+// Rotary positions turned once in fused rows (generators/rotary.cpp, as a model's QKV
+// projection writes them): the first H heads of each row at that row's own position (out
+// of order; 0 and the last the cos / sin table holds among them), the other heads copied.
+template <typename Fn>
+void check_rotary(Fn fn, int heads_total, int H, int R, double theta, bool interleaved, int max_pos) {
+  const int D = 20, C = heads_total * D;
+  for (int M : kRows) {
+    SCOPED_TRACE("rows " + std::to_string(M));
+    Vec x = random_vec(size_t(M) * C, 31), out(x.size(), -7.0f);
+    std::vector<int32_t> pos(M);
+    for (int m = 0; m < M; ++m) pos[m] = m == 0 ? max_pos - 1 : (m * 37 + 5) % max_pos;
+    if (M > 2) pos[2] = 0;
+    Halide::Runtime::Buffer<int32_t> pb(pos.data(), M);
+    pb.set_host_dirty();
+    Buf xb = view(x, {C, M}), ob = view(out, {C, M});
+    ASSERT_EQ(fn(xb, pb, ob), 0);
+    ob.copy_to_host();
+    Vec want = x;
+    const std::vector<int> p(pos.begin(), pos.end());
+    ref::rotary(want, C, 1, M, 0, H, D, R, theta, interleaved, &p);
+    expect_close(out, want, "rotary");
+  }
+}
+TEST(Rotary, HalfWholeHeadTablesOfPositions) { check_rotary(KERNEL(test_rotary), 5, 3, 20, 10000, false, 64); }
+// Positions below 100: the float32 angle (pos * inv_freq, as transformers forms it) is then
+// within the tolerance of the double reference's (at position 3,000 it is 1e-4 off).
+TEST(Rotary, InterleavedPartialPerCall) { check_rotary(KERNEL(test_rotary_interleaved), 3, 2, 12, 500, true, 100); }
+
 // Relative position bias (T5): a bucketed table [buckets][H] over j - (query position),
 // saturating at distance M = 4, in the (2M + 1, H) form the kernel reads, unscaled scores
 // (scale 1); sequences longer than M, and when causal every position again as a one-row

@@ -150,6 +150,35 @@ TEST(KvCacheBf16, SelfAttentionReadsBf16RowsGqaCausal) {
     layer_checks::expect_close(out, want, "attention", KERNEL_TOLERANCE);
   }
 }
+
+// The rotary writer of a bf16 self-attention cache (rotary out_bf16): each row turned in
+// fp32 at its position, then rounded to bf16 once: within one bf16 rounding (2^-8 of
+// the value) of the reference turned in double; the heads past the turned ones are the
+// input rounded to nearest even, bit for bit.
+TEST(KvCacheBf16, RotaryWriterTurnsThenRounds) {
+  const int heads_total = 5, H = 3, D = 20, C = heads_total * D, R = 20;
+  for (int M : {1, 3, 13, 35}) {
+    SCOPED_TRACE("rows " + std::to_string(M));
+    Vec x = ref::random_vec(size_t(M) * C, 41);
+    std::vector<int32_t> pos(M);
+    for (int m = 0; m < M; ++m) pos[m] = (m * 29 + 63) % 64;
+    std::vector<uint16_t> got(x.size());
+    Buf xb(x.data(), {C, M});
+    Halide::Runtime::Buffer<int32_t> pb(pos.data(), M);
+    Halide::Runtime::Buffer<uint16_t> ob(got.data(), {C, M});
+    ASSERT_EQ(KERNEL(test_rotary_out_bf16)(xb, pb, ob), 0);
+    Vec want = x;
+    const std::vector<int> p(pos.begin(), pos.end());
+    ref::rotary(want, C, 1, M, 0, H, D, R, 10000, false, &p);
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (int(i % C) >= H * D) {
+        ASSERT_EQ(got[i], hf::to_bf16(x[i])) << "copied feature " << i;
+        continue;
+      }
+      ASSERT_NEAR(hf::from_bf16(got[i]), want[i], std::abs(want[i]) / 256 + 1e-6) << "feature " << i;
+    }
+  }
+}
 #endif
 
 }  // namespace

@@ -90,15 +90,18 @@ inline Vec attention(const Vec& q, int Cq, const Vec& kv, int Ckv, const Vec& ke
 }
 
 // Rotary positions, in double: heads [first, first + n) of rows [B][T][C] (head size D)
-// at position t turned pairwise by t * theta^(-2c/R), c < R/2: pairs (c, c + R/2)
-// ("half", Llama) or (2c, 2c + 1) (interleaved, GPT-J); features from R on unchanged.
-inline void rotary(Vec& x, int C, int B, int T, int first, int n, int D, int R, double theta, bool interleaved) {
+// at position t (or positions[b * T + t]) turned pairwise by t * theta^(-2c/R), c < R/2:
+// pairs (c, c + R/2) ("half", Llama) or (2c, 2c + 1) (interleaved, GPT-J); features from R
+// on unchanged.
+inline void rotary(Vec& x, int C, int B, int T, int first, int n, int D, int R, double theta, bool interleaved,
+                   const std::vector<int>* positions = nullptr) {
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T; ++t)
       for (int h = first; h < first + n; ++h) {
         float* r = &x[(size_t(b) * T + t) * C + size_t(h) * D];
+        const int p = positions ? (*positions)[size_t(b) * T + t] : t;
         for (int c = 0; c < R / 2; ++c) {
-          const double angle = t * std::pow(theta, -2.0 * c / R);
+          const double angle = p * std::pow(theta, -2.0 * c / R);
           const int i = interleaved ? 2 * c : c, j = interleaved ? 2 * c + 1 : c + R / 2;
           const double a = r[i], z = r[j];
           r[i] = float(a * std::cos(angle) - z * std::sin(angle));

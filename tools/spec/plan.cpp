@@ -103,17 +103,16 @@ class Planner {
   }
 
   // Self-attention (self = true) reads a fused row of H query and kv_heads key and value
-  // heads, with the spec's rotary positions; cross-attention plain heads.
+  // heads, the rotary positions already applied (rotary()); cross-attention plain heads.
   // kv_bf16 / q_bf16: keys and values / queries read as bf16 bits (the CPU kernels;
   // attention's kv_bf16 and q_bf16).
   void attention(KernelRole role, int q_head, int k_head, int v_head, bool causal, bool self,
                  bool kv_bf16 = false, bool q_bf16 = false) {
     const int64_t H = spec_.heads;
     const int64_t group = self ? H / spec_.kv_heads : 1;
-    const bool rotary = self && spec_.positions == Positions::Rotary;
     const bool relative = self && spec_.positions == Positions::Relative;  // T5: a bias per distance
     std::string label = "attention_" + std::to_string(q_head) + "_" + std::to_string(k_head) + "_" +
-                        std::to_string(v_head) + (causal ? "_causal" : "") + (rotary ? "_rotary" : "") +
+                        std::to_string(v_head) + (causal ? "_causal" : "") +
                         (relative ? "_relative" : "") + (spec_.scaled ? "" : "_unscaled") +
                         (kv_bf16 ? "_kv_bf16" : "") + (q_bf16 ? "_q_bf16" : "");
     std::vector<std::pair<std::string, std::string>> params = {{"heads", std::to_string(H)},
@@ -132,17 +131,29 @@ class Planner {
     // streams, which the decode path's software prefetches only slowed.
     if (!self) params.emplace_back("decode_prefetch", "0");
     if (group > 1) params.emplace_back("kv_group", std::to_string(group));
-    if (rotary) {
-      params.emplace_back("rotary_dim", std::to_string(spec_.rotary_dim));
-      params.emplace_back("rotary_theta", format_float(spec_.rotary_theta));
-      params.emplace_back("rotary_interleaved", spec_.rotary_layout == RotaryLayout::Interleaved ? "true" : "false");
-      params.emplace_back("rotary_positions", std::to_string(spec_.max_len));
-    }
     if (relative)  // the table's half-width (model_config.h)
       params.emplace_back("relative_distance", std::to_string(relative_table_distance(int(spec_.relative_distance),
                                                                                        int(spec_.max_len))));
     if (!spec_.scaled) params.emplace_back("scale", "1");
     bind(role, kernel_role(role).generator, label, std::move(params));
+  }
+
+  // Rotary positions turned once in the fused QKV rows (generators/rotary.cpp), before
+  // attention reads them or the decoder's cache stores them; bf16_out: into a bf16 cache.
+  void rotary(KernelRole role, bool bf16_out) {
+    const int64_t H = spec_.heads, hd = spec_.d_model / H;
+    const int64_t width = qkv_width(spec_);
+    std::vector<std::pair<std::string, std::string>> params = {
+        {"channels", std::to_string(width)},
+        {"heads", std::to_string(H + spec_.kv_heads)},  // the queries and the keys
+        {"head_dim", std::to_string(hd)},
+        {"rotary_dim", std::to_string(spec_.rotary_dim)},
+        {"rotary_theta", format_float(spec_.rotary_theta)},
+        {"rotary_interleaved", spec_.rotary_layout == RotaryLayout::Interleaved ? "true" : "false"},
+        {"rotary_positions", std::to_string(spec_.max_len)}};
+    if (bf16_out) params.emplace_back("out_bf16", "true");
+    bind(role, kernel_role(role).generator, "rotary_" + std::to_string(width) + (bf16_out ? "_out_bf16" : ""),
+         std::move(params));
   }
 
   void embedding(KernelRole role, int64_t vocab) {
@@ -178,7 +189,11 @@ class Planner {
     const bool bf16_cache = s.cache_precision() == Precision::Bf16;
     if (enc) attention(KernelRole::encoder_self_attention, 0, H, H + KVH, false, true);
     if (dec) attention(KernelRole::decoder_self_attention, 0, H, H + KVH, s.causal, true, bf16_cache, bf16_cache);
-    if (dec && bf16_cache) linear(KernelRole::qkv_cache, s.d_model, qkv_width, "none", true);
+    // Rotary models: the QKV rows in fp32, then turned (and, into a bf16 cache, rounded) once.
+    const bool rotary_rows = s.positions == Positions::Rotary;
+    if (rotary_rows) rotary(KernelRole::rotary, false);
+    if (rotary_rows && dec && bf16_cache) rotary(KernelRole::rotary_cache, true);
+    if (!rotary_rows && dec && bf16_cache) linear(KernelRole::qkv_cache, s.d_model, qkv_width, "none", true);
     if (enc && dec) {
       // The cross-attention keys/values in the cache's precision (ModelConfig::cross_kv_bf16).
       attention(KernelRole::cross_attention, 0, 0, H, false, false, bf16_cache);

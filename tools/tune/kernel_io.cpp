@@ -208,6 +208,17 @@ IoPlan io_plan(const PlannedKernel& k, Signature signature, const Shape& s, cons
       io.out_extents = {C, M};
       break;
     }
+    case Signature::RotaryFn: {  // rotary: fused QKV rows and each row's position
+      const int C = geti(p, "channels", 64), L = std::max(1, geti(p, "rotary_positions", 0));
+      RotaryFnInputs in;
+      in.x = uniform({C, M});
+      in.positions.kind = InputSpec::Tokens;
+      in.positions.extents = {M};
+      in.positions.range = L;
+      io.inputs = named(in);
+      io.out_extents = {C, M};
+      break;
+    }
     case Signature::PoolFn: {
       const int C = geti(p, "channels", 64);
       PoolFnInputs in;

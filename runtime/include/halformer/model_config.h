@@ -31,7 +31,8 @@ namespace halformer {
   X(ArgmaxFn, B(x))                                                                       \
   X(PoolFn, B(x) B(valid))                                                                \
   X(ConvertFn, B(x))                                                                      \
-  X(GateFn, B(gate) B(up))
+  X(GateFn, B(gate) B(up))                                                                \
+  X(RotaryFn, B(x) B(positions))
 
 // The function types: using LinearFn = int (*)(halide_buffer_t* x, halide_buffer_t* w,
 // halide_buffer_t* b, halide_buffer_t* out); and so on.
@@ -94,7 +95,8 @@ struct ModelConfig {
   // the kernels' cross_kv out_bf16 / cross_attention kv_bf16). GPU devices keep fp32.
   bool cross_kv_bf16;
   // The decoder's self-attention cache (its fused QKV rows) stored as bf16 on the CPU: the
-  // kernels' qkv_cache (out_bf16) writes it, decoder_self_attention (q_bf16, kv_bf16) reads it.
+  // kernels' qkv_cache (out_bf16) writes it -- rotary models: rotary_cache --, decoder_self_attention
+  // (q_bf16, kv_bf16) reads it.
   bool self_cache_bf16;
   // The reduced-precision linears multiply in AMX tiles for calls of more than 8 rows (built
   // on a host whose CPU and OS offer AMX; generators/schedules/cpu_matmul.h): Model::load
@@ -165,7 +167,9 @@ struct CudaHooks {
   X(embedding_norm, LayerNormFn, "layernorm", "the embedding norm at embedding_size (when != d; else null)")      \
   X(embed_project, LinearFn, "linear", "embedding_size -> d (when they differ; else null)")                       \
   X(cast_bf16, ConvertFn, "convert", "fp32 rows -> bf16 bits, cuBLASLt's input (CUDA bf16 builds; else null)")   \
-  X(gate_act, GateFn, "gate", "act(gate) * up: a gated ff's middle after cuBLASLt (CUDA; else null)")
+  X(gate_act, GateFn, "gate", "act(gate) * up: a gated ff's middle after cuBLASLt (CUDA; else null)")          \
+  X(rotary, RotaryFn, "rotary", "rotary positions turned once in fused QKV rows (rotary models; else null)")     \
+  X(rotary_cache, RotaryFn, "rotary", "the same, stored as the decoder's bf16 cache rows (else null)")
 
 // One pointer per role (null where the model has none).
 struct KernelTable {
@@ -208,7 +212,7 @@ inline int relative_table_distance(int relative_distance, int max_len) {
 }
 
 // Bumped when the layout of ModelConfig / KernelTable or an enum value in them changes.
-constexpr int kDescriptorVersion = 14;
+constexpr int kDescriptorVersion = 15;
 
 // A built model as a value: what the generated <name>_model.cpp exports, under a name
 // derived from the model's (extern "C" halformer_model_<name>(), see model.h), so that
