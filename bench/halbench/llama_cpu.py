@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -128,6 +129,15 @@ def halformer_row(a, cfg, files, s, source: str, precision: str, work: str, prom
     weights = os.path.join(work, f"{name}.safetensors")
     if not os.path.exists(spec):
         run([cfg["halformer"], "import", files[source], "-o", spec, "--weights-out", weights, "--force"])
+        # The importer caps max_len at 4,096 and says to raise it for longer text: the
+        # long-context rows need the file's context (--context + 512).
+        with open(spec) as f:
+            text = f.read()
+        need = max(a.context, a.prompt_len) + max(a.new_tokens, 17) + 16
+        m = re.search(r"^  max_len: (\d+)", text, re.M)
+        if m and int(m.group(1)) < need:
+            with open(spec, "w") as f:
+                f.write(text[: m.start(1)] + str(need) + text[m.end(1):])
     driver = build_model(cfg, spec, name, os.path.join(work, name), None, precision)
     common = [driver, "--weights", weights, "--threads", str(a.threads)]
     r = json.loads(run(common + ["--src-file", prompts["short"], "--warmup", "1", "--repeat", str(a.rounds),
