@@ -31,7 +31,6 @@ check_gguf_import.py's q4: logits within 0.1 of the output scale, top-1 agreemen
 
 import json
 import os
-import re
 import subprocess
 import sys
 
@@ -278,13 +277,10 @@ def refuse(case, halformer, out):
     write_gguf(gpath, arch, metadata(arch, hp, tokenizer(arch)), tensors)
     size = os.path.getsize(gpath)
     r = subprocess.run([halformer, "import", gpath, "-o", spec_path], capture_output=True, text=True)
-    if r.returncode == 0 or not re.search(regex, r.stderr):
-        raise SystemExit(f"{case}: expected a failure matching {regex!r}, got exit {r.returncode}:\n{r.stdout}{r.stderr}")
-    for path in (spec_path, weights):
-        if os.path.exists(path):
-            raise SystemExit(f"{case}: {path} was written")
-    assert os.path.getsize(gpath) == size and not [n for n in os.listdir(work) if "tmp" in n], os.listdir(work)
-    print(f"{case}: refused ({r.stderr.strip().splitlines()[-1].strip()}); nothing written")
+    sys.path.insert(0, HERE)
+    from compare import expect_refused
+
+    expect_refused(case, r, regex, (spec_path, weights), work, source=(gpath, size))
 
 
 def main(argv):

@@ -4,6 +4,7 @@ against the hand-written spec, and an OpenCL build of an imported model (`device
 
 import json
 import os
+import re
 import subprocess
 import tempfile
 
@@ -51,6 +52,24 @@ class Errors:
                   f"limit {TOLERANCE:g})")
         if bad:
             raise SystemExit(f"{family}: outputs differ from transformers")
+
+
+def expect_refused(case, r, regex, outputs, work, before=None, source=None):
+    """A `halformer import` that must fail (r: its CompletedProcess): a non-zero exit whose
+    stderr matches `regex`; none of `outputs` written, those in `before` (path -> text)
+    unchanged; no temporary file left in `work`; source = (path, size): the input's size
+    unchanged."""
+    before = before or {}
+    if r.returncode == 0 or not re.search(regex, r.stderr):
+        raise SystemExit(f"{case}: expected a failure matching {regex!r}, got exit {r.returncode}:\n{r.stdout}{r.stderr}")
+    for path in outputs:
+        if path in before:
+            assert open(path).read() == before[path], f"{case}: {path} was changed"
+        elif os.path.exists(path):
+            raise SystemExit(f"{case}: {path} was written")
+    assert source is None or os.path.getsize(source[0]) == source[1], f"{case}: {source[0]} was changed"
+    assert not [n for n in os.listdir(work) if "tmp" in n], os.listdir(work)
+    print(f"{case}: refused ({r.stderr.strip().splitlines()[-1].strip()}); nothing written")
 
 
 def compare_gguf_decoder(case, model, binary, weights, prompts, eos, int4, f32_weights=None, new_tokens=16):
