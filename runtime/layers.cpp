@@ -88,7 +88,7 @@ void Stack::attention(AttentionFn fn, const char* name, View q, View kv, View ma
 // past every key the chunk reads, so every sum sees the same terms in the same order. No
 // chunk holds a single query (Tq = 1 is the kernel's other path, summed differently).
 // Chunks are whole key blocks (32 on AVX2 and AVX-512) and grow with the keys: each call
-// rotates and transposes every key it reads once, so short chunks over long contexts spent
+// compacts and transposes every key it reads once, so short chunks over long contexts spent
 // most of their time there (TinyLlama, a 2,048-token prompt: 32 -> 256 halved the
 // attention's cycles; docs/performance-log.md#runtime-causal-chunks).
 int Stack::causal_chunk(int keys) { return kCausalChunk * std::clamp(keys / 256, 1, 8); }
@@ -272,18 +272,25 @@ int Stack::qkv_width() const { return cfg.d_model + 2 * cfg.kv_heads * (cfg.d_mo
 // The decoder's self-attention cache is bf16 (its kernels read and write bf16 rows).
 bool Stack::self_cache_bf16() const { return cfg.self_cache_bf16 && !iface; }
 
+// Each row's position for qkv_projection (on the device where the kernels run), made once
+// per step or stack and shared by its layers; empty without rotary positions.
+IBuf Stack::row_positions(int rows, const std::function<int(int)>& position) {
+  if (!kt.rotary) return IBuf();
+  IBuf positions(rows);
+  for (int m = 0; m < rows; ++m) positions(m) = position(m);
+  upload(positions);
+  return positions;
+}
+
 // The fused QKV projection of the rows x into `out` (bf16: bf16 rows, the decoder's
 // cache). Rotary models turn the query and key heads here, once, row m at position
-// pos[m] (generators/rotary.cpp): attention then reads the rows as they are, and a
-// decode step no longer turns every cached key again (docs/performance-log.md#rotary-once).
-void Stack::qkv_projection(View x, const LayerWeights& L, View out, bool bf16, const std::vector<int>& pos) {
+// positions(m) (row_positions; generators/rotary.cpp): attention then reads the rows as
+// they are, and a decode step no longer turns every cached key again
+// (docs/performance-log.md#rotary-once).
+void Stack::qkv_projection(View x, const LayerWeights& L, View out, bool bf16, IBuf& positions) {
   if (!kt.rotary) return linear(bf16 ? kt.qkv_cache : kt.qkv, "qkv", x, L.qkv, out);
-  const int M = int(pos.size());
-  Array rows(qkv_width(), M, 1, iface, false, /*zeroed=*/false);
+  Array rows(qkv_width(), positions.dim(0).extent(), 1, iface, false, /*zeroed=*/false);
   linear(kt.qkv, "qkv", x, L.qkv, rows.flat());
-  IBuf positions(M);
-  for (int m = 0; m < M; ++m) positions(m) = pos[m];
-  upload(positions);
   KernelTimer timer("rotary", iface);
   check_kernel((bf16 ? kt.rotary_cache : kt.rotary)(rows.flat().raw(), positions.raw_buffer(), out.raw()), "rotary");
 }
@@ -299,8 +306,7 @@ void Stack::self_attention_block(Array& x, const LayerWeights& L, const Array& m
   const bool bf16 = decoder && self_cache_bf16();
   residual_block(x, L.self_norm, [&](const Array& h, const Array& res, Array& y) {
     Array qkv(W, h.T, h.B, iface, bf16), a(d, y.T, h.B, iface);
-    std::vector<int> positions(size_t(h.T) * h.B);  // row (t, b): position t
-    for (size_t m = 0; m < positions.size(); ++m) positions[m] = int(m % size_t(h.T));
+    IBuf positions = row_positions(h.T * h.B, [&](int m) { return m % h.T; });  // row (t, b): position t
     qkv_projection(h.flat(), L, qkv.flat(), bf16, positions);
     if (decoder && last_row) {
       // The last query against every key; its row copied out (a view of it would not

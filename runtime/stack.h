@@ -83,8 +83,10 @@ struct Stack : DeviceContext {
   bool gated_on_blas(const Array& h, const LayerWeights& L, Array& gate, Array& mid);
   bool positions_in_attention() const;
   int qkv_width() const;
-  // The fused QKV rows of x into out, rotary positions turned (row m at pos[m]) (layers.cpp).
-  void qkv_projection(View x, const LayerWeights& L, View out, bool bf16, const std::vector<int>& pos);
+  // The fused QKV rows of x into out, rotary positions turned (row m at positions(m); from
+  // row_positions) (layers.cpp).
+  IBuf row_positions(int rows, const std::function<int(int)>& position);
+  void qkv_projection(View x, const LayerWeights& L, View out, bool bf16, IBuf& positions);
   bool self_cache_bf16() const;
   using KeepQkv = std::function<void(const Array&)>;
   void self_attention_block(Array& x, const LayerWeights& L, const Array& mask, halide_buffer_t* bias,

@@ -72,6 +72,9 @@ Array Stack::decode_step(DecoderState& st, const Weights& w, const IBuf& tokens,
   const bool per_row = shifted && positions_in_attention();
   halide_buffer_t* bias = position_bias(w.decoder_position_bias);
   const int64_t bstride = int64_t(row) * st.Tmax, at = int64_t(len) * row;
+  // The new rows' positions, one upload for every layer: T rows of one sequence, or row b
+  // at its own.
+  IBuf positions = row_positions(T * B, [&](int m) { return T > 1 ? len + m : len - st.shift[m]; });
   for (size_t l = 0; l < w.decoder.size(); ++l) {
     const auto& L = w.decoder[l];
     const Array& c = st.cache[l];
@@ -82,8 +85,6 @@ Array Stack::decode_step(DecoderState& st, const Weights& w, const IBuf& tokens,
       // New QKV rows go straight into the cache: T rows of one sequence, or one row each of B.
       const int W = qkv_width(), heads = W / hd;
       View out = T > 1 ? view2(c, at, W, T * B, row) : view2(c, at, W, B, bstride);
-      std::vector<int> positions(size_t(T) * B);  // T rows of one sequence, or row b at its own
-      for (size_t m = 0; m < positions.size(); ++m) positions[m] = T > 1 ? len + int(m) : len - st.shift[m];
       qkv_projection(h.flat(), L, out, self_cache_bf16(), positions);
       if (!per_row) {
         decoder_self_attention(c, len + T - y.T, y.T, B, row, bstride, st.self_mask, st.Tmax, bias, a);
