@@ -1,12 +1,15 @@
-"""Shared helpers for the serving tests: a real `python -m halformer.serve` on free ports.
+"""Shared helpers for the serving tests: a real `python -m halformer.serve` (Server) or
+`python -m halformer.serve.ray` (RayServer) on free ports.
 
 Each test file starts its own server once (module-scoped fixture); the server runs in its
 own session so that teardown (and any failure) kills it and its tritonserver child."""
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 
@@ -136,6 +139,81 @@ class Server:
                     except OSError:
                         pass
         self.log.close()
+
+
+def _processes(sid, marker):
+    """pids of the processes in session sid or with marker (the temp dir) in their command line."""
+    found = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp session ...
+        if fields[0] != "Z" and (int(fields[3]) == sid or marker.encode() in cmd):
+            found.append(int(p))
+    return found
+
+
+class RayServer:
+    """`python -m halformer.serve.ray` in its own session, with RAY_TMPDIR a fresh short temp
+    dir (Ray's socket paths must stay under 108 bytes) that holds everything Ray writes."""
+
+    def __init__(self, replicas=None, delay_us=20000, max_batch=8):
+        self.tmp = tempfile.mkdtemp(prefix="hfray", dir="/tmp")
+        config = write_config(os.path.join(self.tmp, "serve.yaml"), delay_us=delay_us, max_batch=max_batch,
+                              replicas=replicas or {"reverse": 2, "minilm": 2, "minilm_pooled": 1}, stream=True)
+        (self.port,) = free_ports(1)
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+        env.update(RAY_TMPDIR=self.tmp, RAY_USAGE_STATS_ENABLED="0")
+        self.log_path = os.path.join(self.tmp, "server.log")
+        self.log = open(self.log_path, "w")
+        self.t0 = time.monotonic()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "halformer.serve.ray", config, "--port", str(self.port), "--host", "127.0.0.1"],
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.tmp, env=env)
+
+    def wait_ready(self, timeout=180):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.tail()}")
+            if "halformer.serve.ray: ready" in self.tail(100000):
+                print(f"\nready after {time.monotonic() - self.t0:.1f} s")
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"server not ready after {timeout} s:\n{self.tail()}")
+
+    def tail(self, n=4000):
+        self.log.flush()
+        with open(self.log_path, errors="replace") as f:
+            return f.read()[-n:]
+
+    def processes(self):
+        return _processes(self.proc.pid, self.tmp)
+
+    def kill(self):
+        """SIGTERM, then SIGKILL to the session and to anything still naming the temp dir."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                pass
+        for pid in [self.proc.pid] + self.processes():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.proc.wait(timeout=30)
+        self.log.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

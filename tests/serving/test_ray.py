@@ -12,12 +12,10 @@ import concurrent.futures as cf
 import http.client
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.error
@@ -27,7 +25,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from conftest import free_ports, write_config
+from conftest import RayServer, write_config
 
 SOURCES = [[3, 7, 1, 9], [5, 4, 3], [1, 2, 3, 4, 5, 6, 7, 8], [13], [2] * 12]
 GEN_OPTIONS = [{}, {"max_new_tokens": 3}, {"sampling_topk": 0, "sampling_temperature": 0.8, "seed": 7},
@@ -35,78 +33,6 @@ GEN_OPTIONS = [{}, {"max_new_tokens": 3}, {"sampling_topk": 0, "sampling_tempera
 TEXTS = ["A man is eating food.", "Someone is eating a meal.", "The stock market fell.", "héllo wörld ☃",
          " ".join(["word"] * 600)]  # truncated at max_seq_length (256 tokens), as the API does
 ID_ROWS = [[101, 7592, 2088, 102], [101, 1037, 2158, 2003, 5983, 2833, 1012, 102], [101, 102]]
-
-
-def _processes(sid, marker):
-    """pids of the processes in session sid or with marker (the temp dir) in their command line."""
-    found = []
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
-            continue
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                stat = f.read()
-            with open(f"/proc/{p}/cmdline", "rb") as f:
-                cmd = f.read()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp session ...
-        if fields[0] != "Z" and (int(fields[3]) == sid or marker.encode() in cmd):
-            found.append(int(p))
-    return found
-
-
-class RayServer:
-    def __init__(self):
-        self.tmp = tempfile.mkdtemp(prefix="hfray", dir="/tmp")
-        config = write_config(os.path.join(self.tmp, "serve.yaml"), delay_us=20000, max_batch=8,
-                              replicas={"reverse": 2, "minilm": 2, "minilm_pooled": 1}, stream=True)
-        (self.port,) = free_ports(1)
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-        env.update(RAY_TMPDIR=self.tmp, RAY_USAGE_STATS_ENABLED="0")
-        self.log_path = os.path.join(self.tmp, "server.log")
-        self.log = open(self.log_path, "w")
-        self.t0 = time.monotonic()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "halformer.serve.ray", config, "--port", str(self.port), "--host", "127.0.0.1"],
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.tmp, env=env)
-
-    def wait_ready(self, timeout=180):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.tail()}")
-            if "halformer.serve.ray: ready" in self.tail(100000):
-                print(f"\nready after {time.monotonic() - self.t0:.1f} s")
-                return
-            time.sleep(0.5)
-        raise RuntimeError(f"server not ready after {timeout} s:\n{self.tail()}")
-
-    def tail(self, n=4000):
-        self.log.flush()
-        with open(self.log_path, errors="replace") as f:
-            return f.read()[-n:]
-
-    def processes(self):
-        return _processes(self.proc.pid, self.tmp)
-
-    def kill(self):
-        """SIGTERM, then SIGKILL to the session and to anything still naming the temp dir."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                pass
-        for pid in [self.proc.pid] + self.processes():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        self.proc.wait(timeout=30)
-        self.log.close()
-        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def run_cli(args, cwd):

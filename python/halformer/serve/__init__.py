@@ -43,6 +43,10 @@ Kinds (inputs and outputs carry Triton's batch dimension in front):
 The same file configures `python -m halformer.serve.ray` (Ray Serve, its own docstring),
 which also takes a per-model `replicas:`; this Triton server refuses that key.
 
+Readiness: GET /v2/health/ready (KServe v2; gRPC ServerReady) answers 200 only once every
+configured model answers: tritonserver loads them all before it opens its ports (pytriton's
+local model store), so before that the port refuses connections.
+
 Each batch Triton's dynamic batcher forms goes to the Python API in one call (for
 generate: one call per distinct set of options in the batch, and one per sampling request,
 whose tokens would otherwise depend on its place in the batch; for embed_text: length-

@@ -18,6 +18,8 @@ batch_wait_timeout_s. Each model is one Ray Serve application at route /<name>:
                   embed_text: {"text": "A man is eating food."}                  -> {"embedding": [384 floats]}
                   pooled:     {"input_ids": [101, 7592, 102]}                     -> {"output": [floats]}
     GET  /<name>  the model's description (kind, vocabulary, max_len, batching)
+    GET  /-/ready  readiness: 200 once every model's replicas have all loaded it, else 503
+                  (or 404 before the route exists); Ray's /-/healthz is ready earlier
 
 A bad request gets HTTP 400 with {"error": "<the problem>"} (413: body too large, 405: a
 method other than GET/POST); the replica goes on serving. Answers carry the header
@@ -49,11 +51,13 @@ import warnings
 
 import numpy as np
 from ray import serve
+from ray.serve.schema import ApplicationStatus
 from starlette.responses import JSONResponse, StreamingResponse
 
 from halformer.serve.config import GENERATE_KINDS, ConfigError, load_config
 from halformer.serve.handler import ERROR_KEY, GENERATE_PARAMETERS, _error_text, _Served
 
+READY_APP, READY_ROUTE = "halformer-ready", "/-/ready"  # beside Ray's /-/healthz, /-/routes
 MAX_BODY_BYTES = 1 << 20  # per request, plus 6 bytes per byte of max_text_bytes (JSON's \uXXXX)
 OUTPUT_KEY = {"generate": ("OUTPUT_IDS", "output_ids"), "embed_text": ("EMBEDDING", "embedding"),
               "pooled": ("OUTPUT", "output")}
@@ -216,6 +220,23 @@ class ModelDeployment:
                         None if scores else ["OUTPUT_IDS"])
 
 
+class ReadyDeployment:
+    """GET /-/ready: 200 once every model's application is RUNNING (each of its replicas has
+    loaded the model), else 503 naming those that are not. Ray's own /-/healthz says 200 as
+    soon as the routes exist, before any replica has loaded (requests then wait in Ray's router)."""
+
+    def __init__(self, names):
+        self.names = names
+
+    async def __call__(self, request):
+        apps = (await asyncio.to_thread(serve.status)).applications
+        waiting = {n: apps[n].status.value if n in apps else "NOT_DEPLOYED" for n in self.names
+                   if n not in apps or apps[n].status != ApplicationStatus.RUNNING}
+        if waiting:
+            return JSONResponse({"ready": False, "not_running": waiting}, status_code=503)
+        return JSONResponse({"ready": True, "models": self.names})
+
+
 def _application(entry):
     return serve.deployment(ModelDeployment).options(
         name=entry["name"], num_replicas=entry["replicas"],
@@ -264,8 +285,11 @@ def serve_ray(config, host, port, address=None, log_level=logging.WARNING):
     try:
         logs = {"log_level": logging.getLevelName(log_level)}
         serve.start(http_options={"host": host, "port": port}, logging_config=logs)
+        ready = serve.deployment(ReadyDeployment).options(name="ready", ray_actor_options={"num_cpus": 0})
         serve.run_many([serve.RunTarget(_application(m), name=m["name"], route_prefix=f"/{m['name']}",
-                                        logging_config=logs) for m in models])
+                                        logging_config=logs) for m in models] +
+                       [serve.RunTarget(ready.bind([m["name"] for m in models]), name=READY_APP,
+                                        route_prefix=READY_ROUTE, logging_config=logs)])
         url = f"http://{'localhost' if host in ('0.0.0.0', '::') else host}:{port}"
         names = ", ".join(f"{m['name']} ({m['replicas']} replicas)" for m in models)
         print(f"halformer.serve.ray: ready: {names} at {url}/<name>", flush=True)
@@ -276,7 +300,7 @@ def serve_ray(config, host, port, address=None, log_level=logging.WARNING):
         print(f"halformer.serve.ray: error: {lines[-1]}", file=sys.stderr, flush=True)
         code = 1
     finally:
-        _drain([m["name"] for m in models])
+        _drain([m["name"] for m in models] + [READY_APP])
         if not address:
             serve.shutdown()
         ray.shutdown()
