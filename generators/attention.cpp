@@ -61,6 +61,8 @@ class Attention : public Generator<Attention> {
   // true: the queries too (self-attention over a bf16 KV cache: the fused QKV rows that
   // the cache holds, queries included). CPU only, as kv_bf16.
   GeneratorParam<bool> q_bf16{"q_bf16", false};
+  // The 16-bit format of the *_bf16 flags (common.h kHalfNames): bf16, or fp16 (an fp16 cache).
+  GeneratorParam<Precision> half{"half", Precision::Bf16, kHalfNames};
   // How many key / value rows ahead the one-query (decode) path prefetches on the CPU; 0:
   // none. For caches whose rows hold every head (self-attention's fused rows); the CPU's
   // cross-attention cache is stored head by head (Model::cross_kv), streams the hardware
@@ -135,11 +137,11 @@ class Attention : public Generator<Attention> {
     // A query, key or value feature as fp32.
     auto qf = [&](Expr dd, Expr hh, Expr ii, Expr bb) -> Expr {
       Expr e = q(dd, hh, ii, bb);
-      return bf16_q() ? from_bf16_bits(e) : e;
+      return bf16_q() ? from_half_bits(e, half) : e;
     };
     auto kvf = [&](Expr dd, Expr hh, Expr jj, Expr bb) -> Expr {
       Expr e = kv(dd, hh, jj, bb);
-      return bf16_kv() ? from_bf16_bits(e) : e;
+      return bf16_kv() ? from_half_bits(e, half) : e;
     };
 
     // Query rows past Tq belong to a partial tile and are discarded: clamp reads.

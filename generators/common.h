@@ -109,6 +109,22 @@ inline Halide::Expr from_bf16_bits(Halide::Expr u16) {
   return reinterpret<float>(cast<uint32_t>(u16) << 16);
 }
 
+// The 16-bit format of a kernel's 16-bit caches and outputs (the *_bf16 flags: "stored as
+// 16 bits"): bf16 by default, or IEEE fp16 -- llama.cpp's key/value cache type, 3 more
+// mantissa bits for values within +-65504 (spec precision_overrides.kv_cache: fp16).
+// The GeneratorParam `half` of attention, rotary and the linears; F16C converts it.
+inline const std::map<std::string, Precision> kHalfNames = {{"bf16", Precision::Bf16}, {"fp16", Precision::Fp16}};
+inline Halide::Expr to_half_bits(Halide::Expr f32, Precision half) {
+  using namespace Halide;
+  if (half == Precision::Fp16) return reinterpret<uint16_t>(cast<float16_t>(f32));
+  return to_bf16_bits(f32);
+}
+inline Halide::Expr from_half_bits(Halide::Expr u16, Precision half) {
+  using namespace Halide;
+  if (half == Precision::Fp16) return cast<float>(reinterpret<float16_t>(u16));
+  return from_bf16_bits(u16);
+}
+
 // Largest power of two <= limit that divides n (>= 1). Used to pick vector widths that
 // need no tail for sizes baked in at generation time (e.g. d_model 96 -> 16, 60 -> 4).
 inline int pow2_divisor(int n, int limit) {

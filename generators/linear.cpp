@@ -52,6 +52,8 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
   // true: the output is stored as bf16 bits (uint16) on the CPU -- the projections that
   // write a bf16 attention cache (docs/precision.md); GPU targets keep fp32.
   GP<bool> out_bf16{"out_bf16", false};
+  // The 16-bit format of out_bf16 (common.h kHalfNames): bf16, or fp16 (an fp16 cache).
+  GP<Precision> half{"half", Precision::Bf16, kHalfNames};
   // The weights' panel width; 0: the target's (weight_panel). Set only by the tuner, whose
   // CPU reference for a GPU kernel reads the GPU's layout.
   GP<int> panel_width{"panel", 0};
@@ -206,7 +208,7 @@ class Linear : public Generator<Linear<kEpilogue, kBf16>> {
     }
     Expr acc_nm = use_amx ? select(amx_rows, acc_block(n, m) + bc(n), acc(n, m)) : acc(n, m);
     Expr y = apply_epilogue(kEpilogue, apply_pointwise(activation, acc_nm), kResidual ? (*residual)(n, m) : Expr());
-    out(n, m) = bf16_out() ? to_bf16_bits(y) : y;
+    out(n, m) = bf16_out() ? to_half_bits(y, half) : y;
 
     // ---- shapes the runtime must honour
     x.dim(0).set_bounds(0, K);

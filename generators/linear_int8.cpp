@@ -69,6 +69,8 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
   GP<bool> parallel{"parallel", true};
   // true: the output stored as bf16 bits (uint16), as linear's out_bf16.
   GP<bool> out_bf16{"out_bf16", false};
+  // The 16-bit format of out_bf16 (common.h kHalfNames): bf16, or fp16 (an fp16 cache).
+  GP<Precision> half{"half", Precision::Bf16, kHalfNames};
   // true: AMX tiles for more than 8 rows where the target has them (see above).
   GP<bool> amx{"amx", true};
 
@@ -156,7 +158,7 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
     Expr scale = substitute(m.name(), mc, scale_x) * b(nc, 1);
     Expr y = apply_epilogue(kEpilogue, apply_pointwise(activation, cast<float>(sum) * scale + b(nc, 0)),
                             kResidual ? (*residual)(n, m) : Expr());
-    out(n, m) = out_bf16 ? to_bf16_bits(y) : y;
+    out(n, m) = out_bf16 ? to_half_bits(y, half) : y;
 
     // ---- shapes the runtime must honour
     const int b_cols = int8_bias_columns(G);

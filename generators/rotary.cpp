@@ -21,6 +21,8 @@ class Rotary : public Generator<Rotary> {
   GeneratorParam<bool> rotary_interleaved{"rotary_interleaved", false};
   GeneratorParam<int> rotary_positions{"rotary_positions", 0};  // the model's max_len (0: unknown)
   GeneratorParam<bool> out_bf16{"out_bf16", false};  // CPU only (a GPU cache is fp32)
+  // The 16-bit format of the *_bf16 flags (common.h kHalfNames): bf16, or fp16 (an fp16 cache).
+  GeneratorParam<Precision> half{"half", Precision::Bf16, kHalfNames};
 
   Input<Buffer<float, 2>> x{"x"};                  // (channels, rows)
   Input<Buffer<int32_t, 1>> positions{"positions"};  // (rows): each row's position
@@ -48,7 +50,7 @@ class Rotary : public Generator<Rotary> {
                                [&](Expr fc) { return row_sin(fc, m); });
     turned(d, h, m) = select(h < H, turn, x(h * D + d, m));
     Expr v = turned(c % D, c / D, m);
-    out(c, m) = bf16_out() ? to_bf16_bits(v) : v;
+    out(c, m) = bf16_out() ? to_half_bits(v, half) : v;
 
     x.dim(0).set_bounds(0, C);
     out.dim(0).set_bounds(0, C);

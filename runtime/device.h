@@ -15,7 +15,7 @@
 #include "activations.h"
 #include "gpu_blas.h"
 #include "halformer/model.h"
-#include "halformer/packed_int4.h"
+#include "halformer/packed_blocks.h"
 #include "halformer/packed_layout.h"
 #include "halformer/weights.h"
 #include "profile.h"
@@ -31,7 +31,7 @@ struct WeightBuffers {
   using Views = std::map<const T*, std::unique_ptr<Halide::Runtime::Buffer<void>>>;
   Views<int8_t> int8_bufs;
   Views<uint16_t> bf16_bufs;
-  Views<uint8_t> int4_bufs;
+  Views<uint8_t> block_bufs;
   // A float input a kernel does not read where the real tensor has another type (an
   // int8 embedding table standing in for absent learned positions).
   const WeightVector<float> stand_in = WeightVector<float>(1, 0.0f);
@@ -56,10 +56,10 @@ struct WeightBuffers {
     const int G = w.int8_group, rows = int8_groups(w.in, G) * int8_panel_count(w.out);
     return view(int8_bufs, w.q, {{0, G, 1}, {0, kInt8Panel, G}, {0, rows, G * kInt8Panel}});
   }
-  // An int4 linear's weights (kInt4Quad, kInt4Panel, rows of 64 bytes); CPU only.
-  halide_buffer_t* get_int4(const LinearWeights& w) {
-    const int rows = int4_panel_count(w.out) * int4_blocks(w.in) * kInt4RowsPerBlock;
-    return view(int4_bufs, w.q4, {{0, kInt4Quad, 1}, {0, kInt4Panel, kInt4Quad}, {0, rows, kInt4Quad * kInt4Panel}});
+  // An int4 / q8_0 linear's weights (kBlockQuad, kBlockPanel, rows of 64 bytes); CPU only.
+  halide_buffer_t* get_blocks(const LinearWeights& w) {
+    const int rows = block_panel_count(w.out) * k_blocks(w.in) * w.block_format().rows_per_block();
+    return view(block_bufs, w.blocks, {{0, kBlockQuad, 1}, {0, kBlockPanel, kBlockQuad}, {0, rows, kBlockQuad * kBlockPanel}});
   }
   // An int8 embedding table: rows of d int8 values and their 4-byte scale, (d + 4, vocab).
   halide_buffer_t* get_int8_table(const WeightVector<int8_t>& q, int d, int vocab) {

@@ -11,10 +11,10 @@ namespace halformer {
 
 // A linear's weight and bias arguments: fp32 packed and [N], or (int8 kernels, whose
 // signature is the same) int8 packed and (N, 2) = bias | per-channel scale (quads: (N, 3),
-// + channel sums), or (bf16) bf16 packed and [N], or (int4) Q4_0 blocks and (16, rows) =
-// biases | block scales (halformer/packed_int4.h).
+// + channel sums), or (bf16) bf16 packed and [N], or (int4 / q8_0) Q4_0 / Q8_0 blocks and (16, rows) =
+// biases | block scales (halformer/packed_blocks.h).
 std::pair<halide_buffer_t*, halide_buffer_t*> Stack::linear_args(const LinearWeights& w) {
-  if (w.int4()) return {wbufs.get_int4(w), weight(w.b, kInt4Panel, int(w.b.size()) / kInt4Panel)};
+  if (w.block_quantized()) return {wbufs.get_blocks(w), weight(w.b, kBlockPanel, int(w.b.size()) / kBlockPanel)};
   if (w.int8()) return {wbufs.get_int8(w), weight(w.b, w.out, int8_bias_columns(w.int8_group))};
   if (w.bf16()) return {uploaded(wbufs.get_bf16(w)), weight(w.b, w.out, 0)};
   return {weight(w.w, w.in, w.out, w.panel), weight(w.b, w.out, 0)};
@@ -37,7 +37,7 @@ void Stack::linear_residual(LinearResidualFn fn, const char* name, View x, const
 // kernel runs. bf16 weights take bf16 inputs: the activations are rounded by cast_bf16 first.
 bool Stack::linear_on_blas(View& x, const LinearWeights& w, View* residual, const char* act,
                            View& out) {
-  if (!blas || w.int8() || w.int4() || (w.bf16() && !kt.cast_bf16)) return false;
+  if (!blas || w.int8() || w.block_quantized() || (w.bf16() && !kt.cast_bf16)) return false;
   const halide_buffer_t* xb = x.raw();
   const int K = xb->dim[0].extent, M = xb->dim[1].extent;
   if (!blas->takes(M, K, w.out)) return false;

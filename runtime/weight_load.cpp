@@ -15,7 +15,7 @@
 #include <sstream>
 
 #include "halformer/error.h"
-#include "halformer/packed_int4.h"
+#include "halformer/packed_blocks.h"
 #include "halformer/packed_layout.h"
 #include "halformer/safetensors.h"
 #include "weights_internal.h"
@@ -213,9 +213,10 @@ class Loader {
     if (int8_rows(canonical, rows, in, lb.format() == Precision::Int8,
                   [&](int r, const int8_t* q, float scale) { lb.channel_int8(n0 + r, q, scale); }))
       return;
-    if (int4_rows(canonical, rows, in, lb.format() == Precision::Int4,
-                  [&](int r, const uint8_t* blocks, const float* scales) { lb.channel_int4(n0 + r, blocks, scales); }))
-      return;
+    for (Precision p : {Precision::Int4, Precision::Q8_0})
+      if (block_rows(p, canonical, rows, in, lb.format() == p,
+                     [&](int r, const uint8_t* blocks, const float* scales) { lb.channel_blocks(n0 + r, blocks, scales); }))
+        return;
     read_rows(canonical, {rows, in}, [&](int r, const float* row, size_t) { lb.channel(n0 + r, row); });
   }
   // Linear with torch layout [out][in] -> the format and packed layout its kernel reads.
@@ -248,12 +249,14 @@ class Loader {
       t.q.assign(size_t(vocab) * stride, 0);
     else
       t.f.assign(size_t(vocab) * d, 0.0f);
-    // From a canonical file's I8 rows: a table that is int8 and a projection that is
-    // int8 too (its channels are the same quantized rows).
-    const bool shared_ok = !shared || shared->format() == Precision::Int8;
-    if (int8_rows(canonical, vocab, d, int8 && shared_ok, [&](int r, const int8_t* q, float scale) {
+    // From a canonical file's I8 rows: a table that is int8, and a projection whose
+    // channels are the same quantized rows (int8), or those rows' values (else).
+    std::vector<float> values(shared ? size_t(d) : 0);
+    if (int8_rows(canonical, vocab, d, int8, [&](int r, const int8_t* q, float scale) {
           put_int8_table_row(t.q.data() + size_t(r) * stride, d, q, scale);
-          if (shared) shared->channel_int8(r, q, scale);
+          if (shared && shared->format() == Precision::Int8) return shared->channel_int8(r, q, scale);
+          for (int k = 0; shared && k < d; ++k) values[size_t(k)] = float(q[k]) * scale;
+          if (shared) shared->channel(r, values.data());
         }))
       return t;
     std::vector<int8_t> q(int8 ? size_t(d) : 0);
@@ -299,25 +302,30 @@ class Loader {
                             row(r, reinterpret_cast<const int8_t*>(q), *scale);
                           });
   }
-  // The int4 rows of a canonical file's tensor (halformer/packed_int4.h): U8 [rows][blocks *
-  // 16], each block's 16 bytes in Q4_0's order, and its F32 "_scale" [rows][blocks],
-  // through row(r, blocks, scales). As int8_rows otherwise; Q4_0 scales may be negative,
-  // and are fp16 values (the kernels keep them as fp16: packed_int4.h).
+  // The block rows of a canonical file's tensor (halformer/packed_blocks.h), `p` int4 or
+  // q8_0: int4 U8 [rows][blocks * 16], each block's 16 bytes in Q4_0's order; q8_0 I8
+  // [rows][blocks][32], Q8_0's values; and the F32 "_scale" [rows][blocks], through
+  // row(r, blocks, scales). As int8_rows otherwise; the scales may be negative (Q4_0), and
+  // are fp16 values (the kernels keep them as fp16: packed_blocks.h).
   template <typename RowFn>
-  bool int4_rows(const std::string& canonical, int rows, int cols, bool accepted, RowFn row) {
-    const int B = int4_blocks(cols);
+  bool block_rows(Precision p, const std::string& canonical, int rows, int cols, bool accepted, RowFn row) {
+    const int64_t B = k_blocks(cols);
     auto valid = [](float s) { return std::isfinite(s) && fp16_exact(s); };
-    return quantized_rows(canonical, "U8", "int4", {rows, int64_t(B) * kInt4BlockBytes}, {rows, B}, accepted, valid,
+    if (p == Precision::Q8_0)
+      return quantized_rows(canonical, "I8", "q8_0", {rows, B, kBlockK}, {rows, B}, accepted, valid,
+                            "finite fp16 values", row);
+    return quantized_rows(canonical, "U8", "int4", {rows, B * kInt4BlockBytes}, {rows, B}, accepted, valid,
                           "finite fp16 values", row);
   }
-  // What int8_rows and int4_rows share: the tensor `dtype` of `shape` and its F32 "_scale"
-  // of scale_shape (one row per output channel), each row through row(r, bytes, scales).
+  // What int8_rows and block_rows share: the tensor `dtype` of `shape`'s rank (int8's I8
+  // rows are 2-D, q8_0's 3-D) and its F32 "_scale" of scale_shape (one row per output
+  // channel), each row through row(r, bytes, scales).
   template <typename RowFn>
   bool quantized_rows(const std::string& canonical, const char* dtype, const char* precision,
                       const std::vector<int64_t>& shape, const std::vector<int64_t>& scale_shape, bool accepted,
                       bool (*valid_scale)(float), const char* scale_rule, RowFn row) {
     const TensorInfo* t = canonical_ ? file_.find(canonical) : nullptr;
-    if (!t || t->dtype != dtype) return false;
+    if (!t || t->dtype != dtype || t->shape.size() != shape.size()) return false;
     used_.insert(canonical);
     const std::string scale_name = canonical + "_scale";
     const TensorInfo* s = file_.find(scale_name);
@@ -343,7 +351,9 @@ class Loader {
                             shape_str(s->shape));
       return true;
     }
-    const size_t per_row = scale_shape.size() > 1 ? size_t(scale_shape[1]) : 1, row_bytes = size_t(shape[1]);
+    const size_t per_row = scale_shape.size() > 1 ? size_t(scale_shape[1]) : 1;
+    size_t row_bytes = 1;
+    for (size_t i = 1; i < shape.size(); ++i) row_bytes *= size_t(shape[i]);
     std::vector<float> scales(per_row);
     bool valid = true;
     for (int64_t r = 0; r < shape[0]; ++r) {

@@ -5,7 +5,7 @@
 // never holds an fp32 copy of a whole matrix.
 #include <algorithm>
 
-#include "halformer/packed_int4.h"
+#include "halformer/packed_blocks.h"
 #include "halformer/packed_layout.h"
 #include "weights_internal.h"
 
@@ -18,11 +18,13 @@ LinearBuilder::LinearBuilder(int in, int out, Precision format, const WeightLayo
   l_.bf16_pairs = format == Precision::Bf16 && layout.bf16_pairs;
   l_.int8_group = layout.int8_group;
   const int panel = l_.panel = format == Precision::Bf16 ? layout.bf16_panel() : layout.panel;
-  if (format == Precision::Int4) {
-    l_.q4.assign(packed_int4_size(in, out), 0);
-    l_.b.assign(int4_bias_size(in, out), 0.0f);
-    channel_q4_.resize(size_t(int4_blocks(in)) * kInt4BlockBytes);
-    channel_scales_.resize(size_t(int4_blocks(in)));
+  if (block_quantized(format)) {
+    l_.block_bits = format == Precision::Q8_0 ? 8 : 4;
+    const BlockFormat f = l_.block_format();
+    l_.blocks.assign(packed_blocks_size(f, in, out), packed_byte(f, 0));
+    l_.b.assign(block_bias_size(in, out), 0.0f);
+    channel_blocks_.resize(size_t(k_blocks(in)) * f.block_bytes);
+    channel_scales_.resize(size_t(k_blocks(in)));
   } else if (format == Precision::Int8) {
     l_.q.assign(packed_int8_size(in, out, l_.int8_group), 0);
     scales_.assign(size_t(out), 0.0f);
@@ -36,9 +38,9 @@ LinearBuilder::LinearBuilder(int in, int out, Precision format, const WeightLayo
 }
 
 void LinearBuilder::channel(int n, const float* v) {
-  if (format_ == Precision::Int4) {
-    quantize_channel_int4(v, l_.in, channel_q4_.data(), channel_scales_.data());
-    channel_int4(n, channel_q4_.data(), channel_scales_.data());
+  if (block_quantized(format_)) {
+    quantize_channel(l_.block_format(), v, l_.in, channel_blocks_.data(), channel_scales_.data());
+    channel_blocks(n, channel_blocks_.data(), channel_scales_.data());
   } else if (format_ == Precision::Int8) {
     channel_int8(n, channel_q_.data(), quantize_row_int8(v, l_.in, channel_q_.data()));
   } else if (format_ == Precision::Bf16) {
@@ -54,12 +56,12 @@ void LinearBuilder::channel_int8(int n, const int8_t* q, float scale) {
   if (!sums_.empty()) sums_[size_t(n)] = int8_channel_sum(q, l_.in);
 }
 
-void LinearBuilder::channel_int4(int n, const uint8_t* blocks, const float* scales) {
-  put_int4_channel(l_.q4.data(), l_.b.data(), l_.in, l_.out, n, blocks, scales);
+void LinearBuilder::channel_blocks(int n, const uint8_t* blocks, const float* scales) {
+  put_block_channel(l_.block_format(), l_.blocks.data(), l_.b.data(), l_.in, l_.out, n, blocks, scales);
 }
 
 LinearWeights LinearBuilder::finish(WeightVector<float> bias) {
-  if (format_ == Precision::Int4) {  // the biases first, before the scales (packed_int4.h)
+  if (block_quantized(format_)) {  // the biases first, before the scales (packed_blocks.h)
     std::copy(bias.begin(), bias.end(), l_.b.begin());
     return std::move(l_);
   }

@@ -2,7 +2,7 @@
 // safetensors file under the canonical names (docs/weights.md), each tensor in the format
 // the model's kernels read -- linears unpacked from their panels to [rows][in] rows, int8
 // ones and tables as I8 with F32 "_scale" rows, bf16 linears as BF16, int4 ones as U8 Q4_0
-// blocks with F32 "_scale" [rows][blocks] -- so that loading
+// blocks and q8_0 ones as I8 [rows][blocks][32], with F32 "_scale" [rows][blocks] -- so that loading
 // the file (weight_load.cpp) gives bit-identical weights.
 #include "halformer/weights.h"
 
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "halformer/packed_int4.h"
+#include "halformer/packed_blocks.h"
 #include "halformer/packed_layout.h"
 #include "halformer/safetensors.h"
 
@@ -47,7 +47,7 @@ class CanonicalWriter {
   // Rows [n0, n0 + rows) of a loaded linear as `prefix`.weight [rows][in] (+ _scale) and
   // `prefix`.bias, in the format the linear is stored in.
   void linear(const std::string& prefix, const LinearWeights& l, int n0, int rows) {
-    if (l.int4()) return linear_int4(prefix, l, n0, rows);
+    if (l.block_quantized()) return linear_blocks(prefix, l, n0, rows);
     const int in = l.in;
     const size_t esize = l.int8() ? 1 : l.bf16() ? 2 : 4;
     std::vector<uint8_t> w(size_t(rows) * in * esize);
@@ -70,22 +70,27 @@ class CanonicalWriter {
     }
     owned_floats(prefix + ".bias", std::move(bias));
   }
-  // An int4 linear's rows as Q4_0 blocks: U8 [rows][blocks * 16] and F32 _scale [rows][blocks].
-  void linear_int4(const std::string& prefix, const LinearWeights& l, int n0, int rows) {
-    const int B = int4_blocks(l.in);
-    std::vector<uint8_t> w(size_t(rows) * B * kInt4BlockBytes), scales(size_t(rows) * B * sizeof(float));
+  // An int4 / q8_0 linear's rows as Q4_0 / Q8_0 blocks (U8 [rows][blocks * 16] / I8
+  // [rows][blocks][32]) and F32 _scale [rows][blocks].
+  void linear_blocks(const std::string& prefix, const LinearWeights& l, int n0, int rows) {
+    const int B = k_blocks(l.in);
+    const BlockFormat f = l.block_format();
+    std::vector<uint8_t> w(size_t(rows) * B * f.block_bytes), scales(size_t(rows) * B * sizeof(float));
     std::vector<float> bias(static_cast<size_t>(rows));
     for (int r = 0; r < rows; ++r) {
       const int n = n0 + r;
       for (int b = 0; b < B; ++b) {
-        for (int i = 0; i < kInt4BlockBytes; ++i)
-          w[(size_t(r) * B + b) * kInt4BlockBytes + i] = l.q4[packed_int4_index(l.in, n, b, i)];
-        const float d = int4_scale(l.b.data(), l.in, l.out, n, b);
+        for (int i = 0; i < f.block_bytes; ++i)
+          w[(size_t(r) * B + b) * f.block_bytes + i] = file_byte(f, l.blocks[packed_block_index(f, l.in, n, b, i)]);
+        const float d = block_scale(l.b.data(), l.in, l.out, n, b);
         std::memcpy(&scales[(size_t(r) * B + b) * sizeof(float)], &d, 4);
       }
       bias[size_t(r)] = l.b[size_t(n)];  // the biases lead the bias + scale input
     }
-    add(prefix + ".weight", "U8", {rows, int64_t(B) * kInt4BlockBytes}, std::move(w));
+    if (f.bits == 8)
+      add(prefix + ".weight", "I8", {rows, B, kBlockK}, std::move(w));
+    else
+      add(prefix + ".weight", "U8", {rows, int64_t(B) * kInt4BlockBytes}, std::move(w));
     add(prefix + ".weight_scale", "F32", {rows, B}, std::move(scales));
     owned_floats(prefix + ".bias", std::move(bias));
   }

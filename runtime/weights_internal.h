@@ -88,8 +88,11 @@ class LinearBuilder {
   void channel(int n, const float* v);
   // Output channel n already quantized (int8 builds only).
   void channel_int8(int n, const int8_t* q, float scale);
-  // Output channel n as Q4_0 blocks (16 bytes each) and their scales (int4 builds only).
-  void channel_int4(int n, const uint8_t* blocks, const float* scales);
+  // Output channel n as Q4_0 / Q8_0 blocks (16 / 32 bytes each, the file's order) and
+  // their scales (int4 / q8_0 builds only).
+  void channel_blocks(int n, const uint8_t* blocks, const float* scales);
+  // int4 or q8_0: weights in blocks (halformer/packed_blocks.h).
+  static bool block_quantized(Precision p) { return p == Precision::Int4 || p == Precision::Q8_0; }
   LinearWeights finish(WeightVector<float> bias);
 
  private:
@@ -97,7 +100,7 @@ class LinearBuilder {
   LinearWeights l_;
   std::vector<float> scales_, sums_;
   std::vector<int8_t> channel_q_;
-  std::vector<uint8_t> channel_q4_;
+  std::vector<uint8_t> channel_blocks_;
   std::vector<float> channel_scales_;
 };
 

@@ -9,8 +9,8 @@ GGUF file the way llama.cpp's converter writes one (tests/reference/halformer_to
 gguf_llama.py), and quantized to Q8_0 and Q4_0 by llama.cpp's own quantizer. Each file is
 given to both engines: llama.cpp through llama-cpp-python (halbench/peer_llamacpp.py, its
 own process), halformer through `halformer import FILE.gguf` and `halformer build`
-(the Q4_0 file's blocks kept as they are: precision int4; the Q8_0 file dequantized by the
-importer and built int8, per-channel; the F16 file at fp32 and bf16). Rows: prompt of
+(the Q4_0 and Q8_0 files' blocks kept as they are: precisions int4 and q8_0; the F16 file
+at fp32 and bf16, or int8, per-channel). Rows: prompt of
 `--prompt-len` tokens (tokens/s), decode at batch 1 after a 16-token prompt (ms per
 token, the mean of `--new-tokens` greedy steps; median over rounds), decode after a
 `--context`-token prompt, peak RSS, the weight bytes a decode step reads and the time
@@ -113,11 +113,11 @@ def gguf_step_bytes(path: str) -> int:
 
 def halformer_step_bytes(s: Dict[str, Any], precision: str) -> int:
     """Weights a halformer decode step reads: the layers' linears at `precision` (int4:
-    18 bytes per 32), the output projection (int8 in int8 / int4 builds), norms in fp32."""
+    18 bytes per 32, q8_0 34), the output projection (q8_0 in int4 builds), norms in fp32."""
     d, f, kvd = s["d"], s["d_ff"], s["kv_heads"] * s["d"] // s["heads"]
     layer = 2 * d * d + 2 * kvd * d + 3 * d * f
-    per = {"fp32": 4.0, "bf16": 2.0, "int8": 1.0, "int4": 18 / 32}[precision]
-    out = {"fp32": 4.0, "bf16": 2.0, "int8": 1.0, "int4": 1.0}[precision]
+    per = {"fp32": 4.0, "bf16": 2.0, "int8": 1.0, "q8_0": 34 / 32, "int4": 18 / 32}[precision]
+    out = {"fp32": 4.0, "bf16": 2.0, "int8": 1.0, "q8_0": 34 / 32, "int4": 34 / 32}[precision]
     return int(s["layers"] * (layer * per + 2 * d * 4) + s["vocab"] * d * out + d * 4)
 
 
@@ -217,7 +217,7 @@ def main(argv=None) -> int:
     ap.add_argument("--prompt-len", type=int, default=512)
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--context", type=int, default=4096)
-    ap.add_argument("--halformer", default="int4:Q4_0,int8:Q8_0,bf16:F16,fp32:F16",
+    ap.add_argument("--halformer", default="int4:Q4_0,q8_0:Q8_0,bf16:F16,fp32:F16",
                     help="PRECISION:FILE pairs (FILE one of F16, Q8_0, Q4_0)")
     ap.add_argument("--llama", default="F16,Q8_0,Q4_0", help="the files llama.cpp runs on")
     ap.add_argument("--seed", type=int, default=0)

@@ -33,8 +33,8 @@ struct MatmulKnobs {
 };
 
 // What a matmul's register tile accumulates: floats (fp32 and bf16 linears), int8 sums,
-// or int4's float sums with each block's int32 sums beside them (generators/linear_int4.cpp).
-enum class MatmulKind { Float, Int8, Int4 };
+// or the block formats' float sums with each block's int32 sums beside them (generators/linear_blocks.cpp).
+enum class MatmulKind { Float, Int8, Blocks };
 
 // The hand schedule's register tile for a target; a knob left at 0 takes this value.
 // The tile's accumulators must fit the register file with room for the weight vectors
@@ -51,7 +51,7 @@ inline MatmulKnobs matmul_knobs_for(const Halide::Target& t, MatmulKind kind, Ma
   MatmulKnobs d;
   d.vec = avx512 ? 16 : (integer ? 8 : 16);
   d.tile_n = avx512 ? 4 : (integer ? 2 : 1);
-  d.tile_m = kind == MatmulKind::Int4 ? 4 : 6;
+  d.tile_m = kind == MatmulKind::Blocks ? 4 : 6;
   d.parallel = requested.parallel;
   if (requested.vec > 0) d.vec = requested.vec;
   if (requested.tile_n > 0) d.tile_n = requested.tile_n;

@@ -20,13 +20,13 @@ def _tool():
     return tool
 
 
-PRECISIONS = ("fp32", "int8", "bf16", "int4")  # halformer/enums.h kPrecisionNames
+PRECISIONS = ("fp32", "int8", "bf16", "q8_0", "int4")  # weight precisions of halformer/enums.h kPrecisionNames
 
 
 def build(spec, out_dir, precision=None):
     """Builds the model of SPEC (a YAML file) into OUT_DIR with the halformer CLI:
     OUT_DIR/<name> (inference binary), lib<name>.so (for Model), lib<name>.a, <name>.h.
-    precision: "fp32", "int8", "bf16" or "int4" instead of the spec's `precision:` (as
+    precision: "fp32", "int8", "bf16", "q8_0" or "int4" instead of the spec's `precision:` (as
     `halformer build --precision`; docs/precision.md); None keeps the spec's.
     The CLI's output is streamed to sys.stdout; a failure raises
     subprocess.CalledProcessError (its .output holds what was printed). Returns OUT_DIR."""

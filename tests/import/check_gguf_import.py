@@ -19,7 +19,8 @@ Cases: "f32" (hidden 64, 4 heads of 16 over 2 key/value heads, intermediate 100,
 500, untied output, context 8192 -> max_len capped at 4096), "q4" (hidden 64, 4 heads, ff
 160, layer linears Q4_0, token table Q8_0 and tied output: precision int4), "qwen2" (the
 f32 layout with random q/k/v biases, not permuted, NEOX rope, no rope/vocab keys: the
-vocabulary from token_embd). transformers 4.30 predates num_key_value_heads: its reference
+vocabulary from token_embd), "q8" (grouped-query, layer linears, token table and untied
+output Q8_0: precision q8_0, the output's blocks kept too). transformers 4.30 predates num_key_value_heads: its reference
 repeats each key/value head for its query group, as tests/import/hf_models.py does.
 """
 
@@ -44,7 +45,10 @@ CASES = {
     "q4": dict(arch="llama", heads=4, kv_heads=4, ff=160, theta=10000.0, tied=True, ctx=256, seed=32,
                layers=Q.Q4_0, table=Q.Q8_0),
     "qwen2": dict(arch="qwen2", heads=4, kv_heads=2, ff=100, theta=1e6, tied=False, ctx=256, seed=33, bias=True),
+    "q8": dict(arch="llama", heads=4, kv_heads=2, ff=160, theta=10000.0, tied=False, ctx=256, seed=34,
+               layers=Q.Q8_0, table=Q.Q8_0, output=Q.Q8_0),
 }
+PRECISION = {Q.Q4_0: "int4", Q.Q8_0: "q8_0"}  # the spec's precision of a file whose layer linears are all that type
 CANONICAL = {"attn_q": "self_attn.q", "attn_k": "self_attn.k", "attn_v": "self_attn.v", "attn_output": "self_attn.o",
              "ffn_gate": "ff_gate", "ffn_up": "ff1", "ffn_down": "ff2"}
 
@@ -90,6 +94,8 @@ def make_reference(case):
         for hf in LINEARS.values():
             state[p + hf + ".weight"] = roundtrip(state[p + hf + ".weight"], v.get("layers"))
     state["model.embed_tokens.weight"] = roundtrip(state["model.embed_tokens.weight"], v.get("table"))
+    if not v["tied"]:
+        state["lm_head.weight"] = roundtrip(state["lm_head.weight"], v.get("output"))
     return config, state
 
 
@@ -121,7 +127,7 @@ def gguf_tensors(case, state):
         t[b + "ffn_norm.weight"] = put(state[p + "post_attention_layernorm.weight"])
     t["output_norm.weight"] = put(state["model.norm.weight"])
     if not v["tied"]:
-        t["output.weight"] = put(state["lm_head.weight"])
+        t["output.weight"] = put(state["lm_head.weight"], v.get("output"))
     return t
 
 
@@ -136,7 +142,7 @@ def gguf_metadata(case, **changes):
          "attention.head_count_kv": ("add_head_count_kv", v["kv_heads"]),
          "rope.freq_base": ("add_rope_freq_base", v["theta"]),
          "attention.layer_norm_rms_epsilon": ("add_layer_norm_rms_eps", 1e-5),
-         "general.file_type": ("add_file_type", 2 if v.get("layers") == Q.Q4_0 else 0),
+         "general.file_type": ("add_file_type", {Q.Q4_0: 2, Q.Q8_0: 7}.get(v.get("layers"), 0)),
          "tokenizer.ggml.model": ("add_tokenizer_model", "llama"),
          "tokenizer.ggml.tokens": ("add_token_list", ["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(3, VOCAB)]),
          "tokenizer.ggml.scores": ("add_token_scores", [0.0] * VOCAB),
@@ -212,8 +218,9 @@ def compare(case, out, binary, weights, f32_weights=None):
     rng = np.random.default_rng(CASES[case]["seed"])
     prompts = {"length 1": [[BOS]], "length 7": [[BOS] + rng.integers(3, VOCAB, 6).tolist()],
                "padded batch": [[BOS] + rng.integers(3, VOCAB, n - 1).tolist() for n in (7, 3, 12, 1, 40)]}
-    errors = compare_gguf_decoder(case, model, binary, weights, prompts, EOS, case == "q4", f32_weights)
-    if case != "q4":
+    quantized = bool(CASES[case].get("layers"))
+    errors = compare_gguf_decoder(case, model, binary, weights, prompts, EOS, quantized, f32_weights)
+    if not quantized:
         errors.check(f"gguf {case}")
 
 
@@ -231,9 +238,10 @@ def kept(out):
         with safe_open(path, "numpy") as f:
             meta, w = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
         assert meta["halformer.names"] == "canonical", meta
-        assert meta["halformer.layers"] == ("int4" if v.get("layers") else "fp32"), meta
+        precision = PRECISION.get(v.get("layers"), "fp32")
+        assert meta["halformer.layers"] == precision, meta
         spec = open(os.path.join(out, case, f"gguf-{case}.yaml")).read()
-        assert ("precision: int4" in spec) == bool(v.get("layers")), spec
+        assert (f"precision: {precision}" in spec) == bool(v.get("layers")), spec
         assert f"rotary_layout: {'interleaved' if v['arch'] == 'llama' else 'half'}" in spec, spec
         if v["ctx"] > 4096:
             assert re.search(r"max_len: 4096 .*context_length 8192, capped", spec), spec
@@ -242,11 +250,8 @@ def kept(out):
             for g, c in CANONICAL.items():
                 t, name = raw[f"blk.{i}.{g}.weight"], f"decoder.{i}.{c}.weight"
                 rows = int(t.shape[1])
-                if v.get("layers") == Q.Q4_0:
-                    blocks = np.asarray(t.data).reshape(rows, -1, 18)
-                    assert w[name].dtype == np.uint8 and np.array_equal(w[name], blocks[:, :, 2:].reshape(rows, -1)), name
-                    scales = blocks[:, :, :2].copy().view(np.float16)[:, :, 0].astype(np.float32)
-                    assert np.array_equal(w[name + "_scale"], scales), name
+                if v.get("layers"):
+                    check_blocks(t, w, name, rows)
                 else:
                     assert w[name].dtype == np.float32 and np.array_equal(w[name], np.asarray(t.data)), name
                 bias = raw.get(f"blk.{i}.{g}.bias")
@@ -256,10 +261,24 @@ def kept(out):
         table = gguf.quants.dequantize(np.asarray(raw["token_embd.weight"].data), raw["token_embd.weight"].tensor_type)
         assert np.array_equal(w["tgt_embedding.weight"], table.astype(np.float32))
         assert ("generator.weight" in w) == (not v["tied"]) and not np.any(w["generator.bias"])
+        if v.get("output") == Q.Q8_0:  # kept as blocks beside Q8_0 layers
+            check_blocks(raw["output.weight"], w, "generator.weight", VOCAB)
         assert np.array_equal(w["decoder_norm.weight"], np.asarray(raw["output_norm.weight"].data))
         print(f"{case}: {n} layer linears kept as the file holds them "
-              f"({'Q4_0 blocks byte for byte, scales = fp16 d' if v.get('layers') else 'F32 bit for bit'}), "
+              f"({v['layers'].name + ' blocks byte for byte, scales = fp16 d' if v.get('layers') else 'F32 bit for bit'}), "
               f"{len(w)} canonical tensors")
+
+
+def check_blocks(t, w, name, rows):
+    """The canonical tensor `name` holds GGUF tensor t's blocks byte for byte (Q4_0: U8
+    [rows][blocks x 16]; Q8_0: I8 [rows][blocks][32]), its scales the fp16 d widened."""
+    q8 = t.tensor_type == Q.Q8_0
+    blocks = np.asarray(t.data).reshape(rows, -1, 34 if q8 else 18)
+    values = blocks[:, :, 2:].copy()
+    want = values.view(np.int8) if q8 else values.reshape(rows, -1)
+    assert w[name].dtype == want.dtype and np.array_equal(w[name], want), name
+    scales = blocks[:, :, :2].copy().view(np.float16)[:, :, 0].astype(np.float32)
+    assert np.array_equal(w[name + "_scale"], scales), name
 
 
 # ---------------------------------------------------------------- mixed

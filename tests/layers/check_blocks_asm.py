@@ -1,9 +1,10 @@
-"""Checks the int4 linear kernels' assembly (generators/linear_int4.cpp) for their dot products.
+"""Checks the block-quantized linear kernels' assembly (generators/linear_blocks.cpp: int4,
+q8_0) for their dot products.
 
-usage: check_int4_asm.py vnni=K.s avx2=K1.s;K2.s ...
+usage: check_blocks_asm.py vnni=K1.s;K2.s avx2=K1.s;K2.s ...
 
 vnni= kernels (built for Zen 4 class CPUs, AVX-512 VNNI, whatever this CPU is) must sum
-their nibble x int8 quads with vpdpbusd; avx2= kernels (plain AVX2) with vpmaddwd (int16 pairs,
+their uint8 x int8 quads with vpdpbusd; avx2= kernels (plain AVX2) with vpmaddwd (int16 pairs,
 widened from the bytes: Halide emits vpmaddubsw only where it can prove no saturation). Fewer than MIN_COUNT means the block sums fell back to widened multiplies.
 More than MAX_INSERTS byte inserts means Halide gathered the weights byte by byte (an insert
 from a stack slot, LLVM reloading a spilled scalar, reads no weight and is not counted).

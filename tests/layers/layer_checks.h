@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -25,11 +26,32 @@ using halformer::from_bf16;
 // (not read; any buffer will do).
 inline Halide::Runtime::Buffer<float> no_position_bias() { return Halide::Runtime::Buffer<float>(1, 1); }
 
-// Rounds every value of v to bf16 in place (to_bf16) and returns the bits: a kernel's
-// bf16 input and, in v, the values it reads.
-inline std::vector<uint16_t> round_to_bf16(std::vector<float>& v) {
+// A 16-bit cache format (the kernels' `half`): bf16, 8 significant bits, or IEEE fp16, 11
+// (rounded here by the compiler's _Float16, to nearest even).
+struct HalfFormat {
+  uint16_t (*to)(float);
+  float (*from)(uint16_t);
+  int significant_bits;
+};
+inline uint16_t to_fp16(float f) {
+  const _Float16 h = static_cast<_Float16>(f);
+  uint16_t u;
+  std::memcpy(&u, &h, 2);
+  return u;
+}
+inline float from_fp16(uint16_t u) {
+  _Float16 h;
+  std::memcpy(&h, &u, 2);
+  return static_cast<float>(h);
+}
+inline const HalfFormat kBf16{halformer::to_bf16, from_bf16, 8};
+inline const HalfFormat kFp16{to_fp16, from_fp16, 11};
+
+// Rounds every value of v to the format in place and returns the bits: a kernel's
+// 16-bit input and, in v, the values it reads.
+inline std::vector<uint16_t> round_to_half(std::vector<float>& v, const HalfFormat& f = kBf16) {
   std::vector<uint16_t> bits(v.size());
-  for (size_t i = 0; i < v.size(); ++i) bits[i] = halformer::to_bf16(v[i]), v[i] = from_bf16(bits[i]);
+  for (size_t i = 0; i < v.size(); ++i) bits[i] = f.to(v[i]), v[i] = f.from(bits[i]);
   return bits;
 }
 
@@ -43,23 +65,24 @@ inline void expect_close(const std::vector<float>& got, const std::vector<float>
   EXPECT_LE(err, rel * scale) << what << ": max abs error " << err << " (scale " << scale << ")";
 }
 
-// Every stored value is `want` rounded to the nearest bf16: within half a bf16 unit of it
-// (2^(e-8) for a value in [2^e, 2^(e+1))), plus `rel` of the output scale for the
-// kernel's own fp32 arithmetic. A truncating store (off by up to a whole unit) fails.
-inline void expect_rounded_bf16(const std::vector<uint16_t>& got, const std::vector<float>& want,
-                                const std::string& what, double rel) {
+// Every stored value is `want` rounded to the nearest value of the format: within half a
+// unit of it (2^(e-8) for a bf16 value in [2^e, 2^(e+1)), 2^(e-11) for fp16), plus `rel`
+// of the output scale for the kernel's own fp32 arithmetic. A truncating store (off by up
+// to a whole unit) fails.
+inline void expect_rounded_half(const std::vector<uint16_t>& got, const std::vector<float>& want,
+                                const std::string& what, double rel, const HalfFormat& f = kBf16) {
   ASSERT_EQ(got.size(), want.size());
   double scale = 1, worst = 0;
   for (float w : want) scale = std::max(scale, double(std::abs(w)));
   size_t at = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     int e = 0;
-    std::frexp(double(want[i]), &e);  // want = f * 2^e, f in [0.5, 1): its bf16 unit is 2^(e - 8)
-    const double excess = std::abs(double(from_bf16(got[i])) - want[i]) - std::ldexp(1.0, e - 9);
+    std::frexp(double(want[i]), &e);  // want = m * 2^e, m in [0.5, 1): its unit is 2^(e - significant bits)
+    const double excess = std::abs(double(f.from(got[i])) - want[i]) - std::ldexp(1.0, e - f.significant_bits - 1);
     if (excess > worst) worst = excess, at = i;
   }
-  EXPECT_LE(worst, rel * scale) << what << ": value " << at << " is " << from_bf16(got[at]) << ", want "
-                                << want[at] << " rounded to bf16";
+  EXPECT_LE(worst, rel * scale) << what << ": value " << at << " is " << f.from(got[at]) << ", want "
+                                << want[at] << " rounded to " << f.significant_bits << " significant bits";
 }
 
 // One call of a linear kernel of any precision (the same signature, model_config.h's

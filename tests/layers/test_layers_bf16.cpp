@@ -43,9 +43,10 @@ TEST(LinearBf16, LayoutFollowsTarget) {
   EXPECT_EQ(hf::packed_bf16_size(5, 67, 64, true), size_t(2 * 3 * 64 * 2));
 }
 
-// bf16_out: the kernel stores bf16 bits (out_bf16; CPU builds only).
+// half: the kernel stores 16-bit values of that format (out_bf16; CPU builds only).
 template <typename Fn>
-void check(Fn fn, int K, int N, const char* act, Second second, bool bf16_out = false) {
+void check(Fn fn, int K, int N, const char* act, Second second, const layer_checks::HalfFormat* half = nullptr) {
+  const bool bf16_out = half != nullptr;
   for (int M : {1, 2, 3, 8, 13, 35, 300}) {
     SCOPED_TRACE("M=" + std::to_string(M));
     Vec x = random_vec(size_t(M) * K, 1), w = random_vec(size_t(N) * K, 2, 0.2f), b = random_vec(N, 3);
@@ -73,7 +74,7 @@ void check(Fn fn, int K, int N, const char* act, Second second, bool bf16_out = 
     if (second == Second::Gate)
       for (size_t i = 0; i < want.size(); ++i) want[i] *= res[i];
     if (bf16_out) {
-      layer_checks::expect_rounded_bf16(out_bits, want, act, KERNEL_TOLERANCE);
+      layer_checks::expect_rounded_half(out_bits, want, act, KERNEL_TOLERANCE, *half);
       continue;
     }
     layer_checks::expect_close(out, want, act, KERNEL_TOLERANCE);
@@ -102,7 +103,11 @@ TEST(LinearBf16, GatedK48N36) { check(KERNEL(test_linear_bf16_gated), 48, 36, "n
 // projection, out_bf16) stores the linear's output rounded to bf16, and its reader
 // (attention kv_bf16) gives what fp32 attention gives on the widened keys and values.
 TEST(KvCacheBf16, WriterRoundsToNearestK60N36) {
-  check(KERNEL(test_linear_bf16_out_bf16), 60, 36, "relu", Second::None, true);
+  check(KERNEL(test_linear_bf16_out_bf16), 60, 36, "relu", Second::None, &layer_checks::kBf16);
+}
+// An fp16 cache (precision_overrides.kv_cache: fp16, half=fp16): the same, to 11 bits.
+TEST(KvCacheFp16, WriterRoundsToNearestK60N36) {
+  check(KERNEL(test_linear_bf16_out_fp16), 60, 36, "relu", Second::None, &layer_checks::kFp16);
 }
 
 TEST(KvCacheBf16, CrossAttentionReadsBf16Head20) {
@@ -111,7 +116,7 @@ TEST(KvCacheBf16, CrossAttentionReadsBf16Head20) {
   for (Shape s : {Shape{1, 1, 1}, Shape{2, 1, 9}, Shape{8, 1, 37}, Shape{2, 5, 17}, Shape{1, 35, 35}}) {
     SCOPED_TRACE("B=" + std::to_string(s.B) + " Tq=" + std::to_string(s.Tq) + " Tk=" + std::to_string(s.Tk));
     Vec q = ref::random_vec(size_t(s.B) * s.Tq * Cq, 5), kv = ref::random_vec(size_t(s.B) * s.Tk * Ckv, 6);
-    std::vector<uint16_t> kv_bits = layer_checks::round_to_bf16(kv);
+    std::vector<uint16_t> kv_bits = layer_checks::round_to_half(kv);
     Vec mask(size_t(s.B) * s.Tk, 0.0f);
     if (s.B > 1) mask[size_t(s.Tk) * 2 - 1] = -1e30f;  // batch 1's last key is padding
     Vec out(size_t(s.B) * s.Tq * H * D, -7.0f);
@@ -126,13 +131,14 @@ TEST(KvCacheBf16, CrossAttentionReadsBf16Head20) {
 // The self-attention cache: fused QKV rows (4 query heads, 2 key and value heads:
 // grouped-query) stored as bf16, queries included; causal, over a whole sequence and as
 // decode rows after a cache (the query rows are the cache's last ones).
-TEST(KvCacheBf16, SelfAttentionReadsBf16RowsGqaCausal) {
+template <typename Fn>
+void check_self_cache(Fn kernel, const layer_checks::HalfFormat& format) {
   const int H = 4, KVH = 2, D = 20, C = (H + 2 * KVH) * D;
   struct Shape { int B, Tq, Tk; };
   for (Shape s : {Shape{1, 1, 1}, Shape{2, 7, 7}, Shape{1, 1, 9}, Shape{8, 1, 37}, Shape{2, 35, 35}}) {
     SCOPED_TRACE("B=" + std::to_string(s.B) + " Tq=" + std::to_string(s.Tq) + " Tk=" + std::to_string(s.Tk));
     Vec rows = ref::random_vec(size_t(s.B) * s.Tk * C, 7);
-    std::vector<uint16_t> bits = layer_checks::round_to_bf16(rows);
+    std::vector<uint16_t> bits = layer_checks::round_to_half(rows, format);
     // The query rows: the last Tq of each sequence.
     Vec q(size_t(s.B) * s.Tq * C);
     std::vector<uint16_t> q_bits(q.size());
@@ -145,17 +151,24 @@ TEST(KvCacheBf16, SelfAttentionReadsBf16RowsGqaCausal) {
     Vec mask(size_t(s.B) * s.Tk, 0.0f), out(size_t(s.B) * s.Tq * H * D, -7.0f);
     Halide::Runtime::Buffer<uint16_t> qb(q_bits.data(), {D, C / D, s.Tq, s.B}), kvb(bits.data(), {D, C / D, s.Tk, s.B});
     Buf mb(mask.data(), {s.Tk, s.B}), ob(out.data(), {D, H, s.Tq, s.B});
-    ASSERT_EQ(KERNEL(test_attention_self_cache_bf16)(qb, kvb, mb, layer_checks::no_position_bias(), ob), 0);
+    ASSERT_EQ(kernel(qb, kvb, mb, layer_checks::no_position_bias(), ob), 0);
     Vec want = ref::attention(q, C, rows, C, mask, s.B, s.Tq, s.Tk, H, D, 0, H, H + KVH, true, H / KVH);
     layer_checks::expect_close(out, want, "attention", KERNEL_TOLERANCE);
   }
 }
+TEST(KvCacheBf16, SelfAttentionReadsBf16RowsGqaCausal) {
+  check_self_cache(KERNEL(test_attention_self_cache_bf16), layer_checks::kBf16);
+}
+TEST(KvCacheFp16, SelfAttentionReadsFp16RowsGqaCausal) {
+  check_self_cache(KERNEL(test_attention_self_cache_fp16), layer_checks::kFp16);
+}
 
-// The rotary writer of a bf16 self-attention cache (rotary out_bf16): each row turned in
-// fp32 at its position, then rounded to bf16 once: within one bf16 rounding (2^-8 of
-// the value) of the reference turned in double; the heads past the turned ones are the
-// input rounded to nearest even, bit for bit.
-TEST(KvCacheBf16, RotaryWriterTurnsThenRounds) {
+// The rotary writer of a 16-bit self-attention cache (rotary out_bf16): each row turned in
+// fp32 at its position, then rounded once: within one rounding (2^-8 of the value for
+// bf16, 2^-11 for fp16) of the reference turned in double; the heads past the turned ones
+// are the input rounded to nearest even, bit for bit.
+template <typename Fn>
+void check_rotary_writer(Fn kernel, const layer_checks::HalfFormat& format) {
   const int heads_total = 5, H = 3, D = 20, C = heads_total * D, R = 20;
   for (int M : {1, 3, 13, 35}) {
     SCOPED_TRACE("rows " + std::to_string(M));
@@ -166,19 +179,22 @@ TEST(KvCacheBf16, RotaryWriterTurnsThenRounds) {
     Buf xb(x.data(), {C, M});
     Halide::Runtime::Buffer<int32_t> pb(pos.data(), M);
     Halide::Runtime::Buffer<uint16_t> ob(got.data(), {C, M});
-    ASSERT_EQ(KERNEL(test_rotary_out_bf16)(xb, pb, ob), 0);
+    ASSERT_EQ(kernel(xb, pb, ob), 0);
     Vec want = x;
     const std::vector<int> p(pos.begin(), pos.end());
     ref::rotary(want, C, 1, M, 0, H, D, R, 10000, false, &p);
     for (size_t i = 0; i < x.size(); ++i) {
       if (int(i % C) >= H * D) {
-        ASSERT_EQ(got[i], hf::to_bf16(x[i])) << "copied feature " << i;
+        ASSERT_EQ(got[i], format.to(x[i])) << "copied feature " << i;
         continue;
       }
-      ASSERT_NEAR(hf::from_bf16(got[i]), want[i], std::abs(want[i]) / 256 + 1e-6) << "feature " << i;
+      ASSERT_NEAR(format.from(got[i]), want[i], std::ldexp(std::abs(want[i]), -format.significant_bits) + 1e-6)
+          << "feature " << i;
     }
   }
 }
+TEST(KvCacheBf16, RotaryWriterTurnsThenRounds) { check_rotary_writer(KERNEL(test_rotary_out_bf16), layer_checks::kBf16); }
+TEST(KvCacheFp16, RotaryWriterTurnsThenRounds) { check_rotary_writer(KERNEL(test_rotary_out_fp16), layer_checks::kFp16); }
 #endif
 
 }  // namespace

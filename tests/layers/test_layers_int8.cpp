@@ -102,7 +102,7 @@ void check(Fn fn, int K, int N, const char* act, Second second, int group = kGro
     Vec want = ref::linear_int8(x, wq, sw, b, M, K, N, quads ? 0 : hf::int8_activation_levels(K), act,
                                 second == Second::None ? nullptr : &res, second == Second::Gate);
     if (bf16_out)
-      layer_checks::expect_rounded_bf16(call.out_bits, want, act, kTolerance);
+      layer_checks::expect_rounded_half(call.out_bits, want, act, kTolerance);
     else
       layer_checks::expect_close(out, want, act, kTolerance);
   }

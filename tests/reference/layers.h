@@ -266,8 +266,8 @@ inline Vec linear_int8(const Vec& x, const std::vector<int8_t>& wq, const Vec& s
   return y;
 }
 
-// ---- int4 (generators/linear_int4.cpp): llama.cpp's Q4_0 weights x Q8_0 activations,
-// written from the format's description (not from halformer/packed_int4.h).
+// ---- int4 (generators/linear_blocks.cpp): llama.cpp's Q4_0 weights x Q8_0 activations,
+// written from the format's description (not from halformer/packed_blocks.h).
 // A weight block of 32: d = (the value of largest magnitude) / -8, rounded to fp16;
 // q = min(15, trunc(w / d + 8.5)) in [0, 15], the weight (q - 8) * d.
 inline float to_fp16_value(float f) { return float(_Float16(f)); }
@@ -291,16 +291,27 @@ inline float quantize_q8_block(const float* x, int count, int* q) {
   }
   return to_fp16_value(d);
 }
-// y = act(sum over blocks dw * dx * sum (qw - 8) qx + b) (+ or * second), w torch [N][K].
-inline Vec linear_int4(const Vec& x, const Vec& w, const Vec& b, int M, int K, int N, const std::string& act = "none",
-                       const Vec* second = nullptr, bool gate = false) {
+// ---- q8_0 (the same kernels' 8-bit twin): llama.cpp's Q8_0 weights x Q8_0 activations.
+// A weight block of 32: d = max |w| / 127, q = round half away from 0 (w / d) in
+// [-127, 127] (with the unrounded d), d then rounded to fp16; the weight q * d.
+inline void quantize_q8_0_block(const float* w, int count, int* q, float* d_out) {
+  float amax = 0;
+  for (int i = 0; i < count; ++i) amax = std::max(amax, std::fabs(w[i]));
+  const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+  for (int i = 0; i < 32; ++i) q[i] = int(std::round(i < count ? w[i] * id : 0.0f));
+  *d_out = to_fp16_value(d);
+}
+// y = act(sum over blocks dw * dx * sum qw qx + b) (+ or * second), w torch [N][K]; bits 4
+// (Q4_0: qw = the stored nibble - 8) or 8 (Q8_0).
+inline Vec linear_blocks(int bits, const Vec& x, const Vec& w, const Vec& b, int M, int K, int N,
+                         const std::string& act = "none", const Vec* second = nullptr, bool gate = false) {
   const int B = (K + 31) / 32;
   std::vector<int> qw(size_t(N) * B * 32), qx(size_t(B) * 32);
   Vec dw(size_t(N) * B), dx(B);
   for (int n = 0; n < N; ++n)
     for (int blk = 0; blk < B; ++blk)
-      quantize_q4_0_block(&w[size_t(n) * K + blk * 32], std::min(32, K - blk * 32), &qw[(size_t(n) * B + blk) * 32],
-                          &dw[size_t(n) * B + blk]);
+      (bits == 8 ? quantize_q8_0_block : quantize_q4_0_block)(&w[size_t(n) * K + blk * 32], std::min(32, K - blk * 32),
+                                                             &qw[(size_t(n) * B + blk) * 32], &dw[size_t(n) * B + blk]);
   Vec y(size_t(M) * N);
   for (int m = 0; m < M; ++m) {
     for (int blk = 0; blk < B; ++blk)
@@ -309,7 +320,8 @@ inline Vec linear_int4(const Vec& x, const Vec& w, const Vec& b, int M, int K, i
       double acc = 0;
       for (int blk = 0; blk < B; ++blk) {
         int32_t s = 0;
-        for (int i = 0; i < 32; ++i) s += (qw[(size_t(n) * B + blk) * 32 + i] - 8) * qx[size_t(blk) * 32 + i];
+        for (int i = 0; i < 32; ++i)
+          s += (qw[(size_t(n) * B + blk) * 32 + i] - (bits == 8 ? 0 : 8)) * qx[size_t(blk) * 32 + i];
         acc += double(dw[size_t(n) * B + blk]) * double(dx[blk]) * s;
       }
       double v = activate(act, acc + b[n]);

@@ -48,7 +48,7 @@ std::string env_or(const char* name, const char* fallback) {
   return v && *v ? v : fallback;
 }
 
-// The spec's precision names ("fp32", "bf16", "int8", "int4": halformer/enums.h).
+// The spec's precision names ("fp32", "bf16", "fp16", "int8", "q8_0", "int4": halformer/enums.h).
 std::vector<std::string> precision_names() {
   std::vector<std::string> names;
   for (const auto& [p, name] : enum_names(Precision{})) names.emplace_back(name);
@@ -392,7 +392,7 @@ int quantize(const Spec& spec, const std::string& weights, const std::string& ou
   if (c.layer_weights == Precision::Fp32 && c.generator_weights == Precision::Fp32 &&
       c.embedding_weights == Precision::Fp32) {
     std::cerr << "halformer quantize: " << spec.name << " is fp32 throughout: nothing to quantize (give "
-              << "--precision int8, int4 or bf16, or set the spec's precision)\n";
+              << "--precision int8, q8_0, int4 or bf16, or set the spec's precision)\n";
     return 1;
   }
   using clock = std::chrono::steady_clock;

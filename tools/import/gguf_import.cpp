@@ -9,8 +9,9 @@
 // architecture shares: the architecture, the vocabulary and token ids, unknown keys and
 // tensors, what is kept and what dequantized, the spec's header and the writing; each
 // architecture's keys, tensors and spec fields are in gguf_archs.cpp (gguf_internal.h).
-// Q4_0 layer linears are kept as their blocks when every one is Q4_0 (halformer's int4 is
-// Q4_0, packed_int4.h); everything else is widened (F16, BF16) or dequantized to F32.
+// Q4_0 (Q8_0) layer linears are kept as their blocks when every one is Q4_0 (Q8_0):
+// halformer's int4 (q8_0) is Q4_0 (Q8_0), packed_blocks.h; so is a Q8_0 output projection
+// then. Everything else is widened (F16, BF16) or dequantized to F32.
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -60,11 +61,13 @@ constexpr int64_t kMaxLenCap = 4096;
 std::string q(const std::string& s) { return gguf_quote(s); }
 bool exact_float(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
 
-// One tensor of the weights file. Q4_0's blocks in a GGUF file: fp16 d, then 16 bytes of
-// nibbles for 32 weights (halformer's int4 keeps the 16 bytes, and d as an F32 scale).
+// One tensor of the weights file. Q4_0's (Q8_0's) blocks in a GGUF file: fp16 d, then 16
+// bytes of nibbles (32 int8) for 32 weights; halformer keeps those bytes, U8 [rows][blocks
+// * 16] (I8 [rows][blocks][32]), and d as an F32 scale [rows][blocks].
 // `from`: Want's (the first row of src, or the first element of a vector).
-constexpr int64_t kQ4Weights = 32, kQ4Bytes = 18, kQ4Nibbles = 16;
-enum class Kind { Floats, Zeros, Q4Blocks, Q4Scales };
+constexpr int64_t kBlockWeights = 32, kScaleBytes = 2;
+int64_t block_values_bytes(GgmlType t) { return t == GgmlType::Q8_0 ? 32 : 16; }
+enum class Kind { Floats, Zeros, Blocks, Scales };
 struct Part {
   std::string name;
   Kind kind;
@@ -74,7 +77,11 @@ struct Part {
   uint64_t bytes() const {
     uint64_t n = 1;
     for (int64_t d : shape) n *= uint64_t(d);
-    return kind == Kind::Q4Blocks ? n : 4 * n;
+    return kind == Kind::Blocks ? n : 4 * n;
+  }
+  const char* dtype() const {
+    if (kind != Kind::Blocks) return "F32";
+    return src->type == GgmlType::Q8_0 ? "I8" : "U8";
   }
 };
 
@@ -128,7 +135,7 @@ void write_weights(const GgufFile& f, const std::vector<Part>& parts, const std:
   header["__metadata__"] = metadata;
   uint64_t offset = 0;
   for (const Part& p : parts) {
-    header[p.name] = {{"dtype", p.kind == Kind::Q4Blocks ? "U8" : "F32"},
+    header[p.name] = {{"dtype", p.dtype()},
                       {"shape", p.shape},
                       {"data_offsets", {offset, offset + p.bytes()}}};
     offset += p.bytes();
@@ -153,7 +160,7 @@ void write_weights(const GgufFile& f, const std::vector<Part>& parts, const std:
     for (size_t i = 0; i < n; ++i)
       if (!std::isfinite(buf[i]))
         fail(f.path() + ": tensor " + q(t->name) + ": row " + std::to_string(row0 + int64_t(i) / per_row) +
-             " holds NaN or Inf" + (per_row == t->row_length() ? "" : " (a Q4_0 block scale)"));
+             " holds NaN or Inf" + (per_row == t->row_length() ? "" : " (a block scale)"));
     o.write(reinterpret_cast<const char*>(buf.data()), std::streamsize(n * 4));
   };
   for (const Part& p : parts) {
@@ -175,18 +182,19 @@ void write_weights(const GgufFile& f, const std::vector<Part>& parts, const std:
         floats(buf.size(), t, r, t->row_length());
       }
     } else {
-      const int64_t blocks = t->row_length() / kQ4Weights;
+      const int64_t blocks = t->row_length() / kBlockWeights, values = block_values_bytes(t->type);
+      const int64_t block_bytes = kScaleBytes + values;
       for (int64_t r = p.from; r < p.from + p.shape[0]; ++r) {
         const uint8_t* row = f.row_data(*t, r);
-        if (p.kind == Kind::Q4Blocks) {
-          bytes.resize(size_t(blocks * kQ4Nibbles));
+        if (p.kind == Kind::Blocks) {
+          bytes.resize(size_t(blocks * values));
           for (int64_t b = 0; b < blocks; ++b)
-            std::memcpy(&bytes[size_t(b * kQ4Nibbles)], row + b * kQ4Bytes + 2, kQ4Nibbles);
+            std::memcpy(&bytes[size_t(b * values)], row + b * block_bytes + kScaleBytes, size_t(values));
           o.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
         } else {
           buf.resize(size_t(blocks));
           for (int64_t b = 0; b < blocks; ++b)
-            buf[size_t(b)] = half_to_float(uint16_t(row[b * kQ4Bytes] | row[b * kQ4Bytes + 1] << 8));
+            buf[size_t(b)] = half_to_float(uint16_t(row[b * block_bytes] | row[b * block_bytes + 1] << 8));
           floats(buf.size(), t, r, blocks);
         }
       }
@@ -298,20 +306,36 @@ Imported import_gguf(const std::string& path, const std::string& name, const std
   }
   if (!pr.list.empty()) throw ImportError(pr.list);
 
-  // ---- what is kept, what is dequantized
-  bool int4 = true;
+  // ---- what is kept, what is dequantized: the layer linears' blocks when all are Q4_0, or
+  // all Q8_0 (the spec's precision int4 / q8_0); then a Q8_0 output projection's too (the
+  // output projection of those precisions is q8_0: tools/spec/spec.h output_precision).
+  std::optional<GgmlType> kept;  // Q4_0 or Q8_0
   bool quantized_layers = false;  // any layer linear not F32 / F16 / BF16
   std::vector<const TensorInfo*> dequantized;
-  for (const Want& w : wants)
-    if (w.role == Role::LayerLinear) int4 = int4 && w.t->type == GgmlType::Q4_0;
+  for (const Want& w : wants) {
+    if (w.role != Role::LayerLinear) continue;
+    const GgmlType t = w.t->type;
+    if (!kept) kept = t;
+    if (t != *kept || (t != GgmlType::Q4_0 && t != GgmlType::Q8_0)) kept = GgmlType::F32;
+  }
+  if (kept == GgmlType::F32) kept.reset();
+  const bool int4 = kept == GgmlType::Q4_0, q8_0 = kept == GgmlType::Q8_0;
+  auto keeps_blocks = [&](const Want& w) {
+    return kept && ((w.role == Role::LayerLinear) ||
+                    (w.role == Role::Linear && w.t->type == GgmlType::Q8_0 && w.shape[1] % kBlockWeights == 0));
+  };
   std::vector<Part> parts;
+  bool output_blocks = false;
   for (const Want& w : wants) {
     if (!w.t) {
       parts.push_back({w.canonical, Kind::Zeros, w.shape, nullptr});
-    } else if (w.role == Role::LayerLinear && int4) {
-      const int64_t blocks = w.shape[1] / kQ4Weights;
-      parts.push_back({w.canonical, Kind::Q4Blocks, {w.shape[0], blocks * kQ4Nibbles}, w.t, w.from});
-      parts.push_back({w.canonical + "_scale", Kind::Q4Scales, {w.shape[0], blocks}, w.t, w.from});
+    } else if (keeps_blocks(w)) {
+      const int64_t blocks = w.shape[1] / kBlockWeights;
+      std::vector<int64_t> shape = {w.shape[0], blocks * 16};  // Q4_0's 16 bytes per block
+      if (w.t->type == GgmlType::Q8_0) shape = {w.shape[0], blocks, kBlockWeights};
+      parts.push_back({w.canonical, Kind::Blocks, shape, w.t, w.from});
+      parts.push_back({w.canonical + "_scale", Kind::Scales, {w.shape[0], blocks}, w.t, w.from});
+      output_blocks = output_blocks || w.role == Role::Linear;
     } else {
       parts.push_back({w.canonical, Kind::Floats, w.shape, w.t, w.from});
       if (!exact_float(w.t->type) && std::find(dequantized.begin(), dequantized.end(), w.t) == dequantized.end())
@@ -320,7 +344,8 @@ Imported import_gguf(const std::string& path, const std::string& name, const std
     quantized_layers = quantized_layers || (w.role == Role::LayerLinear && !exact_float(w.t->type));
   }
   if (!dequantized.empty())
-    out.notes.push_back("dequantized to F32 (halformer keeps Q4_0 layer linears as they are, when all are Q4_0): " +
+    out.notes.push_back("dequantized to F32 (halformer keeps Q4_0 or Q8_0 layer linears as they are, when all are "
+                        "Q4_0 or all Q8_0): " +
                         grouped(dequantized));
 
   // ---- the spec: what every architecture has, then the architecture's fields
@@ -372,12 +397,15 @@ Imported import_gguf(const std::string& path, const std::string& name, const std
       "",
       "Weights, under canonical names: " + w_abs,
   };
-  if (int4)
-    header.push_back("  every layer linear is Q4_0: its blocks are kept as they are (precision: int4; the output");
-  if (int4) header.push_back("  projection and the token table are F32 in it, int8 at load)");
-  if (quantized_layers && !int4)
-    header.push_back("  the layer linears are not all Q4_0: dequantized to F32, an fp32 spec (`halformer build");
-  if (quantized_layers && !int4) header.push_back("  --precision int8` or `int4` quantizes them at load)");
+  const std::string kept_type = kept ? type_name(*kept) : "", precision = int4 ? "int4" : q8_0 ? "q8_0" : "fp32";
+  if (kept) {
+    header.push_back("  every layer linear is " + kept_type + ": its blocks are kept as they are (precision: " + precision +
+                     ";");
+    header.push_back("  the output projection is q8_0, kept if Q8_0 in the file; the token table int8 at load)");
+  }
+  if (quantized_layers && !kept)
+    header.push_back("  the layer linears are not all Q4_0 or all Q8_0: dequantized to F32, an fp32 spec (`halformer");
+  if (quantized_layers && !kept) header.push_back("  build --precision int8`, `q8_0` or `int4` quantizes them at load)");
   if (!dequantized.empty()) header.push_back("  dequantized to F32: " + grouped(dequantized));
   header.push_back("  halformer build <this spec> -o DIR");
   header.push_back("  DIR/" + name + " --weights " + w_abs + " --src \"...token ids...\"");
@@ -391,18 +419,19 @@ Imported import_gguf(const std::string& path, const std::string& name, const std
                      ": give it first in --src for the same outputs");
   add_gguf_tokenizer(f, *vocab, name, w_abs, header, out);  // its files, their lines in the header
   out.yaml = write_yaml(m, name, header);
-  if (int4) {
-    const std::string at = "\narchitecture: decoder\n";
-    out.yaml.insert(out.yaml.find(at) + at.size(),
-                    "precision: int4             # every layer linear is Q4_0 in the file: kept as it is\n");
+  if (kept) {
+    const std::string at = "\narchitecture: decoder\n", field = "precision: " + precision;
+    out.yaml.insert(out.yaml.find(at) + at.size(), field + std::string(28 - field.size(), ' ') +
+                                                       "# every layer linear is " + kept_type +
+                                                       " in the file: kept as it is\n");
   }
   out.family = arch, out.preset = ai->preset, out.weights = w_abs;
-  out.precision = int4 ? "int4" : "fp32";
+  out.precision = precision;
 
   std::map<std::string, std::string> metadata = {{"halformer.names", "canonical"},
                                                  {"halformer.model", name},
-                                                 {"halformer.layers", int4 ? "int4" : "fp32"},
-                                                 {"halformer.generator", "fp32"},
+                                                 {"halformer.layers", precision},
+                                                 {"halformer.generator", output_blocks ? "q8_0" : "fp32"},
                                                  {"halformer.embeddings", "fp32"},
                                                  {"halformer.imported_from", fs::path(path).filename().string()}};
   out.write_weights = [file, parts = std::move(parts), weights_out, metadata] {

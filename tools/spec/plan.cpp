@@ -79,7 +79,7 @@ class Planner {
   // "linear_residual" -> "linear", "linear_int8_gated" -> "linear_int8": the kind whose
   // schedule knobs ("linear.tile_m") a variant shares; other generators: "".
   static std::string linear_family(const std::string& generator) {
-    for (const char* f : {"linear_int8", "linear_int4", "linear_bf16"})
+    for (const char* f : {"linear_int8", "linear_int4", "linear_q8_0", "linear_bf16"})
       if (generator.rfind(f, 0) == 0) return f;
     if (generator.rfind("linear", 0) == 0) return "linear";
     return "";
@@ -98,8 +98,11 @@ class Planner {
     std::vector<std::pair<std::string, std::string>> params = {
         {"in_features", std::to_string(in)}, {"out_features", std::to_string(out)}, {"activation", act}};
     if (p == Precision::Int8 && spec_.int16_activations) params.emplace_back("int16_activations", "true");
-    if (bf16_out) params.emplace_back("out_bf16", "true");
-    bind(role, gen, label, std::move(params));
+    if (bf16_out) {
+      params.emplace_back("out_bf16", "true");
+      add_half(params);
+    }
+    bind(role, gen, label + half_suffix(bf16_out), std::move(params));
   }
 
   // Self-attention (self = true) reads a fused row of H query and kv_heads key and value
@@ -114,7 +117,7 @@ class Planner {
     std::string label = "attention_" + std::to_string(q_head) + "_" + std::to_string(k_head) + "_" +
                         std::to_string(v_head) + (causal ? "_causal" : "") +
                         (relative ? "_relative" : "") + (spec_.scaled ? "" : "_unscaled") +
-                        (kv_bf16 ? "_kv_bf16" : "") + (q_bf16 ? "_q_bf16" : "");
+                        (kv_bf16 ? "_kv_bf16" : "") + (q_bf16 ? "_q_bf16" : "") + half_suffix(kv_bf16);
     std::vector<std::pair<std::string, std::string>> params = {{"heads", std::to_string(H)},
                                                                {"head_dim", std::to_string(spec_.d_model / H)},
                                                                {"q_head", std::to_string(q_head)},
@@ -127,6 +130,7 @@ class Planner {
       params.emplace_back("max_keys", std::to_string(spec_.max_len));
     if (kv_bf16) params.emplace_back("kv_bf16", "true");
     if (q_bf16) params.emplace_back("q_bf16", "true");
+    if (kv_bf16) add_half(params);
     // The CPU's cross-attention cache is stored head by head (Model::cross_kv): contiguous
     // streams, which the decode path's software prefetches only slowed.
     if (!self) params.emplace_back("decode_prefetch", "0");
@@ -151,9 +155,22 @@ class Planner {
         {"rotary_theta", format_float(spec_.rotary_theta)},
         {"rotary_interleaved", spec_.rotary_layout == RotaryLayout::Interleaved ? "true" : "false"},
         {"rotary_positions", std::to_string(spec_.max_len)}};
-    if (bf16_out) params.emplace_back("out_bf16", "true");
-    bind(role, kernel_role(role).generator, "rotary_" + std::to_string(width) + (bf16_out ? "_out_bf16" : ""),
+    if (bf16_out) {
+      params.emplace_back("out_bf16", "true");
+      add_half(params);
+    }
+    bind(role, kernel_role(role).generator,
+         "rotary_" + std::to_string(width) + (bf16_out ? "_out_bf16" : "") + half_suffix(bf16_out),
          std::move(params));
+  }
+
+  // The kernels that write or read a 16-bit cache: half=fp16 for an fp16 cache
+  // (generators/common.h to_half_bits), named in the label.
+  void add_half(std::vector<std::pair<std::string, std::string>>& params) const {
+    if (spec_.cache_precision() == Precision::Fp16) params.emplace_back("half", "fp16");
+  }
+  std::string half_suffix(bool half) const {
+    return half && spec_.cache_precision() == Precision::Fp16 ? "_fp16" : "";
   }
 
   void embedding(KernelRole role, int64_t vocab) {
@@ -186,7 +203,7 @@ class Planner {
     linear(KernelRole::qkv, s.d_model, qkv_width, "none");
     // A bf16 cache (ModelConfig::self_cache_bf16): the decoder's fused QKV rows, queries
     // included, are stored as bf16 by their own projection (qkv_cache) and read as such.
-    const bool bf16_cache = s.cache_precision() == Precision::Bf16;
+    const bool bf16_cache = s.half_cache();
     if (enc) attention(KernelRole::encoder_self_attention, 0, H, H + KVH, false, true);
     if (dec) attention(KernelRole::decoder_self_attention, 0, H, H + KVH, s.causal, true, bf16_cache, bf16_cache);
     // Rotary models: the QKV rows in fp32, then turned (and, into a bf16 cache, rounded) once.
@@ -304,8 +321,7 @@ Plan make_plan(const Spec& spec) { return Planner(spec).build(); }
 
 std::string memory_summary(const Spec& s) {
   if (s.architecture == Architecture::Encoder) return "";
-  const bool bf16 = s.cache_precision() == Precision::Bf16;
-  const int64_t elem = bf16 ? 2 : 4, per_position = s.decoder_layers * qkv_width(s) * elem;
+  const int64_t elem = s.half_cache() ? 2 : 4, per_position = s.decoder_layers * qkv_width(s) * elem;
   const bool cross = s.architecture == Architecture::EncoderDecoder;
   const int64_t cross_per_position = cross ? s.decoder_layers * 2 * s.d_model * elem : 0;
   auto size = [](double bytes) {
@@ -318,7 +334,7 @@ std::string memory_summary(const Spec& s) {
   };
   std::ostringstream o;
   o << "key/value cache per sequence: " << size(double(per_position)) << " per position ("
-    << s.decoder_layers << " layers x " << qkv_width(s) << " " << (bf16 ? "bf16" : "fp32")
+    << s.decoder_layers << " layers x " << qkv_width(s) << " " << enum_name(s.cache_precision())
     << " features: the fused query/key/value row), " << size(double(per_position) * double(s.max_len))
     << " at max_len " << s.max_len;
   if (cross)
@@ -368,8 +384,8 @@ std::unique_ptr<SpecModelConfig> model_config(const Spec& s) {
   c.generator_weights = s.output_precision();
   c.embedding_weights = s.table_precision();
   c.int16_activations = s.int16_activations;
-  c.cross_kv_bf16 = s.architecture == Architecture::EncoderDecoder && s.cache_precision() == Precision::Bf16;
-  c.self_cache_bf16 = s.architecture != Architecture::Encoder && s.cache_precision() == Precision::Bf16;
+  c.cross_kv_bf16 = s.architecture == Architecture::EncoderDecoder && s.half_cache();
+  c.self_cache_bf16 = s.architecture != Architecture::Encoder && s.half_cache();
   // The kernels for this host use AMX tiles where its CPU and OS offer them (the generators
   // ask the same, schedules/cpu_matmul.h amx_tiles).
   c.amx_tiles = s.precision != Precision::Fp32 && amx_usable_here();

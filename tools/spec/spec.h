@@ -122,29 +122,31 @@ struct Spec {
 
   Precision precision = Precision::Fp32;
   // precision_overrides.generator: the output projection's own precision (absent: precision;
-  // int8 in an int4 build)
+  // q8_0 in an int4 build)
   std::optional<Precision> generator_precision;
-  // int4 builds keep the output projection int8 (as llama.cpp's Q4_0 files keep theirs at
-  // 6 or 8 bits): the logits' error is what greedy tokens see first.
+  // int4 builds keep the output projection at 8 bits in blocks (as llama.cpp's Q4_0 files
+  // keep theirs at 6 or 8 bits): the logits' error is what greedy tokens see first.
   Precision output_precision() const {
-    return generator_precision.value_or(precision == Precision::Int4 ? Precision::Int8 : precision);
+    return generator_precision.value_or(precision == Precision::Int4 ? Precision::Q8_0 : precision);
   }
-  // precision_overrides.embeddings: the token tables' (fp32 or int8; absent: int8 in an int4 or
-  // int8 build, else fp32)
+  // precision_overrides.embeddings: the token tables' (fp32 or int8; absent: int8 in an int8,
+  // q8_0 or int4 build, else fp32)
   std::optional<Precision> embedding_precision;
   // precision_overrides.int16_activations: int8 linears keep int16 activations (vpmaddwd)
   // even where the CPU could multiply uint8 ones (vpdpbusd): accuracy over speed
   bool int16_activations = false;
   Precision table_precision() const {
-    const bool quantized = precision == Precision::Int8 || precision == Precision::Int4;
+    const bool quantized = precision == Precision::Int8 || precision == Precision::Q8_0 || precision == Precision::Int4;
     return embedding_precision.value_or(quantized ? Precision::Int8 : Precision::Fp32);
   }
-  // precision_overrides.kv_cache: the attention caches' (fp32 or bf16; absent: bf16 in a
-  // reduced-precision build, else fp32). Today the cross-attention keys/values.
+  // precision_overrides.kv_cache: the attention caches' (fp32, bf16 or fp16; absent: bf16
+  // in a reduced-precision build, else fp32).
   std::optional<Precision> kv_cache_precision;
   Precision cache_precision() const {
     return kv_cache_precision.value_or(precision == Precision::Fp32 ? Precision::Fp32 : Precision::Bf16);
   }
+  // The caches are 16-bit (bf16 or fp16): the kernels' *_bf16 flags and `half` format.
+  bool half_cache() const { return cache_precision() != Precision::Fp32; }
   std::vector<Target> targets = {Target::Host};
   bool has_target(Target t) const { return std::find(targets.begin(), targets.end(), t) != targets.end(); }
   int64_t cuda_capability = 80;

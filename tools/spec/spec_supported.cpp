@@ -72,19 +72,26 @@ std::vector<Diagnostic> check_supported(const Spec& s) {
   if (s.kv_heads != s.heads && s.architecture == Architecture::EncoderDecoder)
     unsupported("sizes.kv_heads", "grouped-query attention (kv_heads " + std::to_string(s.kv_heads) +
                                       " != heads) in an encoder-decoder (its cross-attention)");
-  // int8 and int4 kernels are CPU only (generators/linear_int8.cpp, linear_int4.cpp); bf16
-  // ones run on GPUs too (generators/linear.cpp: bf16 weights widened to fp32 there).
-  for (Precision p : {Precision::Int8, Precision::Int4})
+  // int8, q8_0 and int4 kernels are CPU only (generators/linear_int8.cpp, linear_blocks.cpp);
+  // bf16 ones run on GPUs too (generators/linear.cpp: bf16 weights widened to fp32 there).
+  for (Precision p : {Precision::Int8, Precision::Q8_0, Precision::Int4})
     for (Target t : s.targets)
       if ((s.precision == p || s.output_precision() == p || s.table_precision() == p) && t != Target::Host)
         unsupported("targets", std::string("precision '") + enum_name(p) + "' with target '" + enum_name(t) + "' (" +
                                    enum_name(p) + " kernels are CPU only)");
-  for (Precision p : {Precision::Bf16, Precision::Int4})
-    if (s.table_precision() == p)
+  // fp16 is a cache format only, so far (docs/precision.md).
+  if (s.precision == Precision::Fp16)
+    unsupported("precision", "'fp16' weights (fp16 is a key/value cache format: precision_overrides.kv_cache; "
+                             "for 16-bit weights use bf16)");
+  else if (s.output_precision() == Precision::Fp16)
+    unsupported("precision_overrides.generator", "'fp16' (the output projection is fp32, bf16, int8, q8_0 or int4)");
+  for (Precision p : {Precision::Bf16, Precision::Fp16, Precision::Q8_0, Precision::Int4})
+    if (s.table_precision() == p && s.precision != Precision::Fp16)
       unsupported("precision_overrides.embeddings", std::string("'") + enum_name(p) + "' (embedding tables are fp32 or int8)");
-  for (Precision p : {Precision::Int8, Precision::Int4})
+  for (Precision p : {Precision::Int8, Precision::Q8_0, Precision::Int4})
     if (s.cache_precision() == p)
-      unsupported("precision_overrides.kv_cache", std::string("'") + enum_name(p) + "' (attention caches are fp32 or bf16)");
+      unsupported("precision_overrides.kv_cache",
+                  std::string("'") + enum_name(p) + "' (attention caches are fp32, bf16 or fp16)");
   if (!s.has_target(Target::Host))
     unsupported("targets", "a target list without 'host' (the CPU build is the reference and the fallback-free default)");
   sort_by_position(out);

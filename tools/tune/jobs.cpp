@@ -47,7 +47,7 @@ std::map<KernelRole, std::pair<double, double>> role_counts(const Spec& s) {
       {R::pooler, {1, 0}},
       {R::classifier, {1, 0}},
   };
-  if (s.cache_precision() == halformer::Precision::Bf16) {  // the decoder's QKV into its bf16 cache
+  if (s.half_cache()) {  // the decoder's QKV into its 16-bit cache
     r[R::qkv_cache] = {0, dec};
     r[R::qkv].second = 0;
   }

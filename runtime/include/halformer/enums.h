@@ -42,7 +42,9 @@ enum class WeightPreset {
   Explicit
 };
 // The spec's precision and the format the runtime stores weights in (docs/precision.md).
-enum class Precision { Fp32, Int8, Bf16, Int4 };
+// fp16: key/value caches only on the CPU (precision_overrides.kv_cache). q8_0: int8 weights
+// in blocks of 32 with an fp16 scale each (llama.cpp's Q8_0), the int4 kernel's twin.
+enum class Precision { Fp32, Int8, Bf16, Int4, Fp16, Q8_0 };
 
 // ---- the spelling of each value in the spec (docs/spec.md)
 
@@ -89,7 +91,8 @@ inline constexpr std::pair<WeightPreset, const char*> kWeightPresetNames[] = {
     {WeightPreset::HuggingfaceOpt, "huggingface-opt"},
     {WeightPreset::Explicit, "explicit"}};
 inline constexpr std::pair<Precision, const char*> kPrecisionNames[] = {
-    {Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}, {Precision::Int8, "int8"}, {Precision::Int4, "int4"}};
+    {Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}, {Precision::Fp16, "fp16"},
+    {Precision::Int8, "int8"}, {Precision::Q8_0, "q8_0"}, {Precision::Int4, "int4"}};
 
 constexpr EnumNames<Architecture> enum_names(Architecture) { return enum_names_of(kArchitectureNames); }
 constexpr EnumNames<NormKind> enum_names(NormKind) { return enum_names_of(kNormKindNames); }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "halformer/model_config.h"
+#include "halformer/packed_blocks.h"
 #include "halformer/packed_layout.h"
 
 namespace halformer {
@@ -45,16 +46,19 @@ struct LinearWeights {
   bool bf16_pairs = false;  // bf16: K in pairs (bf16_dot_product targets, packed_layout.h)
   int int8_group = kInt8Pair;  // int8: the k group of the packed layout (WeightLayout::int8_group)
   WeightVector<float> w;  // fp32 only: packed [panel_count(out, panel)][in][panel]
-  WeightVector<float> b;  // [out]; int4: see q4; int8: [out] biases, [out] per-channel weight scales, and
+  WeightVector<float> b;  // [out]; int4 / q8_0: see blocks; int8: [out] biases, [out] per-channel weight scales, and
                           // for quads [out] channel sums (generators/linear_int8.cpp)
   WeightVector<int8_t> q;  // int8 only: packed_int8 layout (halformer/packed_layout.h)
   WeightVector<uint16_t> h;  // bf16 only: bf16 bits, packed_bf16_index's layout
-  // int4 only: Q4_0 blocks in packed_int4_index's layout (halformer/packed_int4.h); b is
-  // then (kInt4Panel, panels * (1 + ceil(blocks / 2))): biases, then the blocks' fp16 scales
-  WeightVector<uint8_t> q4;
+  // int4 / q8_0 only: Q4_0 / Q8_0 blocks in packed_block_index's layout
+  // (halformer/packed_blocks.h); b is then (kBlockPanel, panels * (1 + ceil(blocks / 2))):
+  // biases, then the blocks' fp16 scales. block_bits: 4 (int4) or 8 (q8_0).
+  WeightVector<uint8_t> blocks;
+  int block_bits = 0;
   bool int8() const { return !q.empty(); }
   bool bf16() const { return !h.empty(); }
-  bool int4() const { return !q4.empty(); }
+  bool block_quantized() const { return !blocks.empty(); }
+  BlockFormat block_format() const { return block_bits == 8 ? kQ8_0Format : kInt4Format; }
 };
 // A token embedding table [vocab][d]: fp32, or int8 (ModelConfig::embedding_weights):
 // each row quantized like a linear's output channel and stored as its d int8 values

@@ -252,7 +252,7 @@ TEST(Reporting, SeveralProblemsReportedTogetherInFileOrder) {
             "m.yaml:13:3: error: layer.activaton: unknown key 'activaton' (did you mean 'activation'?)");
   EXPECT_EQ(r.diagnostics[3].str(), "m.yaml:14:15: error: layer.final_norm: expected true/false, found 'nope'");
   EXPECT_EQ(r.diagnostics[4].str(),
-            "m.yaml:15:12: error: precision: unknown precision 'fp64'; allowed: fp32, bf16, int8, int4 "
+            "m.yaml:15:12: error: precision: unknown precision 'fp64'; allowed: fp32, bf16, fp16, int8, q8_0, int4 "
             "(did you mean 'fp32'?)");
 }
 
@@ -388,6 +388,11 @@ TEST(Supported, KvCacheFollowsPrecision) {
   s.kv_cache_precision = Precision::Bf16;
   EXPECT_EQ(s.cache_precision(), Precision::Bf16);
   EXPECT_TRUE(check_supported(s).empty()) << all(check_supported(s));
+  s.kv_cache_precision = Precision::Fp16;  // llama.cpp's cache type: 16 bits like bf16
+  EXPECT_TRUE(s.half_cache());
+  EXPECT_TRUE(check_supported(s).empty()) << all(check_supported(s));
+  s.kv_cache_precision = Precision::Q8_0;
+  EXPECT_FALSE(check_supported(s).empty());
 }
 
 TEST(Supported, DefaultsWithoutLocationHaveNoLine) {
