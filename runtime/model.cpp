@@ -22,17 +22,9 @@
 #include "halformer/error.h"
 #include "halformer/weights.h"
 #include "halide_status.h"
-#include "stack.h"
-#include "threads.h"
+#include "call.h"
 
 namespace halformer {
-
-// A Stack plus the thread limit, for one public call.
-struct Call {
-  CallThreads threads;
-  Stack stack;
-  Stack* operator->() { return &stack; }
-};
 
 Model::Model(const ModelDescriptor& desc, std::unique_ptr<Weights> w, std::string device, int threads)
     : desc_(&desc),

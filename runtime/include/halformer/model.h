@@ -111,6 +111,7 @@ class Model {
   TransferStats transfers() const;
 
  private:
+  friend class Engine;  // engine.h: steps through the model's calls
   Model(const ModelDescriptor& desc, std::unique_ptr<Weights> w, std::string device, int threads);
   Call call() const;  // one public call: the model's session and thread limit
   const ModelDescriptor* desc_;

@@ -1,0 +1,203 @@
+// The continuous-batching engine (halformer/engine.h) against each request run alone
+// (Model::generate on that one prompt with the same options): every request's tokens
+// must be identical -- greedy and seeded sampling -- while requests arrive at different
+// steps, outnumber the slots (so they queue and take freed slots), have different prompt
+// lengths and lengths of answer, and end by eos, length or a stop sequence. Also:
+// cancellation of queued and running requests frees their slots, 1,000 queued requests
+// drain, and bad requests / models are refused by name. Two models: gpt-tiny (fp32,
+// learned positions) and the GGUF test model gguf-q8 (rotary, grouped-query attention,
+// q8_0 weights, bf16 cache). Compiled at test time against both libraries
+// (tests/generation/CMakeLists.txt).
+//   usage: engine_alone GPT_TINY_WEIGHTS GGUF_Q8_WEIGHTS REVERSE_TINY_WEIGHTS
+#include <cstdio>
+#include <exception>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gguf-q8.h"
+#include "gpt-tiny.h"
+#include "halformer/engine.h"
+#include "halformer/error.h"
+#include "reverse-tiny.h"
+
+using halformer::Sequence;
+
+namespace {
+
+int failures = 0;
+void check(bool ok, const std::string& what) {
+  if (!ok) {
+    std::fprintf(stderr, "FAILED: %s\n", what.c_str());
+    ++failures;
+  }
+}
+
+struct Job {
+  Sequence prompt;
+  halformer::GenerationOptions options;
+  std::vector<Sequence> stop;
+  int arrives = 0;  // the step before which it is submitted
+};
+
+std::string str(const Sequence& s) {
+  std::string out;
+  for (int32_t t : s) out += (out.empty() ? "" : " ") + std::to_string(t);
+  return "[" + out + "]";
+}
+
+// Runs `jobs` through an engine (submitting each before its step), checks each against
+// `want` (its tokens alone, cut by its stop sequences), returns the steps taken.
+int run_engine(const halformer::Model& m, const std::string& name, const std::vector<Job>& jobs,
+               const std::vector<Sequence>& want, halformer::EngineOptions eo) {
+  halformer::Engine engine(m, eo);
+  std::map<int64_t, size_t> job_of;
+  std::vector<Sequence> got(jobs.size());
+  std::vector<int> finished(jobs.size(), 0);
+  int step = 0, max_running = 0;
+  for (size_t next = 0; next < jobs.size() || !engine.idle(); ++step) {
+    for (; next < jobs.size() && jobs[next].arrives <= step; ++next)
+      job_of[engine.submit(jobs[next].prompt, jobs[next].options, jobs[next].stop)] = next;
+    for (const auto& e : engine.step()) {
+      const size_t j = job_of.at(e.id);
+      check(!finished[j], name + ": job " + std::to_string(j) + " got an event after it finished");
+      if (e.token >= 0) got[j].push_back(e.token);
+      finished[j] += e.finished;
+    }
+    max_running = std::max(max_running, engine.running());
+    if (step > 10000) break;
+  }
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    check(finished[j] == 1, name + ": job " + std::to_string(j) + " finished " + std::to_string(finished[j]) + " times");
+    check(got[j] == want[j], name + ": job " + std::to_string(j) + " (prompt " + str(jobs[j].prompt) + ") engine " +
+                                 str(got[j]) + ", alone " + str(want[j]));
+  }
+  std::printf("%s: %zu requests, %d slots (at most %d running), %d steps: every request's tokens equal its own "
+              "run alone\n", name.c_str(), jobs.size(), eo.max_sequences, max_running, step);
+  if (eo.max_sequences <= 3) check(max_running == eo.max_sequences, name + ": the slots were never all busy");
+  return step;
+}
+
+// Each job alone (Model::generate), cut after the first stop sequence its tokens end with.
+std::vector<Sequence> alone(const halformer::Model& m, const std::vector<Job>& jobs) {
+  std::vector<Sequence> want;
+  for (const Job& j : jobs) {
+    Sequence t = m.generate({j.prompt}, j.options).tokens[0];
+    for (size_t n = 1; n <= t.size(); ++n) {
+      bool stop = false;
+      for (const Sequence& s : j.stop)
+        stop = stop || (n >= s.size() && std::equal(s.begin(), s.end(), t.begin() + long(n - s.size())));
+      if (stop) {
+        t.resize(n);
+        break;
+      }
+    }
+    want.push_back(t);
+  }
+  return want;
+}
+
+void check_model(const halformer::Model& m, const std::string& name, int vocab_low) {
+  const int V = m.config().tgt_vocab;
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> id(vocab_low, V - 1), len(1, 23), new_tokens(1, 12);
+  std::vector<Job> jobs;
+  for (int j = 0; j < 14; ++j) {
+    Job job;
+    for (int i = len(rng); i > 0; --i) job.prompt.push_back(id(rng));
+    job.options.max_new_tokens = new_tokens(rng);
+    if (j % 2) {  // seeded sampling; the even jobs are greedy
+      job.options.sampling_topk = j % 3 == 0 ? 0 : 20;
+      job.options.sampling_topp = j % 5 == 0 ? 0.9f : 1.0f;
+      job.options.sampling_temperature = 0.8f;
+      job.options.seed = uint64_t(1000 + j);
+    }
+    if (j == 4) job.options.repetition_penalty = 1.3f;
+    job.arrives = j < 5 ? 0 : (j - 4) * 2;  // five at once, then one every two steps
+    jobs.push_back(job);
+  }
+  std::vector<Sequence> want = alone(m, jobs);
+  // A stop sequence from inside job 6's own answer (tokens 2-3): it ends there.
+  if (want[6].size() >= 4) jobs[6].stop = {{999999}, {want[6][1], want[6][2]}};
+  want = alone(m, jobs);
+  halformer::EngineOptions eo;
+  eo.max_sequences = 3;
+  eo.prefill_tokens = 16;  // at most one long prompt a step
+  run_engine(m, name, jobs, want, eo);
+  eo.max_sequences = 8;
+  run_engine(m, name + " (8 slots)", jobs, want, eo);
+}
+
+void check_cancel_and_queue(const halformer::Model& m) {
+  halformer::EngineOptions eo;
+  eo.max_sequences = 2;
+  halformer::Engine e(m, eo);
+  halformer::GenerationOptions o;
+  o.max_new_tokens = 20;
+  const int64_t a = e.submit({5, 6, 7}, o), b = e.submit({8, 9}, o), c = e.submit({10}, o);
+  e.step();
+  check(e.running() == 2 && e.waiting() == 1, "cancel: two running, one waiting");
+  check(e.cancel(a) && e.cancel(c) && !e.cancel(a) && !e.cancel(12345), "cancel: known ids once, unknown never");
+  int cancelled = 0;
+  for (const auto& ev : e.step()) cancelled += ev.finished && ev.reason == "cancelled";
+  check(cancelled == 2 && e.running() == 1 && e.waiting() == 0, "cancel: both ended, their slot freed");
+  while (!e.idle()) e.step();
+  check(!e.cancel(b), "cancel: a finished request");
+
+  // 1,000 queued requests drain, each ending once.
+  o.max_new_tokens = 2;
+  for (int i = 0; i < 1000; ++i) e.submit({int32_t(3 + i % 200), 4}, o);
+  int ended = 0, steps = 0;
+  while (!e.idle() && steps < 100000) {
+    for (const auto& ev : e.step()) ended += ev.finished;
+    ++steps;
+  }
+  std::printf("1000 queued requests: all %d ended in %d steps\n", ended, steps);
+  check(ended == 1000, "1000 queued requests: " + std::to_string(ended) + " ended");
+}
+
+template <typename F>
+void expect_error(const std::string& what, const std::string& needle, F f) {
+  try {
+    f();
+    check(false, what + ": no error");
+  } catch (const halformer::Error& e) {
+    check(std::string(e.what()).find(needle) != std::string::npos, what + ": error '" + e.what() + "' lacks '" + needle + "'");
+    std::printf("refused (%s): %s\n", what.c_str(), e.what());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: %s GPT_TINY_WEIGHTS GGUF_Q8_WEIGHTS REVERSE_TINY_WEIGHTS\n", argv[0]);
+    return 2;
+  }
+  try {
+    auto gpt = halformer::Model::load(*halformer_model_gpt_tiny(), argv[1], {2, "cpu"});
+    auto q8 = halformer::Model::load(*halformer_model_gguf_q8(), argv[2], {2, "cpu"});
+    auto rev = halformer::Model::load(*halformer_model_reverse_tiny(), argv[3], {2, "cpu"});
+    check_model(gpt, "gpt-tiny", 3);
+    check_model(q8, "gguf-q8", 3);
+    check_cancel_and_queue(gpt);
+    halformer::Engine e(gpt);
+    halformer::GenerationOptions o;
+    expect_error("empty prompt", "empty", [&] { e.submit({}, o); });
+    expect_error("id out of range", "512", [&] { e.submit({5, 512}, o); });
+    o.max_new_tokens = 120;
+    expect_error("too long", "max_len 128", [&] { e.submit(Sequence(10, 5), o); });
+    o.max_new_tokens = 4;
+    expect_error("empty stop", "stop sequence 1", [&] { e.submit({5}, o, {{}}); });
+    halformer::EngineOptions bad;
+    bad.max_sequences = 0;
+    expect_error("no slots", "max_sequences 0", [&] { halformer::Engine(gpt, bad); });
+    expect_error("encoder-decoder", "decoder-only", [&] { halformer::Engine(rev, {}); });
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  std::printf("engine vs alone: %d failures\n", failures);
+  return failures == 0 ? 0 : 1;
+}
