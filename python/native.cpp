@@ -29,8 +29,10 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include "halformer/engine.h"
 #include "halformer/error.h"
 #include "halformer/generation.h"
 #include "halformer/model.h"
@@ -123,6 +125,7 @@ class NativeModel {
     }
     return d;
   }
+  const halformer::Model& model() const { return *model_; }
   std::string devices() const { return model_->descriptor().devices; }
   std::string device() const { return model_->device(); }
   int threads() const { return model_->threads(); }
@@ -201,6 +204,37 @@ class NativeModel {
   std::unique_ptr<halformer::Model> model_;
 };
 
+// The continuous-batching engine (halformer/engine.h) over a loaded model; the model
+// object is kept alive by the binding (keep_alive). halformer/engine.py runs its loop.
+class NativeEngine {
+ public:
+  NativeEngine(const NativeModel& m, int max_sequences, int max_len, int prefill_tokens)
+      : engine_(m.model(), halformer::EngineOptions{max_sequences, max_len, prefill_tokens}) {}
+  int64_t submit(const std::vector<int32_t>& prompt, const halformer::GenerationOptions& o,
+                 const std::vector<std::vector<int32_t>>& stop) {
+    return engine_.submit(prompt, o, stop);
+  }
+  bool cancel(int64_t id) { return engine_.cancel(id); }
+  // (id, token, finished, reason) per event
+  std::vector<std::tuple<int64_t, int32_t, bool, std::string>> step() {
+    std::vector<halformer::EngineEvent> events;
+    {
+      nb::gil_scoped_release release;
+      events = engine_.step();
+    }
+    std::vector<std::tuple<int64_t, int32_t, bool, std::string>> out;
+    for (auto& e : events) out.emplace_back(e.id, e.token, e.finished, std::move(e.reason));
+    return out;
+  }
+  bool idle() const { return engine_.idle(); }
+  int running() const { return engine_.running(); }
+  int waiting() const { return engine_.waiting(); }
+  int max_len() const { return engine_.options().max_len; }
+
+ private:
+  halformer::Engine engine_;
+};
+
 }  // namespace
 
 NB_MODULE(_native, m) {
@@ -247,6 +281,17 @@ NB_MODULE(_native, m) {
       .def("generate", &NativeModel::generate, nb::arg("ids"), nb::arg("offsets"), nb::arg("options"),
            nb::arg("on_token").none())
       .def("beam_search", &NativeModel::beam_search);
+
+  nb::class_<NativeEngine>(m, "Engine")
+      .def(nb::init<const NativeModel&, int, int, int>(), nb::arg("model"), nb::arg("max_sequences"),
+           nb::arg("max_len"), nb::arg("prefill_tokens"), nb::keep_alive<1, 2>())
+      .def("submit", &NativeEngine::submit, nb::arg("prompt"), nb::arg("options"), nb::arg("stop"))
+      .def("cancel", &NativeEngine::cancel, nb::arg("id"))
+      .def("step", &NativeEngine::step)
+      .def_prop_ro("idle", &NativeEngine::idle)
+      .def_prop_ro("running", &NativeEngine::running)
+      .def_prop_ro("waiting", &NativeEngine::waiting)
+      .def_prop_ro("max_len", &NativeEngine::max_len);
 
   using Tok = halformer::BertTokenizer;
   nb::class_<Tok>(m, "BertTokenizer")

@@ -43,6 +43,11 @@ API
                              each token is chosen, with return_scores (row, token,
                              log_prob), the log_probs generate() returns; generation runs
                              in a background thread.
+  Engine(model, max_sequences=8, max_len=None, prefill_tokens=512)   decoder-only models:
+    .submit(prompt, max_new_tokens=None, ..., stop=None)   continuous batching: requests join
+                             and leave the running batch at every step; returns a Stream
+                             of token ids (an iterator), the tokens model.generate gives the
+                             prompt alone. .submit_async(...): the same for `async for`.
   SentenceEmbedder(model_dir, weights, vocab, max_seq_length=None, device="cpu", threads=0)
     .encode(sentences, batch_size=32, show_progress_bar=None,
             convert_to_numpy=True, normalize_embeddings=False)
@@ -70,6 +75,7 @@ from .building import PRECISIONS, _BUILT_TOOL, _tool, build  # noqa: F401
 from .checks import _existing_file, _float_arg, _int32_row, _int_arg, _is_int, _pack  # noqa: F401
 from .library import _find_library, _loadable, _loaded, _loaded_lock  # noqa: F401
 from .model import _DONE, Model, _text_tokenizer  # noqa: F401
+from .engine import Engine, Stream  # noqa: F401
 from .sentence_embedder import SentenceEmbedder, logger  # noqa: F401
 
-__all__ = ["build", "Model", "SentenceEmbedder", "BertTokenizer"]
+__all__ = ["build", "Model", "Engine", "SentenceEmbedder", "BertTokenizer"]

@@ -166,7 +166,7 @@ def test_build_errors(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="spec .*nope.yaml.*no such file"):
         halformer.build(tmp_path / "nope.yaml", tmp_path / "out")
     for bad in ("int2", "FP32", 8):
-        with pytest.raises(ValueError, match=r"precision .*: expected one of fp32, int8, bf16, int4"):
+        with pytest.raises(ValueError, match=r"precision .*: expected one of fp32, int8, bf16, q8_0, int4"):
             halformer.build(SOURCE / "models" / "reverse-tiny.yaml", tmp_path / "out", precision=bad)
     monkeypatch.setenv("HALFORMER_TOOL", str(tmp_path / "no-halformer"))
     with pytest.raises(FileNotFoundError, match="halformer CLI was not found.*HALFORMER_TOOL"):

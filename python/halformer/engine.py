@@ -1,0 +1,170 @@
+"""halformer.Engine: continuous batching for decoder-only models (docs/engine.md).
+
+    model = halformer.Model("out/gpt-tiny", weights="w.safetensors")
+    with halformer.Engine(model, max_sequences=8) as engine:
+        for token in engine.submit([5, 9, 13], max_new_tokens=16):   # from any thread
+            ...
+        async for token in engine.submit_async([5, 9, 13]):          # in a coroutine
+            ...
+
+Requests join the running batch at the engine's next step and leave it as they end; a
+request's tokens are those of model.generate([prompt], same options) on it alone
+(the runtime's Engine, halformer/engine.h). One background thread steps the engine while
+any request waits or runs; submit() may be called from any thread."""
+
+import asyncio
+import queue
+import threading
+
+from . import _native
+from .checks import _int_arg, _int32_row
+
+_END = object()
+
+
+class Stream:
+    """The tokens of one request, in order, as they are chosen (an iterator; eos included
+    when chosen). finish_reason is "eos", "length", "stop" or "cancelled" once it ended.
+    Closing it (or cancel()) ends the request at the engine's next step."""
+
+    def __init__(self, engine, request_id, loop=None):
+        self._engine, self.id, self._loop = engine, request_id, loop
+        self._q = asyncio.Queue() if loop else queue.SimpleQueue()
+        self.finish_reason = None
+        self._error = None
+
+    def _put(self, item):  # from the engine's thread
+        if self._loop:
+            self._loop.call_soon_threadsafe(self._q.put_nowait, item)
+        else:
+            self._q.put(item)
+
+    def _item(self, item):
+        if item is _END:
+            if self._error is not None:
+                raise self._error
+            raise StopIteration
+        return item
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._loop:
+            raise TypeError("a stream from submit_async() is iterated with `async for`")
+        return self._item(self._q.get())
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        try:
+            return self._item(await self._q.get())
+        except StopIteration:
+            raise StopAsyncIteration from None
+
+    def cancel(self):
+        self._engine._cancel(self.id)
+
+    close = cancel
+
+
+class Engine:
+    """Continuous batching over `model` (a decoder-only halformer.Model): max_sequences
+    slots of max_len positions (None: the model's max_len) in one key/value cache, at most
+    prefill_tokens prompt tokens admitted per step (at least one prompt)."""
+
+    def __init__(self, model, max_sequences=8, max_len=None, prefill_tokens=512):
+        from .model import Model
+        if not isinstance(model, Model):
+            raise TypeError(f"model must be a halformer.Model, got {type(model).__name__}")
+        self.model = model
+        self._native = _native.Engine(model._m, _int_arg("max_sequences", max_sequences, 32),
+                                      0 if max_len is None else _int_arg("max_len", max_len, 32),
+                                      _int_arg("prefill_tokens", prefill_tokens, 32))
+        self._lock = threading.Condition()  # the native engine is stepped by one thread at a time
+        self._streams = {}
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="halformer-engine", daemon=True)
+        self._thread.start()
+
+    max_len = property(lambda self: self._native.max_len, doc="positions per sequence, prompt + new tokens")
+    running = property(lambda self: self._native.running, doc="sequences being decoded")
+    waiting = property(lambda self: self._native.waiting, doc="requests queued for a slot")
+
+    def submit(self, prompt, max_new_tokens=None, sampling_topk=1, sampling_topp=1.0, sampling_temperature=1.0,
+               seed=0, repetition_penalty=1.0, no_repeat_ngram_size=0, min_length=0, stop=None, _loop=None):
+        """Queues one prompt (token ids, or text with the model's tokenizer) and returns its
+        Stream of token ids. The options are model.generate()'s; stop: token-id sequences
+        that end the request when its new tokens end with one. Bad input raises here."""
+        ids, _ = self.model._ids(prompt, "prompt")
+        row = _int32_row(ids[0] if isinstance(prompt, str) else ids, "prompt")
+        o = self.model._options(max_new_tokens, sampling_topk, sampling_topp, sampling_temperature, seed,
+                                repetition_penalty, no_repeat_ngram_size, min_length, False)
+        if stop is None:
+            stop = []
+        if not isinstance(stop, (list, tuple)):
+            raise TypeError(f"stop must be a list of token-id lists, got {type(stop).__name__}")
+        stops = [_int32_row(s, f"stop sequence {i + 1}") for i, s in enumerate(stop)]
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the engine is closed")
+            request_id = self._native.submit(row.tolist(), o, [s.tolist() for s in stops])  # ValueError naming it
+            stream = self._streams[request_id] = Stream(self, request_id, _loop)
+            self._lock.notify()
+        return stream
+
+    def submit_async(self, prompt, **options):
+        """submit() for a coroutine: the Stream is iterated with `async for`."""
+        return self.submit(prompt, _loop=asyncio.get_running_loop(), **options)
+
+    def _cancel(self, request_id):
+        with self._lock:
+            if not self._closed:
+                self._native.cancel(request_id)
+                self._lock.notify()
+
+    def _loop(self):
+        while True:
+            with self._lock:
+                while not self._closed and self._native.idle:
+                    self._lock.wait()
+                if self._closed:
+                    return
+                try:
+                    events = self._native.step()
+                except Exception as e:  # a step failed: every request in it ends with the error
+                    for s in self._streams.values():
+                        s._error = e
+                        s._put(_END)
+                    self._streams.clear()
+                    continue
+                ended = []
+                for request_id, token, finished, reason in events:
+                    s = self._streams.get(request_id)
+                    if s is None:
+                        continue
+                    if token >= 0:
+                        s._put(token)
+                    if finished:
+                        s.finish_reason = reason
+                        ended.append(request_id)
+                for request_id in ended:
+                    self._streams.pop(request_id)._put(_END)
+
+    def close(self):
+        """Ends every request ("cancelled") and stops the engine's thread."""
+        with self._lock:
+            self._closed = True
+            for s in self._streams.values():
+                s.finish_reason = "cancelled"
+                s._put(_END)
+            self._streams.clear()
+            self._lock.notify()
+        self._thread.join()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

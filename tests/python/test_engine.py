@@ -1,0 +1,97 @@
+"""halformer.Engine (python/halformer/engine.py; docs/engine.md): requests submitted from
+several threads and from a coroutine, while others run, get the tokens model.generate
+gives each prompt alone (greedy and seeded sampling); cancelling and closing end streams;
+bad arguments raise by name."""
+import asyncio
+import threading
+
+import pytest
+
+import halformer
+
+
+def _jobs():
+    jobs = []
+    for j in range(10):
+        prompt = [3 + (17 * j + 5 * i) % 500 for i in range(1 + (7 * j) % 19)]
+        opts = dict(max_new_tokens=1 + (5 * j) % 12)
+        if j % 2:
+            opts.update(sampling_topk=0 if j % 3 == 0 else 20, sampling_temperature=0.8, seed=100 + j)
+        jobs.append((prompt, opts))
+    return jobs
+
+
+def test_threads_get_their_alone_tokens(gpt_tiny):
+    model = gpt_tiny.model()
+    jobs = _jobs()
+    want = [model.generate([p], **o)[0] for p, o in jobs]
+    got = [None] * len(jobs)
+    with halformer.Engine(model, max_sequences=3, prefill_tokens=16) as engine:
+        def run(i):
+            got[i] = list(engine.submit(jobs[i][0], **jobs[i][1]))
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert got == want
+
+
+def test_async_streams(gpt_tiny):
+    model = gpt_tiny.model()
+    jobs = _jobs()[:6]
+    want = [model.generate([p], **o)[0] for p, o in jobs]
+
+    async def main(engine):
+        async def one(p, o):
+            return [t async for t in engine.submit_async(p, **o)]
+        return await asyncio.gather(*(one(p, o) for p, o in jobs))
+
+    with halformer.Engine(model, max_sequences=2) as engine:
+        assert asyncio.run(main(engine)) == want
+
+
+def test_stop_cancel_close(gpt_tiny):
+    model = gpt_tiny.model()
+    alone = model.generate([[5, 9, 13]], max_new_tokens=10)[0]
+    engine = halformer.Engine(model, max_sequences=1)
+    s = engine.submit([5, 9, 13], max_new_tokens=10, stop=[alone[2:4]])
+    assert list(s) == alone[:4] and s.finish_reason == "stop"
+    long = engine.submit([7, 8], max_new_tokens=100)
+    queued = engine.submit([9], max_new_tokens=100)
+    next(long)
+    long.cancel()
+    queued.cancel()
+    assert list(queued) == [] and queued.finish_reason == "cancelled"
+    rest = list(long)
+    assert long.finish_reason == "cancelled" and len(rest) < 99
+    last = engine.submit([4], max_new_tokens=100)
+    engine.close()
+    list(last)
+    assert last.finish_reason in ("cancelled", "length")
+    with pytest.raises(RuntimeError, match="closed"):
+        engine.submit([4])
+
+
+def test_bad_arguments(gpt_tiny, reverse_tiny):
+    model = gpt_tiny.model()
+    with halformer.Engine(model) as engine:
+        with pytest.raises(ValueError, match="vocabulary"):
+            engine.submit([5, 100000])
+        with pytest.raises(ValueError, match="empty"):
+            engine.submit([])
+        with pytest.raises(ValueError, match="max_len"):
+            engine.submit(list(range(3, 103)), max_new_tokens=100)
+        with pytest.raises(TypeError, match="token ids"):
+            engine.submit([5, "x"])
+        with pytest.raises(TypeError, match="stop"):
+            engine.submit([5], stop=7)
+        with pytest.raises(ValueError, match="sampling_topp"):
+            engine.submit([5], sampling_topp=2.0)
+    with pytest.raises(ValueError, match="max_sequences 0"):
+        halformer.Engine(model, max_sequences=0)
+    with pytest.raises(TypeError, match="halformer.Model"):
+        halformer.Engine("gpt-tiny")
+    with pytest.raises(ValueError, match="decoder-only"):
+        halformer.Engine(reverse_tiny.model())
