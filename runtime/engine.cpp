@@ -1,7 +1,8 @@
 // Continuous batching (halformer/engine.h; docs/engine.md): slots of one key/value cache,
-// each row at its own position. A step admits waiting prompts (each prefilled alone, as
-// Model::generate prefills it, then copied into its slot), decodes every running row in
-// one pass over the weights, and retires the rows that ended.
+// each row at its own position. A step prefills waiting prompts within its token budget
+// (each prompt alone, in pieces, as Model::generate would in one; then copied into its
+// slot), decodes every running row in one pass over the weights, and retires the rows that
+// ended.
 #include "halformer/engine.h"
 
 #include <algorithm>
@@ -31,6 +32,11 @@ struct Slot {
   int len = 0;       // cache positions filled: the next token's position
   int32_t last = 0;  // the token the next step feeds
   std::unique_ptr<TokenChooser> chooser;
+  // While its prompt is prefilled (in pieces of the step's budget): the prompt's own
+  // one-row cache, and how many of its tokens are in it.
+  std::unique_ptr<DecoderState> prefill;
+  int prefilled = 0;
+  bool decoding() const { return busy && !prefill; }
 };
 
 bool ends_with(const Sequence& s, const Sequence& tail) {
@@ -147,32 +153,51 @@ std::vector<EngineEvent> Engine::step() {
   }
   s.cancelled.clear();
 
-  // 2. admission: prompts alone through the decoder (as generate's prefill), into free slots
-  int admitted_tokens = 0;
-  for (int b = 0; b < S && !s.queue.empty(); ++b) {
+  // 2. prefill within the step's budget: prompts already in progress first (oldest first),
+  // then waiting requests into free slots. A piece runs through the decoder as the whole
+  // prompt would (each row's arithmetic is its own); the last piece's logits choose the
+  // request's first token and its keys and values go into the slot.
+  int budget = s.opt.prefill_tokens;
+  auto advance = [&](int b) {
+    Slot& slot = s.slots[size_t(b)];
+    const int P = int(slot.req.prompt.size()), n = std::min(P - slot.prefilled, budget);
+    IBuf tok(n, 1);
+    for (int i = 0; i < n; ++i) tok(i, 0) = slot.req.prompt[size_t(slot.prefilled + i)];
+    Array x = stack.decode_step(*slot.prefill, w, tok, true);
+    slot.prefilled += n, budget -= n;
+    if (slot.prefilled < P) return;
+    Array logits(V, 1, 1, stack.iface), out(V, 1, 1, stack.iface);
+    stack.head(x, w, logits, out);
+    for (size_t l = 0; l < slot.prefill->cache.size(); ++l)
+      stack.copy_elems(slot.prefill->cache[l], 0, s.st.cache[l], int64_t(b) * bstride, int64_t(P) * slot.prefill->row);
+    slot.prefill.reset();
+    std::vector<float> row = stack.to_host(logits);
+    if (choose_and_emit(slot, row.data(), V, eos, s.opt.max_len, events)) slot = Slot();
+  };
+  std::vector<int> in_progress;
+  for (int b = 0; b < S; ++b)
+    if (s.slots[size_t(b)].prefill) in_progress.push_back(b);
+  std::sort(in_progress.begin(), in_progress.end(),
+            [&](int a, int b) { return s.slots[size_t(a)].req.id < s.slots[size_t(b)].req.id; });
+  for (int b : in_progress)
+    if (budget > 0) advance(b);
+  for (int b = 0; b < S && budget > 0 && !s.queue.empty(); ++b) {
     Slot& slot = s.slots[size_t(b)];
     if (slot.busy) continue;
-    const int P = int(s.queue.front().prompt.size());
-    if (admitted_tokens > 0 && admitted_tokens + P > s.opt.prefill_tokens) break;
-    admitted_tokens += P;
     slot = Slot();
     slot.busy = true, slot.req = std::move(s.queue.front());
     s.queue.pop_front();
+    const int P = int(slot.req.prompt.size());
     slot.history = slot.req.prompt, slot.len = P;
     slot.chooser = std::make_unique<TokenChooser>(slot.req.options, V, eos, 0);  // batch row 0's generator
-    DecoderState one = stack.decoder_state(w, 1, P);
-    Array logits(V, 1, 1, stack.iface), out(V, 1, 1, stack.iface);
-    prefill(stack, one, w, {slot.req.prompt}, logits, out);
-    for (size_t l = 0; l < one.cache.size(); ++l)
-      stack.copy_elems(one.cache[l], 0, s.st.cache[l], int64_t(b) * bstride, int64_t(P) * one.row);
-    std::vector<float> row = stack.to_host(logits);
-    if (choose_and_emit(slot, row.data(), V, eos, s.opt.max_len, events)) slot = Slot();
+    slot.prefill = std::make_unique<DecoderState>(stack.decoder_state(w, 1, P));
+    advance(b);
   }
 
   // 3. one decoder step for every running row, each at its own position
   std::vector<int> rows;
   for (int b = 0; b < S; ++b)
-    if (s.slots[size_t(b)].busy) rows.push_back(b);
+    if (s.slots[size_t(b)].decoding()) rows.push_back(b);
   if (rows.empty()) return events;
   const int d = cfg.d_model, hd = d / cfg.heads, W = stack.qkv_width(), heads = W / hd, row = s.st.row;
   int keys = 0;
@@ -180,11 +205,12 @@ std::vector<EngineEvent> Engine::step() {
   std::vector<int> pos(size_t(S), 0);
   for (int b = 0; b < S; ++b) {
     const Slot& slot = s.slots[size_t(b)];
-    tokens(0, b) = slot.busy ? slot.last : cfg.pad_id;
-    pos[size_t(b)] = slot.busy ? slot.len : 0;
+    tokens(0, b) = slot.decoding() ? slot.last : cfg.pad_id;
+    pos[size_t(b)] = slot.decoding() ? slot.len : 0;
     keys = std::max(keys, pos[size_t(b)] + 1);
   }
-  // Row b sees its own positions [0, len_b]; an idle row its position 0 (never read back).
+  // Row b sees its own positions [0, len_b]; an idle (or prefilling) row its position 0,
+  // which it does not write (its output is never read).
   Array mask = stack.make_input(keys, S, 1, [&](float* m) {
     for (int b = 0; b < S; ++b)
       for (int t = 0; t < keys; ++t) m[int64_t(b) * keys + t] = t <= pos[size_t(b)] ? 0.0f : kMasked;

@@ -72,7 +72,7 @@ class Stream:
 class Engine:
     """Continuous batching over `model` (a decoder-only halformer.Model): max_sequences
     slots of max_len positions (None: the model's max_len) in one key/value cache, at most
-    prefill_tokens prompt tokens admitted per step (at least one prompt)."""
+    prefill_tokens prompt tokens prefilled per step (a long prompt in pieces)."""
 
     def __init__(self, model, max_sequences=8, max_len=None, prefill_tokens=512):
         from .model import Model

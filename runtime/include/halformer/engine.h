@@ -4,10 +4,11 @@
 // The engine holds `max_sequences` slots, each a row of one key/value cache of `max_len`
 // positions. Every step():
 //   1. retires cancelled requests;
-//   2. admits waiting requests, oldest first, into free slots while the prompts admitted
-//      this step stay within `prefill_tokens` (at least one is admitted): each prompt runs
-//      through the decoder alone, as Model::generate runs it, its keys and values copied
-//      into its slot, its first token chosen;
+//   2. prefills prompts, at most `prefill_tokens` tokens per step: those in progress first,
+//      then waiting requests, oldest first, into free slots. A prompt runs through the
+//      decoder alone, in pieces of the budget (a long prompt never stalls the running
+//      decodes for more than the budget), with the arithmetic Model::generate gives it in
+//      one piece; then its keys and values go into its slot and its first token is chosen;
 //   3. runs one decoder step for every running sequence together, each row at its own
 //      position (its own clock: no row waits for another's length), and chooses each
 //      row's token with the request's own options and generator;
@@ -32,7 +33,7 @@ namespace halformer {
 struct EngineOptions {
   int max_sequences = 8;     // slots: sequences decoded together
   int max_len = 0;           // positions per slot, prompt + new tokens (0: the model's max_len)
-  int prefill_tokens = 512;  // prompt tokens admitted per step (at least one prompt)
+  int prefill_tokens = 512;  // prompt tokens prefilled per step
 };
 
 // What a step produced for one request: a token, and whether the request ended with it.
