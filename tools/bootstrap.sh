@@ -106,6 +106,12 @@ RAY_PINS=(ray==2.52.1 aiohttp-cors==0.7.0 colorful==0.5.5 msgpack==1.1.2
           pydantic==2.12.4 pydantic-core==2.41.5 annotated-types==0.6.0 typing-inspection==0.4.2
           typing-extensions==4.15.0
           uvicorn==0.22.0 h11==0.16.0 httptools==0.9.0 uvloop==0.21.0 websockets==11.0.3 watchfiles==0.19.0)
+# The OpenAI-compatible API (halformer.serve.openai: FastAPI and uvicorn above; jinja2 for
+# tokenizers' chat templates) and the official `openai` client its test speaks through
+# (httpx 0.27: openai 1.54 passes `proxies`, which httpx 0.28 dropped).
+OPENAI_PINS=(jinja2==3.1.4 markupsafe==2.1.5
+          openai==1.54.4 httpx==0.27.2 httpcore==1.0.9 jiter==0.19.0 sniffio==1.3.1 distro==1.9.0
+          certifi==2024.8.30 idna==3.10)
 PIP_TEST_PINS=(safetensors==0.4.5
           transformers==4.30.2 huggingface-hub==0.16.4 regex==2023.6.3 filelock==3.12.2
           tqdm==4.65.0 packaging==23.2
@@ -119,7 +125,7 @@ PIP_TEST_PINS=(safetensors==0.4.5
           wrapt==1.17.0 importlib-metadata==8.5.0 zipp==3.21.0
           gguf==0.19.0
           nvidia-cuda-runtime-cu12==12.4.127
-          "${RAY_PINS[@]}")
+          "${RAY_PINS[@]}" "${OPENAI_PINS[@]}")
 if [ ! -x .venv/bin/python ]; then
   echo "[bootstrap] creating .venv (Debian python3, system site packages)"
   /usr/bin/python3 -m venv --system-site-packages .venv

@@ -45,10 +45,12 @@ def _path_field(where, entry, key, base, must_be_dir=False):
     return p
 
 
-def load_config(path, ray=False):
+def load_config(path, ray=False, openai=False):
     """The checked configuration: dict(server={...}, models=[{...}, ...]). Raises ConfigError.
     ray=True (halformer.serve.ray) also takes a per-model `replicas` (entry["replicas"], or
-    absent: the command line's default)."""
+    absent: the command line's default). openai=True (halformer.serve.openai: generate kinds
+    through the continuous-batching engine) takes `tokenizer`, `max_sequences` and
+    `prefill_tokens` instead of the batcher's keys and `instances`."""
     import yaml
     if not os.path.isfile(path):
         raise ConfigError(f"{path}: no such file")
@@ -90,11 +92,17 @@ def load_config(path, ray=False):
         if kind not in KINDS:
             raise ConfigError(f"{where}: unknown kind {kind!r} (known: {', '.join(KINDS)})")
         known = {"name", "kind", "model_dir", "weights", "threads", "max_batch_size", "max_queue_delay_microseconds"}
+        if openai:
+            if kind not in GENERATE_KINDS:
+                raise ConfigError(f"{where}: kind {kind} is not served by the OpenAI API (generate, generate_stream)")
+            known = {"name", "kind", "model_dir", "weights", "threads", "tokenizer", "max_sequences", "prefill_tokens"}
         if kind == "generate_stream":
             known -= {"max_batch_size", "max_queue_delay_microseconds"}
         if kind == "embed_text":
             known |= {"vocab", "max_text_bytes"}
-        if ray:
+        if openai:
+            pass
+        elif ray:
             known.add("replicas")
             if "instances" in m:
                 raise ConfigError(f"{where}: instances is for python -m halformer.serve (Triton); Ray Serve runs "
@@ -121,7 +129,11 @@ def load_config(path, ray=False):
             entry["max_text_bytes"] = _int_field(where, m, "max_text_bytes", DEFAULT_MAX_TEXT_BYTES, 1, 1 << 24)
         if "replicas" in m:
             entry["replicas"] = _int_field(where, m, "replicas", 1, 1, 1024)
-        if not ray:
+        if openai:
+            entry["tokenizer"] = _path_field(where, m, "tokenizer", base) if "tokenizer" in m else None
+            entry["max_sequences"] = _int_field(where, m, "max_sequences", 8, 1, 1024)
+            entry["prefill_tokens"] = _int_field(where, m, "prefill_tokens", 512, 1, 1 << 20)
+        elif not ray:
             entry["instances"] = _int_field(where, m, "instances", DEFAULT_INSTANCES, 1, 64)
         models.append(entry)
     return dict(server=server, models=models)
