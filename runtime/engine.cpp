@@ -199,11 +199,14 @@ std::vector<EngineEvent> Engine::step() {
   for (int b = 0; b < S; ++b)
     if (s.slots[size_t(b)].decoding()) rows.push_back(b);
   if (rows.empty()) return events;
+  // Rows [0, R): every running slot (admission fills the lowest free slots first), so a
+  // lightly loaded engine computes no idle rows past its last running one.
+  const int R = rows.back() + 1;
   const int d = cfg.d_model, hd = d / cfg.heads, W = stack.qkv_width(), heads = W / hd, row = s.st.row;
   int keys = 0;
-  IBuf tokens(1, S);
-  std::vector<int> pos(size_t(S), 0);
-  for (int b = 0; b < S; ++b) {
+  IBuf tokens(1, R);
+  std::vector<int> pos(size_t(R), 0);
+  for (int b = 0; b < R; ++b) {
     const Slot& slot = s.slots[size_t(b)];
     tokens(0, b) = slot.decoding() ? slot.last : cfg.pad_id;
     pos[size_t(b)] = slot.decoding() ? slot.len : 0;
@@ -211,32 +214,32 @@ std::vector<EngineEvent> Engine::step() {
   }
   // Row b sees its own positions [0, len_b]; an idle (or prefilling) row its position 0,
   // which it does not write (its output is never read).
-  Array mask = stack.make_input(keys, S, 1, [&](float* m) {
-    for (int b = 0; b < S; ++b)
+  Array mask = stack.make_input(keys, R, 1, [&](float* m) {
+    for (int b = 0; b < R; ++b)
       for (int t = 0; t < keys; ++t) m[int64_t(b) * keys + t] = t <= pos[size_t(b)] ? 0.0f : kMasked;
   });
   Array x = stack.embed_rows(stack.kt.embed_tgt, tokens, w, pos);
-  IBuf positions = stack.row_positions(S, [&](int m) { return pos[size_t(m)]; });
+  IBuf positions = stack.row_positions(R, [&](int m) { return pos[size_t(m)]; });
   halide_buffer_t* bias = stack.position_bias(w.decoder_position_bias);
   const bool bf16 = stack.self_cache_bf16();
-  Array qkv(row, 1, S, stack.iface, bf16);  // the step's rows: queries read here, keys and values copied to the cache
+  Array qkv(row, 1, R, stack.iface, bf16);  // the step's rows: queries read here, keys and values copied to the cache
   for (size_t l = 0; l < w.decoder.size(); ++l) {
     const auto& L = w.decoder[l];
     Array& cache = s.st.cache[l];
     Array ff_in = stack.parallel_input(x, L);
     stack.residual_block(x, L.self_norm, [&](const Array& h, const Array& res, Array& y) {
-      Array a(d, 1, S, stack.iface);
-      stack.qkv_projection(h.flat(), L, view2(qkv, 0, W, S, row), bf16, positions);
+      Array a(d, 1, R, stack.iface);
+      stack.qkv_projection(h.flat(), L, view2(qkv, 0, W, R, row), bf16, positions);
       for (int b : rows) stack.copy_elems(qkv, int64_t(b) * row, cache, int64_t(b) * bstride + int64_t(pos[size_t(b)]) * row, W);
-      stack.attention(stack.kt.decoder_self_attention, "decoder_self_attention", view4(qkv, 0, hd, heads, 1, S, row, row),
-                      view4(cache, 0, hd, heads, keys, S, row, bstride), view2(mask, 0, keys, S, keys), bias,
-                      view4(a, 0, hd, d / hd, 1, S, d, d));
+      stack.attention(stack.kt.decoder_self_attention, "decoder_self_attention", view4(qkv, 0, hd, heads, 1, R, row, row),
+                      view4(cache, 0, hd, heads, keys, R, row, bstride), view2(mask, 0, keys, R, keys), bias,
+                      view4(a, 0, hd, d / hd, 1, R, d, d));
       stack.linear_residual(stack.kt.attention_out, "attention_out", a.flat(), L.attn_out, res.flat(), y.flat());
     });
     stack.feed_forward(x, L, ff_in);
   }
   stack.final_norm(x, w.decoder_norm);
-  Array logits(V, 1, S, stack.iface);
+  Array logits(V, 1, R, stack.iface);
   stack.generator(x, w, logits);
   std::vector<float> host = stack.to_host(logits);
 

@@ -15,6 +15,7 @@ any request waits or runs; submit() may be called from any thread."""
 import asyncio
 import queue
 import threading
+import time
 
 from . import _native
 from .checks import _int_arg, _int32_row
@@ -24,16 +25,21 @@ _END = object()
 
 class Stream:
     """The tokens of one request, in order, as they are chosen (an iterator; eos included
-    when chosen). finish_reason is "eos", "length", "stop" or "cancelled" once it ended.
-    Closing it (or cancel()) ends the request at the engine's next step."""
+    when chosen). finish_reason is "eos", "length", "stop" or "cancelled" once it ended;
+    token_times holds each token's time.perf_counter() when the engine chose it (time to
+    first token, time per token, whenever the consumer reads them). Closing it (or
+    cancel()) ends the request at the engine's next step."""
 
     def __init__(self, engine, request_id, loop=None):
         self._engine, self.id, self._loop = engine, request_id, loop
         self._q = asyncio.Queue() if loop else queue.SimpleQueue()
         self.finish_reason = None
+        self.token_times = []
         self._error = None
 
     def _put(self, item):  # from the engine's thread
+        if item is not _END:
+            self.token_times.append(time.perf_counter())
         if self._loop:
             self._loop.call_soon_threadsafe(self._q.put_nowait, item)
         else:
