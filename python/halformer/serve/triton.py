@@ -64,27 +64,29 @@ _HANDSHAKE_PATCH = """                # halformer.serve: instances start in para
 
 def _install_patches():
     """pytriton 0.5.14 answers a whole batch with one error; halformer wants one error per
-    bad request. The proxy model file pytriton writes into Triton's model repository is
+    bad request. The proxy model file pytriton copies into Triton's model repository is
     patched so that a response dict holding ERROR_KEY becomes that request's error response,
     and so that a model's later instances wait for the first one's handshake server."""
     from pytriton.models import model as pm
     if getattr(pm.Model, "_halformer_patched", False):
         return
-    original = pm.Model.generate_model
+    original = pm.Model.get_proxy_model_files
 
-    def generate_model(self, model_repository):  # the local model store: see serve()
-        original(self, model_repository)
-        path = model_repository / self.model_name / str(self.model_version) / "model.py"
-        text = path.read_text("utf-8")
-        for anchor, patch in ((_PATCH_ANCHOR, _PATCH), (_EXECUTE_ANCHOR, _EXECUTE_PATCH),
-                              (_HANDSHAKE_ANCHOR, _HANDSHAKE_PATCH)):
-            if text.count(anchor) != 1:
-                raise RuntimeError("halformer.serve: pytriton's proxy model.py changed; "
-                                   "per-request errors need nvidia-pytriton==0.5.14")
-            text = text.replace(anchor, patch, 1)
-        path.write_text(text, "utf-8")
+    def patched(self):
+        files = original(self)
+        for key, content in files.items():
+            if key.endswith("/model.py"):
+                text = content.decode("utf-8")
+                for anchor, patch in ((_PATCH_ANCHOR, _PATCH), (_EXECUTE_ANCHOR, _EXECUTE_PATCH),
+                                      (_HANDSHAKE_ANCHOR, _HANDSHAKE_PATCH)):
+                    if text.count(anchor) != 1:
+                        raise RuntimeError("halformer.serve: pytriton's proxy model.py changed; "
+                                           "per-request errors need nvidia-pytriton==0.5.14")
+                    text = text.replace(anchor, patch, 1)
+                files[key] = text.encode("utf-8")
+        return files
 
-    pm.Model.generate_model = generate_model
+    pm.Model.get_proxy_model_files = patched
     pm.Model._halformer_patched = True
 
     # Variable-length INPUT_IDS: without allow_ragged_batch Triton's dynamic batcher
@@ -105,7 +107,7 @@ def _install_patches():
 def serve(config, ready_message=True):
     """Loads every model of a checked config, then serves them until SIGTERM/SIGINT."""
     from pytriton.model_config import DynamicBatcher, ModelConfig
-    from pytriton.triton import Triton, TritonConfig, TritonLifecyclePolicy
+    from pytriton.triton import Triton, TritonConfig
 
     served = []
     for entry in config["models"]:
@@ -117,12 +119,7 @@ def serve(config, ready_message=True):
     s = config["server"]
     tc = TritonConfig(http_port=s["http_port"], grpc_port=s["grpc_port"], metrics_port=s["metrics_port"],
                       exit_timeout_secs=30)  # pytriton kills tritonserver after 30 s anyway
-    # Readiness: by default pytriton starts tritonserver with no model and loads each one
-    # through the HTTP API, so /v2/health/ready says 200 (zero models, all "ready") before
-    # any model answers. With a local model store, bind() writes every model into the
-    # repository and tritonserver loads them all (--load-model=*) before it opens its ports.
-    triton = Triton(config=tc, triton_lifecycle_policy=TritonLifecyclePolicy(launch_triton_on_startup=True,
-                                                                             local_model_store=True))
+    triton = Triton(config=tc)
     for m in served:
         inputs, outputs = m.tensors()
         if m.kind == "generate_stream":
@@ -140,7 +137,7 @@ def serve(config, ready_message=True):
 
     signal.signal(signal.SIGTERM, on_term)
     try:
-        triton.run()  # returns once tritonserver has loaded every model and opened its ports
+        triton.run()
     except Exception as e:  # tritonserver exited, e.g. on a model it could not load (its log says why)
         print(f"halformer.serve: error: Triton did not start ({type(e).__name__}: {e}); tritonserver's log "
               "above says why", file=sys.stderr, flush=True)
