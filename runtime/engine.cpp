@@ -125,7 +125,9 @@ bool choose_and_emit(Slot& slot, float* logits, int V, int eos, int max_len, std
     e.reason = "eos";
   else if (slot.generated >= slot.req.max_new || slot.len >= max_len)
     e.reason = "length";
-  else if (std::any_of(slot.req.stop.begin(), slot.req.stop.end(), [&](const Sequence& s) { return ends_with(slot.history, s); }))
+  else if (std::any_of(slot.req.stop.begin(), slot.req.stop.end(), [&](const Sequence& s) {
+             return int(s.size()) <= slot.generated && ends_with(slot.history, s);  // new tokens only
+           }))
     e.reason = "stop";
   e.finished = !e.reason.empty();
   events.push_back(e);

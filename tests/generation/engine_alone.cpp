@@ -145,6 +145,16 @@ void check_cancel_and_queue(const halformer::Model& m) {
   while (!e.idle()) e.step();
   check(!e.cancel(b), "cancel: a finished request");
 
+  // A stop sequence matches the new tokens only: one that would end with the prompt's last
+  // token and the first new one does not stop the request there.
+  const int32_t first = m.generate({{5, 6, 7}}, o).tokens[0][0];
+  const int64_t spanning = e.submit({5, 6, 7}, o, {{7, first}});
+  std::string reason;
+  while (!e.idle())
+    for (const auto& ev : e.step())
+      if (ev.id == spanning && ev.finished) reason = ev.reason;
+  check(reason != "stop", "stop sequence: matched across the prompt and the first new token");
+
   // 1,000 queued requests drain, each ending once.
   o.max_new_tokens = 2;
   for (int i = 0; i < 1000; ++i) e.submit({int32_t(3 + i % 200), 4}, o);
