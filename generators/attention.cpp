@@ -100,24 +100,34 @@ class Attention : public Generator<Attention> {
   // (512 keys at head size 64), else tiles of 32. docs/gpu-tensor-cores.md#attention.
   GeneratorParam<int> gpu_key_tile{"gpu_key_tile", -1};
   GeneratorParam<int> max_keys{"max_keys", 0};  // the longest key sequence of a call (the spec's max_len; 0: unknown)
+  // > 0: a paged cache (the engine's, runtime/kv_blocks.h): kv is a pool of blocks of this
+  // many positions, (d, h, slot, block), and key j of sequence b sits at slot j % block_size
+  // of block block_table(j / block_size, b) -- an extra input after position_bias. The key
+  // count is key_mask's. Arithmetic and schedule are the contiguous cache's, so a paged call
+  // gives the same bits (tests/layers/test_layers_paged.cpp).
+  GeneratorParam<int> block_size{"block_size", 0};
 
   Input<Buffer<void, 4>> q{"q"};                 // float, or uint16 (bf16 bits) with q_bf16
   Input<Buffer<void, 4>> kv{"kv"};               // float, or uint16 (bf16 bits) with kv_bf16
   Input<Buffer<float, 2>> key_mask{"key_mask"};  // (Tk, B)
   Input<Buffer<float, 2>> position_bias{"position_bias"};  // (2M + 1, heads); read only when M > 0
   Output<Buffer<float, 4>> out{"out"};           // (head_dim, heads, Tq, B)
+  Input<Buffer<int32_t, 2>>* block_table = nullptr;  // (blocks, B), block_size > 0 only
 
   bool bf16_kv() const { return kv_bf16 && !get_target().has_gpu_feature(); }
   bool bf16_q() const { return q_bf16 && !get_target().has_gpu_feature(); }
   void configure() {
     q.set_type(bf16_q() ? UInt(16) : Float(32));
     kv.set_type(bf16_kv() ? UInt(16) : Float(32));
+    if (block_size > 0) block_table = add_input<Buffer<int32_t, 2>>("block_table");
   }
 
   void generate() {
     const int H = heads, D = head_dim, G = kv_group, R = rotary_dim;
     Var d("d"), h("h"), i("i"), j("j"), b("b");
-    Expr Tq = q.dim(2).extent(), Tk = kv.dim(2).extent();
+    const int BS = block_size;
+    if (BS < 0) throw std::invalid_argument("attention: block_size must be >= 0");
+    Expr Tq = q.dim(2).extent(), Tk = BS > 0 ? key_mask.dim(0).extent() : kv.dim(2).extent();
     if (G < 1 || H % G != 0) throw std::invalid_argument("attention: kv_group must divide heads");
     if (R < 0 || R > D || R % 2 != 0) throw std::invalid_argument("attention: rotary_dim must be even and <= head_dim");
     const int M = relative_distance;
@@ -140,7 +150,8 @@ class Attention : public Generator<Attention> {
       return bf16_q() ? from_half_bits(e, half) : e;
     };
     auto kvf = [&](Expr dd, Expr hh, Expr jj, Expr bb) -> Expr {
-      Expr e = kv(dd, hh, jj, bb);
+      Expr e = BS > 0 ? kv(dd, hh, jj % BS, clamp((*block_table)(jj / BS, bb), 0, kv.dim(3).extent() - 1))
+                      : kv(dd, hh, jj, bb);
       return bf16_kv() ? from_half_bits(e, half) : e;
     };
 
@@ -258,14 +269,22 @@ class Attention : public Generator<Attention> {
     out.dim(0).set_bounds(0, D).dim(1).set_bounds(0, H);
     out.dim(2).set_min(0).dim(3).set_min(0);
     q.dim(2).set_min(0);
-    kv.dim(2).set_min(0);
+    if (BS > 0)
+      kv.dim(2).set_bounds(0, BS).dim(3).set_min(0);
+    else
+      kv.dim(2).set_min(0);
     key_mask.dim(0).set_min(0);
     if (M > 0) position_bias.dim(0).set_bounds(0, 2 * M + 1).dim(1).set_bounds(0, H);
 
     // ---- schedule
     if (using_autoscheduler()) {
       q.set_estimates({{0, D}, {0, 3 * H}, {0, 128}, {0, 1}});
-      kv.set_estimates({{0, D}, {0, 3 * H}, {0, 128}, {0, 1}});
+      if (BS > 0) {
+        kv.set_estimates({{0, D}, {0, 2 * H}, {0, BS}, {0, (128 + BS - 1) / BS}});
+        block_table->set_estimates({{0, (128 + BS - 1) / BS}, {0, 1}});
+      } else {
+        kv.set_estimates({{0, D}, {0, 3 * H}, {0, 128}, {0, 1}});
+      }
       key_mask.set_estimates({{0, 128}, {0, 1}});
       position_bias.set_estimates({{0, 2 * std::max(M, 1) + 1}, {0, H}});
       out.set_estimates({{0, D}, {0, H}, {0, 128}, {0, 1}});
@@ -448,7 +467,10 @@ class Attention : public Generator<Attention> {
       // (docs/performance-log.md#attention).
       Func partial = dot.update().split(rd1.x, rdo, rdi, dvec).rfactor(rdi, lane);
       dot.update().reorder(rdi, h, j);
-      if (decode_prefetch > 0) dot.update().prefetch(kv, j, j, int(decode_prefetch));
+      // Paged: a block's rows are contiguous, and a row decode_prefetch ahead may be in
+      // another block (the prefetch would span the pool).
+      const int prefetch = BS > 0 ? 0 : int(decode_prefetch);
+      if (prefetch > 0) dot.update().prefetch(kv, j, j, prefetch);
       partial.compute_at(dot, h).vectorize(lane);
       partial.update().vectorize(lane);
       dot.update().atomic().vectorize(rdi);
@@ -458,7 +480,7 @@ class Attention : public Generator<Attention> {
       sum1.compute_at(out, hb);
       acc1.compute_at(out, hb).vectorize(d, dvec);
       acc1.update().reorder(d, h, rj).vectorize(d, dvec).unroll(d).unroll(h);
-      if (decode_prefetch > 0) acc1.update().prefetch(kv, rj, rj, int(decode_prefetch));
+      if (prefetch > 0) acc1.update().prefetch(kv, rj, rj, prefetch);
     }
     // Tq > 1: per (head, batch) task K is transposed once; then per tile of tile_q
     // queries a register-blocked score block (a key vector x tile_q queries, accumulated

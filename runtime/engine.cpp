@@ -1,19 +1,22 @@
-// Continuous batching (halformer/engine.h; docs/engine.md): slots of one key/value cache,
-// each row at its own position. A step prefills waiting prompts within its token budget
-// (each prompt alone, in pieces, as Model::generate would in one; then copied into its
-// slot), decodes every running row in one pass over the weights, and retires the rows that
-// ended.
+// Continuous batching over a paged cache (halformer/engine.h; docs/engine.md): the
+// scheduling -- admission within the step's prefill budget and the pool's blocks, one
+// decode pass for every running row, preemption when the pool runs out, retirement. The
+// decoder over the pool is paged_decoder.h; the blocks' bookkeeping kv_blocks.h.
 #include "halformer/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 
 #include "call.h"
 #include "decoding.h"
+#include "paged_decoder.h"
 
 namespace halformer {
 
 namespace {
+
+constexpr int BS = kKvBlockSize;
 
 struct Request {
   int64_t id = 0;
@@ -23,35 +26,56 @@ struct Request {
   int max_new = 0;
 };
 
-// A running sequence: its request, what its choices see, and its place in the cache.
-struct Slot {
-  bool busy = false;
+// A request's progress, which survives preemption.
+struct Progress {
   Request req;
   Sequence history;  // prompt + generated (transformers' input ids)
   int generated = 0;
-  int len = 0;       // cache positions filled: the next token's position
-  int32_t last = 0;  // the token the next step feeds
-  std::unique_ptr<TokenChooser> chooser;
-  // While its prompt is prefilled (in pieces of the step's budget): the prompt's own
-  // one-row cache, and how many of its tokens are in it.
-  std::unique_ptr<DecoderState> prefill;
-  int prefilled = 0;
-  bool decoding() const { return busy && !prefill; }
+  std::unique_ptr<TokenChooser> chooser;  // made when first admitted; its state carries on
+};
+
+// A running sequence: its progress and its blocks.
+struct Slot {
+  bool busy = false;
+  Progress seq;
+  int64_t admitted = 0;     // admission order: the newest is preempted first
+  std::vector<int> blocks;  // the block table
+  int len = 0;              // cache positions filled: the next position fed
+  bool prefilling() const { return busy && len < int(seq.req.prompt.size()); }
+  bool decoding() const { return busy && !prefilling(); }
 };
 
 bool ends_with(const Sequence& s, const Sequence& tail) {
   return !tail.empty() && s.size() >= tail.size() && std::equal(tail.rbegin(), tail.rend(), s.rbegin());
 }
 
+int blocks_for(int64_t positions) { return int((positions + BS - 1) / BS); }
+
+// The next piece of a prompt with `left` tokens to go and `budget` left this step. Never a
+// piece of one token out of several: the kernels sum a lone query differently (attention's
+// Tq == 1 path), so a prompt's bits would depend on where it was cut; the budget may be
+// overrun by one token instead.
+int piece(int left, int budget) {
+  int n = std::min(left, budget);
+  if (left > 1 && n == 1) n = 2;
+  if (left - n == 1) n = n >= 3 ? n - 1 : n + 1;
+  return n;
+}
+
 }  // namespace
 
 struct EngineState {
   EngineOptions opt;
-  DecoderState st;  // B = slots, Tmax = max_len; st.len unused (each slot has its own)
+  std::unique_ptr<PagedCache> cache;
   std::vector<Slot> slots;
-  std::deque<Request> queue;
+  std::deque<Progress> queue;  // preempted sequences first, then requests as they came
   std::vector<int64_t> cancelled;
-  int64_t next_id = 1;
+  int64_t next_id = 1, admissions = 0, preemptions = 0, prefix_tokens = 0;
+
+  void release(Slot& slot) {
+    for (int b : slot.blocks) cache->blocks.release(b);
+    slot = Slot();
+  }
 };
 
 Engine::Engine(const Model& model, const EngineOptions& options) : model_(&model), s_(std::make_unique<EngineState>()) {
@@ -67,11 +91,23 @@ Engine::Engine(const Model& model, const EngineOptions& options) : model_(&model
     throw Error("Engine: max_len " + std::to_string(o.max_len) + " is outside [2, the model's max_len " +
                 std::to_string(cfg.max_len) + "]");
   if (o.prefill_tokens < 1) throw Error("Engine: prefill_tokens " + std::to_string(o.prefill_tokens) + " must be >= 1");
+  if (!(o.kv_cache_mb >= 0) || !std::isfinite(o.kv_cache_mb))
+    throw Error("Engine: kv_cache_mb " + std::to_string(o.kv_cache_mb) + " must be >= 0 (0: room for max_sequences of max_len)");
   Call c = model.call();
   // Relative position biases (T5) read each row's distances from a shared clock; rotary,
   // learned and sinusoidal positions are taken per row.
   if (c->positions_in_attention()) throw Error("Engine: relative position biases are not supported yet");
-  s_->st = c->decoder_state(*model.weights_, o.max_sequences, o.max_len);
+  if (!c->kt.paged_self_attention)
+    throw Error("Engine: the model has no paged attention kernel: rebuild it with this halformer");
+  const Weights& w = *model.weights_;
+  const int64_t block_bytes = PagedCache::bytes_per_block(c.stack, w);
+  int64_t count = o.kv_cache_mb > 0 ? int64_t(o.kv_cache_mb * double(1 << 20)) / block_bytes
+                                    : int64_t(o.max_sequences) * blocks_for(o.max_len);
+  if (count < 1)
+    throw Error("Engine: kv_cache_mb " + std::to_string(o.kv_cache_mb) + " holds no block of the cache (" +
+                std::to_string(block_bytes) + " bytes: " + std::to_string(BS) + " positions of every layer)");
+  if (count > (1 << 24)) count = 1 << 24;
+  s_->cache = std::make_unique<PagedCache>(c.stack, w, int(count) + 1);  // + the null block
   s_->slots.resize(size_t(o.max_sequences));
 }
 Engine::~Engine() = default;
@@ -84,6 +120,10 @@ int Engine::running() const {
   return int(std::count_if(s_->slots.begin(), s_->slots.end(), [](const Slot& s) { return s.busy; }));
 }
 bool Engine::idle() const { return s_->queue.empty() && running() == 0 && s_->cancelled.empty(); }
+EngineStats Engine::stats() const {
+  const KvBlockPool& p = s_->cache->blocks;
+  return {p.capacity(), p.in_use(), p.cached(), s_->cache->block_bytes, s_->preemptions, s_->prefix_tokens};
+}
 
 int64_t Engine::submit(const Sequence& prompt, const GenerationOptions& options, std::vector<Sequence> stop) {
   const ModelConfig& cfg = model_->config();
@@ -92,20 +132,27 @@ int64_t Engine::submit(const Sequence& prompt, const GenerationOptions& options,
   Request r;
   r.max_new = options.max_new_tokens > 0 ? options.max_new_tokens : cfg.max_new_tokens;
   model_->call()->pad_batch({prompt}, cfg.tgt_vocab, "prompt");  // empty, ids out of range, longer than max_len
-  if (int(prompt.size()) + r.max_new > s_->opt.max_len + 1)
+  const int64_t positions = int64_t(prompt.size()) + r.max_new - 1;  // the last token is not fed back
+  if (positions > s_->opt.max_len)
     throw Error("prompt of " + std::to_string(prompt.size()) + " tokens + " + std::to_string(r.max_new) +
                 " new tokens exceed the engine's max_len " + std::to_string(s_->opt.max_len));
+  if (blocks_for(positions) > s_->cache->blocks.capacity())
+    throw Error("prompt of " + std::to_string(prompt.size()) + " tokens + " + std::to_string(r.max_new) +
+                " new tokens need " + std::to_string(blocks_for(positions)) + " blocks of the key/value cache, which holds " +
+                std::to_string(s_->cache->blocks.capacity()) + " (raise kv_cache_mb)");
   for (size_t i = 0; i < stop.size(); ++i)
     if (stop[i].empty()) throw Error("stop sequence " + std::to_string(i + 1) + " is empty");
   r.id = s_->next_id++, r.prompt = prompt, r.options = options, r.stop = std::move(stop);
   r.options.on_token = nullptr;
-  s_->queue.push_back(std::move(r));
-  return s_->queue.back().id;
+  Progress p;
+  p.history = r.prompt, p.req = std::move(r);
+  s_->queue.push_back(std::move(p));
+  return s_->queue.back().req.id;
 }
 
 bool Engine::cancel(int64_t id) {
-  auto queued = std::find_if(s_->queue.begin(), s_->queue.end(), [&](const Request& r) { return r.id == id; });
-  const bool running = std::any_of(s_->slots.begin(), s_->slots.end(), [&](const Slot& s) { return s.busy && s.req.id == id; });
+  auto queued = std::find_if(s_->queue.begin(), s_->queue.end(), [&](const Progress& p) { return p.req.id == id; });
+  const bool running = std::any_of(s_->slots.begin(), s_->slots.end(), [&](const Slot& s) { return s.busy && s.seq.req.id == id; });
   if (queued == s_->queue.end() && !running) return false;
   if (std::find(s_->cancelled.begin(), s_->cancelled.end(), id) != s_->cancelled.end()) return false;
   s_->cancelled.push_back(id);
@@ -117,16 +164,17 @@ namespace {
 // The request's choice after a step: `logits` its row's V raw logits (overwritten). Appends
 // the token event; returns whether the request ends with it.
 bool choose_and_emit(Slot& slot, float* logits, int V, int eos, int max_len, std::vector<EngineEvent>& events) {
-  if (holds_nan_or_inf(logits, V)) nonfinite_logits("engine request " + std::to_string(slot.req.id), slot.generated);
-  const int32_t t = slot.chooser->choose(logits, slot.history, slot.generated);
-  slot.history.push_back(t), slot.last = t, ++slot.generated;
-  EngineEvent e{slot.req.id, t, false, ""};
+  Progress& p = slot.seq;
+  if (holds_nan_or_inf(logits, V)) nonfinite_logits("engine request " + std::to_string(p.req.id), p.generated);
+  const int32_t t = p.chooser->choose(logits, p.history, p.generated);
+  p.history.push_back(t), ++p.generated;
+  EngineEvent e{p.req.id, t, false, ""};
   if (t == eos)
     e.reason = "eos";
-  else if (slot.generated >= slot.req.max_new || slot.len >= max_len)
+  else if (p.generated >= p.req.max_new || slot.len >= max_len)
     e.reason = "length";
-  else if (std::any_of(slot.req.stop.begin(), slot.req.stop.end(), [&](const Sequence& s) {
-             return int(s.size()) <= slot.generated && ends_with(slot.history, s);  // new tokens only
+  else if (std::any_of(p.req.stop.begin(), p.req.stop.end(), [&](const Sequence& s) {
+             return int(s.size()) <= p.generated && ends_with(p.history, s);  // new tokens only
            }))
     e.reason = "stop";
   e.finished = !e.reason.empty();
@@ -143,113 +191,135 @@ std::vector<EngineEvent> Engine::step() {
   Stack& stack = c.stack;
   const Weights& w = *model_->weights_;
   const ModelConfig& cfg = stack.cfg;
-  const int V = cfg.tgt_vocab, eos = cfg.eos_id, S = s.st.B;
-  const int64_t bstride = int64_t(s.st.row) * s.st.Tmax;
+  const int V = cfg.tgt_vocab, eos = cfg.eos_id, S = int(s.slots.size());
+  KvBlockPool& pool = s.cache->blocks;
 
   // 1. cancellations, waiting or running
   for (int64_t id : s.cancelled) {
-    s.queue.erase(std::remove_if(s.queue.begin(), s.queue.end(), [&](const Request& r) { return r.id == id; }), s.queue.end());
+    s.queue.erase(std::remove_if(s.queue.begin(), s.queue.end(), [&](const Progress& p) { return p.req.id == id; }),
+                  s.queue.end());
     for (Slot& slot : s.slots)
-      if (slot.busy && slot.req.id == id) slot = Slot();
+      if (slot.busy && slot.seq.req.id == id) s.release(slot);
     events.push_back({id, -1, true, "cancelled"});
   }
   s.cancelled.clear();
 
   // 2. prefill within the step's budget: prompts already in progress first (oldest first),
-  // then waiting requests into free slots. A piece runs through the decoder as the whole
-  // prompt would (each row's arithmetic is its own); the last piece's logits choose the
-  // request's first token and its keys and values go into the slot.
+  // then waiting sequences into free slots while the pool has their prompts' blocks. A
+  // piece runs through the decoder as the whole prompt would (each row's arithmetic is its
+  // own); the last piece's logits choose the request's first token (a preempted one has it
+  // already: its later tokens are replayed by the decode passes).
   int budget = s.opt.prefill_tokens;
-  auto advance = [&](int b) {
-    Slot& slot = s.slots[size_t(b)];
-    const int P = int(slot.req.prompt.size()), n = std::min(P - slot.prefilled, budget);
+  auto advance = [&](Slot& slot) {
+    Progress& p = slot.seq;
+    const int P = int(p.req.prompt.size()), n = piece(P - slot.len, budget);
     IBuf tok(n, 1);
-    for (int i = 0; i < n; ++i) tok(i, 0) = slot.req.prompt[size_t(slot.prefilled + i)];
-    Array x = stack.decode_step(*slot.prefill, w, tok, true);
-    slot.prefilled += n, budget -= n;
-    if (slot.prefilled < P) return;
+    for (int i = 0; i < n; ++i) tok(i, 0) = p.history[size_t(slot.len + i)];
+    Array x = paged_forward(stack, w, *s.cache, tok, {slot.len}, {&slot.blocks}, {true}, true);
+    slot.len += n, budget -= n;
+    if (slot.len < P) return;
+    // The prompt's full blocks, findable by later prompts that start the same way.
+    uint64_t key = 0;
+    for (int k = 0; (k + 1) * BS <= P; ++k) {
+      key = KvBlockPool::chain(key, p.req.prompt.data() + k * BS);
+      pool.publish(slot.blocks[size_t(k)], key, p.req.prompt.data() + k * BS);
+    }
+    if (p.generated > 0) return;
     Array logits(V, 1, 1, stack.iface), out(V, 1, 1, stack.iface);
     stack.head(x, w, logits, out);
-    for (size_t l = 0; l < slot.prefill->cache.size(); ++l)
-      stack.copy_elems(slot.prefill->cache[l], 0, s.st.cache[l], int64_t(b) * bstride, int64_t(P) * slot.prefill->row);
-    slot.prefill.reset();
     std::vector<float> row = stack.to_host(logits);
-    if (choose_and_emit(slot, row.data(), V, eos, s.opt.max_len, events)) slot = Slot();
+    if (choose_and_emit(slot, row.data(), V, eos, s.opt.max_len, events)) s.release(slot);
   };
-  std::vector<int> in_progress;
-  for (int b = 0; b < S; ++b)
-    if (s.slots[size_t(b)].prefill) in_progress.push_back(b);
-  std::sort(in_progress.begin(), in_progress.end(),
-            [&](int a, int b) { return s.slots[size_t(a)].req.id < s.slots[size_t(b)].req.id; });
-  for (int b : in_progress)
-    if (budget > 0) advance(b);
+  std::vector<Slot*> in_progress;
+  for (Slot& slot : s.slots)
+    if (slot.prefilling()) in_progress.push_back(&slot);
+  std::sort(in_progress.begin(), in_progress.end(), [](const Slot* a, const Slot* b) { return a->admitted < b->admitted; });
+  for (Slot* slot : in_progress)
+    if (budget > 0) advance(*slot);
   for (int b = 0; b < S && budget > 0 && !s.queue.empty(); ++b) {
     Slot& slot = s.slots[size_t(b)];
     if (slot.busy) continue;
-    slot = Slot();
-    slot.busy = true, slot.req = std::move(s.queue.front());
+    Progress& p = s.queue.front();
+    const int P = int(p.req.prompt.size());
+    // The prompt's full blocks that an earlier prompt computed, shared; at least two of its
+    // tokens are left to compute (a lone one would be summed differently; see piece()).
+    std::vector<int> table;
+    uint64_t key = 0;
+    for (int k = 0; k < std::max(P - 2, 0) / BS; ++k) {
+      key = KvBlockPool::chain(key, p.req.prompt.data() + k * BS);
+      const int shared = pool.share(key, p.req.prompt.data() + k * BS);
+      if (shared < 0) break;
+      table.push_back(shared);
+    }
+    const int shared = int(table.size());
+    if (pool.available() < blocks_for(P) - shared) {  // wait for blocks, first come first served
+      for (int blk : table) pool.release(blk);
+      break;
+    }
+    while (int(table.size()) < blocks_for(P)) table.push_back(pool.allocate());
+    slot.busy = true, slot.seq = std::move(p), slot.admitted = ++s.admissions;
+    slot.blocks = std::move(table), slot.len = shared * BS;
     s.queue.pop_front();
-    const int P = int(slot.req.prompt.size());
-    slot.history = slot.req.prompt, slot.len = P;
-    slot.chooser = std::make_unique<TokenChooser>(slot.req.options, V, eos, 0);  // batch row 0's generator
-    slot.prefill = std::make_unique<DecoderState>(stack.decoder_state(w, 1, P));
-    advance(b);
+    s.prefix_tokens += shared * BS;
+    if (!slot.seq.chooser) slot.seq.chooser = std::make_unique<TokenChooser>(slot.seq.req.options, V, eos, 0);  // batch row 0's generator
+    advance(slot);
   }
 
-  // 3. one decoder step for every running row, each at its own position
+  // 3. one decoder step for every running row, each at its own position. A row entering a
+  // new block takes one from the pool; when none is left the newest sequence is preempted
+  // (its blocks freed, itself back at the queue's head), which may be the row itself.
+  std::vector<Slot*> by_age;
+  for (Slot& slot : s.slots)
+    if (slot.decoding()) by_age.push_back(&slot);
+  std::sort(by_age.begin(), by_age.end(), [](const Slot* a, const Slot* b) { return a->admitted < b->admitted; });
+  for (Slot* slot : by_age) {
+    if (!slot->decoding() || slot->len < int(slot->blocks.size()) * BS) continue;
+    int blk = pool.allocate();
+    while (blk < 0) {
+      Slot* newest = nullptr;
+      for (Slot& other : s.slots)
+        if (other.busy && (!newest || other.admitted > newest->admitted)) newest = &other;
+      const bool self = newest == slot;
+      Progress p = std::move(newest->seq);
+      s.release(*newest);
+      s.queue.push_front(std::move(p));
+      ++s.preemptions;
+      if (self) break;
+      blk = pool.allocate();
+    }
+    if (blk >= 0) slot->blocks.push_back(blk);
+  }
   std::vector<int> rows;
   for (int b = 0; b < S; ++b)
     if (s.slots[size_t(b)].decoding()) rows.push_back(b);
   if (rows.empty()) return events;
   // Rows [0, R): every running slot (admission fills the lowest free slots first), so a
-  // lightly loaded engine computes no idle rows past its last running one.
+  // lightly loaded engine computes no idle rows past its last running one. An idle row
+  // reads the null block at position 0 and writes nothing.
   const int R = rows.back() + 1;
-  const int d = cfg.d_model, hd = d / cfg.heads, W = stack.qkv_width(), heads = W / hd, row = s.st.row;
-  int keys = 0;
   IBuf tokens(1, R);
-  std::vector<int> pos(size_t(R), 0);
+  std::vector<int> start(size_t(R), 0);
+  std::vector<const std::vector<int>*> tables(static_cast<size_t>(R));
+  std::vector<bool> write(size_t(R), false);
+  static const std::vector<int> none;
   for (int b = 0; b < R; ++b) {
     const Slot& slot = s.slots[size_t(b)];
-    tokens(0, b) = slot.decoding() ? slot.last : cfg.pad_id;
-    pos[size_t(b)] = slot.decoding() ? slot.len : 0;
-    keys = std::max(keys, pos[size_t(b)] + 1);
+    const bool on = slot.decoding();
+    tokens(0, b) = on ? slot.seq.history[size_t(slot.len)] : cfg.pad_id;
+    start[size_t(b)] = on ? slot.len : 0;
+    tables[size_t(b)] = on ? &slot.blocks : &none;
+    write[size_t(b)] = on;
   }
-  // Row b sees its own positions [0, len_b]; an idle (or prefilling) row its position 0,
-  // which it does not write (its output is never read).
-  Array mask = stack.make_input(keys, R, 1, [&](float* m) {
-    for (int b = 0; b < R; ++b)
-      for (int t = 0; t < keys; ++t) m[int64_t(b) * keys + t] = t <= pos[size_t(b)] ? 0.0f : kMasked;
-  });
-  Array x = stack.embed_rows(stack.kt.embed_tgt, tokens, w, pos);
-  IBuf positions = stack.row_positions(R, [&](int m) { return pos[size_t(m)]; });
-  halide_buffer_t* bias = stack.position_bias(w.decoder_position_bias);
-  const bool bf16 = stack.self_cache_bf16();
-  Array qkv(row, 1, R, stack.iface, bf16);  // the step's rows: queries read here, keys and values copied to the cache
-  for (size_t l = 0; l < w.decoder.size(); ++l) {
-    const auto& L = w.decoder[l];
-    Array& cache = s.st.cache[l];
-    Array ff_in = stack.parallel_input(x, L);
-    stack.residual_block(x, L.self_norm, [&](const Array& h, const Array& res, Array& y) {
-      Array a(d, 1, R, stack.iface);
-      stack.qkv_projection(h.flat(), L, view2(qkv, 0, W, R, row), bf16, positions);
-      for (int b : rows) stack.copy_elems(qkv, int64_t(b) * row, cache, int64_t(b) * bstride + int64_t(pos[size_t(b)]) * row, W);
-      stack.attention(stack.kt.decoder_self_attention, "decoder_self_attention", view4(qkv, 0, hd, heads, 1, R, row, row),
-                      view4(cache, 0, hd, heads, keys, R, row, bstride), view2(mask, 0, keys, R, keys), bias,
-                      view4(a, 0, hd, d / hd, 1, R, d, d));
-      stack.linear_residual(stack.kt.attention_out, "attention_out", a.flat(), L.attn_out, res.flat(), y.flat());
-    });
-    stack.feed_forward(x, L, ff_in);
-  }
-  stack.final_norm(x, w.decoder_norm);
+  Array x = paged_forward(stack, w, *s.cache, tokens, start, tables, write, false);
   Array logits(V, 1, R, stack.iface);
   stack.generator(x, w, logits);
   std::vector<float> host = stack.to_host(logits);
 
-  // 4. each row's choice; the rows that ended leave
+  // 4. each row's choice (a replayed position chooses nothing); the rows that ended leave
   for (int b : rows) {
     Slot& slot = s.slots[size_t(b)];
-    ++slot.len;
-    if (choose_and_emit(slot, host.data() + int64_t(b) * V, V, eos, s.opt.max_len, events)) slot = Slot();
+    if (++slot.len < int(slot.seq.history.size())) continue;
+    if (choose_and_emit(slot, host.data() + int64_t(b) * V, V, eos, s.opt.max_len, events)) s.release(slot);
   }
   return events;
 }

@@ -2,9 +2,11 @@
 // (Model::generate on that one prompt with the same options): every request's tokens
 // must be identical -- greedy and seeded sampling -- while requests arrive at different
 // steps, outnumber the slots (so they queue and take freed slots), have different prompt
-// lengths and lengths of answer, and end by eos, length or a stop sequence. Also:
-// cancellation of queued and running requests frees their slots, 1,000 queued requests
-// drain, and bad requests / models are refused by name. Two models: gpt-tiny (fp32,
+// lengths and lengths of answer, and end by eos, length or a stop sequence -- also with a
+// pool of blocks so small that sequences are preempted and recomputed, and with prompts
+// that share prefixes (their blocks shared). Also: every block is back in the pool after
+// each run; cancellation of queued and running requests frees their slots and blocks,
+// 1,000 queued requests drain, and bad requests / models are refused by name. Two models: gpt-tiny (fp32,
 // learned positions) and the GGUF test model gguf-q8 (rotary, grouped-query attention,
 // q8_0 weights, bf16 cache). Compiled at test time against both libraries
 // (tests/generation/CMakeLists.txt).
@@ -48,8 +50,9 @@ std::string str(const Sequence& s) {
 }
 
 // Runs `jobs` through an engine (submitting each before its step), checks each against
-// `want` (its tokens alone, cut by its stop sequences), returns the steps taken.
-int run_engine(const halformer::Model& m, const std::string& name, const std::vector<Job>& jobs,
+// `want` (its tokens alone, cut by its stop sequences) and that every block is free again;
+// returns the engine's stats.
+halformer::EngineStats run_engine(const halformer::Model& m, const std::string& name, const std::vector<Job>& jobs,
                const std::vector<Sequence>& want, halformer::EngineOptions eo) {
   halformer::Engine engine(m, eo);
   std::map<int64_t, size_t> job_of;
@@ -73,10 +76,14 @@ int run_engine(const halformer::Model& m, const std::string& name, const std::ve
     check(got[j] == want[j], name + ": job " + std::to_string(j) + " (prompt " + str(jobs[j].prompt) + ") engine " +
                                  str(got[j]) + ", alone " + str(want[j]));
   }
-  std::printf("%s: %zu requests, %d slots (at most %d running), %d steps: every request's tokens equal its own "
-              "run alone\n", name.c_str(), jobs.size(), eo.max_sequences, max_running, step);
+  const halformer::EngineStats st = engine.stats();
+  std::printf("%s: %zu requests, %d slots (at most %d running), %d blocks, %d steps, %lld preemptions, %lld prompt "
+              "tokens shared: every request's tokens equal its own run alone\n",
+              name.c_str(), jobs.size(), eo.max_sequences, max_running, st.blocks, step, (long long)st.preemptions,
+              (long long)st.prefix_tokens);
   if (eo.max_sequences <= 3) check(max_running == eo.max_sequences, name + ": the slots were never all busy");
-  return step;
+  check(st.blocks_in_use == 0, name + ": " + std::to_string(st.blocks_in_use) + " blocks still in use after the run");
+  return st;
 }
 
 // Each job alone (Model::generate), cut after the first stop sequence its tokens end with.
@@ -126,7 +133,34 @@ void check_model(const halformer::Model& m, const std::string& name, int vocab_l
   eo.prefill_tokens = 16;  // at most one long prompt a step
   run_engine(m, name, jobs, want, eo);
   eo.max_sequences = 8;
-  run_engine(m, name + " (8 slots)", jobs, want, eo);
+  const halformer::EngineStats roomy = run_engine(m, name + " (8 slots)", jobs, want, eo);
+  check(roomy.preemptions == 0, name + ": preempted with room for every slot's max_len");
+  // A pool of 5 blocks for 8 slots (the longest request needs 3): sequences are preempted,
+  // prefilled again and their tokens replayed.
+  eo.kv_cache_mb = (5.5 * double(roomy.block_bytes)) / double(1 << 20);
+  const halformer::EngineStats small = run_engine(m, name + " (8 slots, 5 blocks)", jobs, want, eo);
+  check(small.blocks == 5, name + ": the budget gave " + std::to_string(small.blocks) + " blocks, not 5");
+  check(small.preemptions > 0, name + ": a pool of 5 blocks preempted nothing");
+
+  // Prompts that start alike (a shared 37-token system prompt, then each its own question;
+  // two of them identical): the prefix's full blocks are computed once, then shared.
+  std::vector<Job> chat;
+  Sequence system;
+  for (int i = 0; i < 37; ++i) system.push_back(id(rng));
+  for (int j = 0; j < 6; ++j) {
+    Job job;
+    job.prompt = system;
+    for (int i = j == 5 ? 3 : 1 + j; i > 0; --i) job.prompt.push_back(j == 5 ? chat[2].prompt[size_t(37 + 3 - i)] : id(rng));
+    job.options.max_new_tokens = 6;
+    if (j % 2) job.options.sampling_topk = 20, job.options.seed = uint64_t(77 + j);
+    job.arrives = j == 0 ? 0 : 3 + j;  // the first one's prompt is in its blocks by then
+    chat.push_back(job);
+  }
+  eo = halformer::EngineOptions();
+  eo.max_sequences = 4;
+  const halformer::EngineStats shared = run_engine(m, name + " (shared prefixes)", chat, alone(m, chat), eo);
+  check(shared.prefix_tokens >= 5 * 32, name + ": only " + std::to_string(shared.prefix_tokens) +
+                                           " prompt tokens were shared (want 2 blocks of each of 5 prompts)");
 }
 
 void check_cancel_and_queue(const halformer::Model& m) {
@@ -144,6 +178,7 @@ void check_cancel_and_queue(const halformer::Model& m) {
   check(cancelled == 2 && e.running() == 1 && e.waiting() == 0, "cancel: both ended, their slot freed");
   while (!e.idle()) e.step();
   check(!e.cancel(b), "cancel: a finished request");
+  check(e.stats().blocks_in_use == 0, "cancel: blocks still in use");
 
   // A stop sequence matches the new tokens only: one that would end with the prompt's last
   // token and the first new one does not stop the request there.
@@ -204,6 +239,13 @@ int main(int argc, char** argv) {
     bad.max_sequences = 0;
     expect_error("no slots", "max_sequences 0", [&] { halformer::Engine(gpt, bad); });
     expect_error("encoder-decoder", "decoder-only", [&] { halformer::Engine(rev, {}); });
+    bad = halformer::EngineOptions();
+    bad.kv_cache_mb = 1e-6;
+    expect_error("budget below a block", "holds no block", [&] { halformer::Engine(gpt, bad); });
+    bad.kv_cache_mb = 2.5 * double(e.stats().block_bytes) / double(1 << 20);
+    halformer::Engine tiny(gpt, bad);
+    o.max_new_tokens = 30;
+    expect_error("a request larger than the pool", "raise kv_cache_mb", [&] { tiny.submit(Sequence(10, 5), o); });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

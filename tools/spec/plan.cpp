@@ -109,15 +109,17 @@ class Planner {
   // heads, the rotary positions already applied (rotary()); cross-attention plain heads.
   // kv_bf16 / q_bf16: keys and values / queries read as bf16 bits (the CPU kernels;
   // attention's kv_bf16 and q_bf16).
+  // block_size > 0: over the engine's paged cache (generators/attention.cpp block_size).
   void attention(KernelRole role, int q_head, int k_head, int v_head, bool causal, bool self,
-                 bool kv_bf16 = false, bool q_bf16 = false) {
+                 bool kv_bf16 = false, bool q_bf16 = false, int block_size = 0) {
     const int64_t H = spec_.heads;
     const int64_t group = self ? H / spec_.kv_heads : 1;
     const bool relative = self && spec_.positions == Positions::Relative;  // T5: a bias per distance
     std::string label = "attention_" + std::to_string(q_head) + "_" + std::to_string(k_head) + "_" +
                         std::to_string(v_head) + (causal ? "_causal" : "") +
                         (relative ? "_relative" : "") + (spec_.scaled ? "" : "_unscaled") +
-                        (kv_bf16 ? "_kv_bf16" : "") + (q_bf16 ? "_q_bf16" : "") + half_suffix(kv_bf16);
+                        (kv_bf16 ? "_kv_bf16" : "") + (q_bf16 ? "_q_bf16" : "") + half_suffix(kv_bf16) +
+                        (block_size > 0 ? "_paged" + std::to_string(block_size) : "");
     std::vector<std::pair<std::string, std::string>> params = {{"heads", std::to_string(H)},
                                                                {"head_dim", std::to_string(spec_.d_model / H)},
                                                                {"q_head", std::to_string(q_head)},
@@ -139,6 +141,7 @@ class Planner {
       params.emplace_back("relative_distance", std::to_string(relative_table_distance(int(spec_.relative_distance),
                                                                                        int(spec_.max_len))));
     if (!spec_.scaled) params.emplace_back("scale", "1");
+    if (block_size > 0) params.emplace_back("block_size", std::to_string(block_size));
     bind(role, kernel_role(role).generator, label, std::move(params));
   }
 
@@ -206,6 +209,10 @@ class Planner {
     const bool bf16_cache = s.half_cache();
     if (enc) attention(KernelRole::encoder_self_attention, 0, H, H + KVH, false, true);
     if (dec) attention(KernelRole::decoder_self_attention, 0, H, H + KVH, s.causal, true, bf16_cache, bf16_cache);
+    // Decoder-only models: the same over the engine's paged cache, whose rows hold the keys
+    // and values only (runtime/kv_blocks.h).
+    if (!enc) attention(KernelRole::paged_self_attention, 0, 0, KVH, s.causal, true, bf16_cache, bf16_cache,
+                        kKvBlockSize);
     // Rotary models: the QKV rows in fp32, then turned (and, into a bf16 cache, rounded) once.
     const bool rotary_rows = s.positions == Positions::Rotary;
     if (rotary_rows) rotary(KernelRole::rotary, false);

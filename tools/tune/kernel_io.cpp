@@ -144,6 +144,8 @@ IoPlan io_plan(const PlannedKernel& k, Signature signature, const Shape& s, cons
       io.out_extents = {D, H, T, B};
       break;
     }
+    case Signature::PagedAttentionFn:  // the engine's: the decoder self-attention's schedule, not tuned alone
+      throw std::logic_error("the paged self-attention is not tuned on its own");
     case Signature::LayerNormFn: {
       const int C = geti(p, "channels", 64);
       LayerNormFnInputs in;

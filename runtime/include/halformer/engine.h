@@ -1,21 +1,27 @@
-// Continuous batching for decoder-only models (issue 42; docs/engine.md): requests join
-// and leave the running batch at every decode step instead of waiting for a whole batch.
+// Continuous batching for decoder-only models over a paged key/value cache (issue 42;
+// docs/engine.md): requests join and leave the running batch at every decode step instead
+// of waiting for a whole batch, and their keys and values live in blocks of a pool sized by
+// a memory budget instead of rows reserved for the longest request.
 //
-// The engine holds `max_sequences` slots, each a row of one key/value cache of `max_len`
-// positions. Every step():
+// Every step():
 //   1. retires cancelled requests;
 //   2. prefills prompts, at most `prefill_tokens` tokens per step: those in progress first,
-//      then waiting requests, oldest first, into free slots. A prompt runs through the
-//      decoder alone, in pieces of the budget (a long prompt never stalls the running
-//      decodes for more than the budget), with the arithmetic Model::generate gives it in
-//      one piece; then its keys and values go into its slot and its first token is chosen;
+//      then waiting requests, oldest first, into free slots while the pool has blocks for
+//      their prompts. A prompt runs through the decoder alone, in pieces of the budget (a
+//      long prompt never stalls the running decodes for more than the budget), with the
+//      arithmetic Model::generate gives it in one piece; the full blocks of a prompt prefix
+//      that an earlier prompt already computed are shared, not recomputed;
 //   3. runs one decoder step for every running sequence together, each row at its own
-//      position (its own clock: no row waits for another's length), and chooses each
-//      row's token with the request's own options and generator;
+//      position, attention reading each row's keys through its block table, and chooses
+//      each row's token with the request's own options and generator. A row that needs a
+//      new block when the pool is empty preempts the newest running sequence: its blocks
+//      are freed and it waits at the queue's head, to be prefilled again and its tokens so
+//      far replayed, decode step by decode step;
 //   4. retires every sequence that ended (eos, max_new_tokens, a stop sequence, max_len).
-// A request's tokens are those of Model::generate on that request alone: its sampling
-// generator is the one of batch row 0 with its seed (generation.h), and a row's
-// arithmetic does not depend on its neighbours (tests/generation/engine_alone.cpp).
+// A request's tokens are those of Model::generate on that request alone, preempted or not:
+// its sampling generator is the one of batch row 0 with its seed (generation.h), and a
+// row's arithmetic depends neither on its neighbours, nor on where its blocks are, nor on
+// how its prompt was cut (tests/generation/engine_alone.cpp).
 // Not thread-safe: one thread calls submit / cancel / step (the Python engine's loop).
 #pragma once
 
@@ -32,8 +38,21 @@ namespace halformer {
 
 struct EngineOptions {
   int max_sequences = 8;     // slots: sequences decoded together
-  int max_len = 0;           // positions per slot, prompt + new tokens (0: the model's max_len)
+  int max_len = 0;           // positions per sequence, prompt + new tokens (0: the model's max_len)
   int prefill_tokens = 512;  // prompt tokens prefilled per step
+  // The key/value cache's budget in MiB (1 MiB = 2^20 bytes), in blocks of kKvBlockSize
+  // positions of every layer; 0: room for max_sequences sequences of max_len.
+  double kv_cache_mb = 0;
+};
+
+// The pool and what happened to it.
+struct EngineStats {
+  int blocks = 0;                  // blocks the pool can hand out
+  int blocks_in_use = 0;           // held by running sequences
+  int blocks_cached = 0;           // full prompt blocks findable by a later prompt
+  int64_t block_bytes = 0;         // one block: kKvBlockSize positions of every layer's keys and values
+  int64_t preemptions = 0;         // sequences preempted for lack of blocks
+  int64_t prefix_tokens = 0;       // prompt tokens not computed: their blocks were shared
 };
 
 // What a step produced for one request: a token, and whether the request ended with it.
@@ -59,7 +78,8 @@ class Engine {
   // sampling, seed, penalties; beam_size 1; on_token is not called: tokens come from
   // step()). `stop`: token sequences that end the request when its new tokens end with
   // one (the stop tokens are delivered). Throws Error, naming the problem, for an empty
-  // prompt, ids out of the vocabulary, or prompt + max_new_tokens over max_len.
+  // prompt, ids out of the vocabulary, prompt + max_new_tokens over max_len, or a request
+  // whose keys and values would not fit the whole pool.
   int64_t submit(const Sequence& prompt, const GenerationOptions& options = {}, std::vector<Sequence> stop = {});
   // Ends a waiting or running request at the next step (an event with reason "cancelled");
   // false if the id is unknown or already finished.
@@ -70,6 +90,7 @@ class Engine {
   int running() const;      // sequences in slots
   int waiting() const;      // requests queued
   const EngineOptions& options() const;
+  EngineStats stats() const;
 
  private:
   const Model* model_;

@@ -26,6 +26,7 @@ namespace halformer {
   X(LinearFn, B(x) B(w) B(b))                                                             \
   X(LinearResidualFn, B(x) B(w) B(b) B(residual))                                         \
   X(AttentionFn, B(q) B(kv) B(key_mask) B(position_bias))                                 \
+  X(PagedAttentionFn, B(q) B(kv) B(key_mask) B(position_bias) B(block_table))             \
   X(LayerNormFn, B(x) B(gamma) B(beta))                                                   \
   X(SoftmaxFn, B(x))                                                                      \
   X(ArgmaxFn, B(x))                                                                       \
@@ -169,7 +170,14 @@ struct CudaHooks {
   X(cast_bf16, ConvertFn, "convert", "fp32 rows -> bf16 bits, cuBLASLt's input (CUDA bf16 builds; else null)")   \
   X(gate_act, GateFn, "gate", "act(gate) * up: a gated ff's middle after cuBLASLt (CUDA; else null)")          \
   X(rotary, RotaryFn, "rotary", "rotary positions turned once in fused QKV rows (rotary models; else null)")     \
-  X(rotary_cache, RotaryFn, "rotary", "the same, stored as the decoder's bf16 cache rows (else null)")
+  X(rotary_cache, RotaryFn, "rotary", "the same, stored as the decoder's bf16 cache rows (else null)")          \
+  X(paged_self_attention, PagedAttentionFn, "attention",                                                          \
+    "the decoder's self-attention over the engine's paged cache (decoder-only models; else null)")
+
+// Positions per block of the engine's paged key/value cache (runtime/kv_blocks.h), baked
+// into paged_self_attention: vLLM's default; a block is the unit of allocation, sharing
+// and preemption.
+constexpr int kKvBlockSize = 16;
 
 // One pointer per role (null where the model has none).
 struct KernelTable {
@@ -212,7 +220,7 @@ inline int relative_table_distance(int relative_distance, int max_len) {
 }
 
 // Bumped when the layout of ModelConfig / KernelTable or an enum value in them changes.
-constexpr int kDescriptorVersion = 15;
+constexpr int kDescriptorVersion = 16;
 
 // A built model as a value: what the generated <name>_model.cpp exports, under a name
 // derived from the model's (extern "C" halformer_model_<name>(), see model.h), so that

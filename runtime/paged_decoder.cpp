@@ -1,0 +1,104 @@
+// The decoder over the paged cache (paged_decoder.h). Mirrors Stack::decode_step (its
+// embedding, layer order, the last row of a prompt, the causal chunks of a prompt's queries)
+// so that a sequence gets the bits it gets alone; only where keys and values are kept
+// differs.
+#include "paged_decoder.h"
+
+#include <algorithm>
+
+#include "profile.h"
+
+namespace halformer {
+
+int64_t PagedCache::bytes_per_block(const Stack& stack, const Weights& w) {
+  const int hd = stack.cfg.d_model / stack.cfg.heads, kv_row = stack.qkv_width() - stack.cfg.heads * hd;
+  return int64_t(w.decoder.size()) * kKvBlockSize * kv_row * (stack.self_cache_bf16() ? 2 : 4);
+}
+
+PagedCache::PagedCache(Stack& stack, const Weights& w, int count) : blocks(count) {
+  const int hd = stack.cfg.d_model / stack.cfg.heads;
+  kv_row = stack.qkv_width() - stack.cfg.heads * hd;
+  block_bytes = bytes_per_block(stack, w);
+  for (size_t l = 0; l < w.decoder.size(); ++l) {
+    // Host memory is zeroed; device memory is not, and masked keys are still read (times a
+    // zero weight), so it is uploaded as zeros.
+    if (!stack.iface)
+      pool.emplace_back(kv_row, kKvBlockSize, count, nullptr, stack.self_cache_bf16());
+    else
+      pool.push_back(stack.make_input(kv_row, kKvBlockSize, count, [](float*) {}));
+  }
+}
+
+Array paged_forward(Stack& stack, const Weights& w, PagedCache& cache, const IBuf& tokens, const std::vector<int>& start,
+                    const std::vector<const std::vector<int>*>& tables, const std::vector<bool>& write, bool last_row) {
+  const ModelConfig& cfg = stack.cfg;
+  const int Tq = tokens.dim(0).extent(), B = tokens.dim(1).extent();
+  if (Tq > 1 && B > 1) throw Error("internal: several positions of several sequences");
+  const int d = cfg.d_model, H = cfg.heads, hd = d / H, W = stack.qkv_width(), kv_row = cache.kv_row;
+  const int BS = kKvBlockSize, blocks = cache.pool.empty() ? 0 : cache.pool[0].B;
+  int keys = 0;
+  for (int b = 0; b < B; ++b) keys = std::max(keys, start[size_t(b)] + Tq);
+  // Each sequence's table, padded with the null block; its keys visible up to its own end.
+  IBuf table((keys + BS - 1) / BS, B);
+  table.fill(0);
+  for (int b = 0; b < B; ++b)
+    for (int n = 0; n < table.dim(0).extent() && n < int(tables[size_t(b)]->size()); ++n) table(n, b) = (*tables[size_t(b)])[size_t(n)];
+  stack.upload(table);
+  Array mask = stack.make_input(keys, B, 1, [&](float* m) {
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < keys; ++t) m[int64_t(b) * keys + t] = t < start[size_t(b)] + Tq ? 0.0f : kMasked;
+  });
+  Array x = Tq > 1 ? stack.embed(stack.kt.embed_tgt, tokens, true, w, start[0])
+                   : stack.embed_rows(stack.kt.embed_tgt, tokens, w, start);
+  IBuf positions = stack.row_positions(Tq * B, [&](int m) { return start[size_t(m / Tq)] + m % Tq; });
+  halide_buffer_t* bias = stack.position_bias(w.decoder_position_bias);
+  const bool bf16 = stack.self_cache_bf16();
+  for (size_t l = 0; l < w.decoder.size(); ++l) {
+    const auto& L = w.decoder[l];
+    Array& pool = cache.pool[l];
+    View pool_view = view4(pool, 0, hd, kv_row / hd, BS, blocks, kv_row, int64_t(BS) * kv_row);
+    auto attend = [&](View q, int n_keys, View out) {
+      View m = view2(mask, 0, n_keys, B, keys);
+      KernelTimer timer("paged_self_attention", stack.iface);
+      check_kernel(stack.kt.paged_self_attention(q.raw(), pool_view.raw(), m.raw(), bias, table.raw_buffer(), out.raw()),
+                   "paged_self_attention");
+    };
+    const bool tail = last_row && Tq > 1 && l + 1 == w.decoder.size();
+    Array ff_in = stack.parallel_input(x, L, tail);
+    stack.residual_block(x, L.self_norm, [&](const Array& h, const Array& res, Array& y) {
+      Array qkv(W, Tq, B, stack.iface, bf16), a(d, y.T, B, stack.iface);
+      stack.qkv_projection(h.flat(), L, qkv.flat(), bf16, positions);
+      for (int b = 0; b < B; ++b) {
+        if (!write[size_t(b)]) continue;
+        for (int i = 0; i < Tq; ++i) {
+          const int p = start[size_t(b)] + i;
+          const int64_t block = (*tables[size_t(b)])[size_t(p / BS)];
+          stack.copy_elems(qkv, (int64_t(b) * Tq + i) * W + H * hd, pool, (block * BS + p % BS) * kv_row, kv_row);
+        }
+      }
+      if (y.T == 1 && Tq > 1) {
+        // A prompt's last position (a device view must start aligned: copied out there).
+        Array last = stack.iface ? stack.last_positions(qkv) : Array();
+        View q = stack.iface ? view4(last, 0, hd, H, 1, 1, W, W) : view4(qkv, int64_t(Tq - 1) * W, hd, H, 1, 1, W, W);
+        attend(q, keys, a.heads(hd));
+      } else if (Tq == 1) {
+        attend(view4(qkv, 0, hd, H, 1, B, W, W), keys, view4(a, 0, hd, H, 1, B, d, d));
+      } else {
+        // A prompt's queries in causal chunks, as Stack::decoder_self_attention cuts them.
+        const int len = start[0], chunk = stack.iface || !cfg.causal ? Tq : Stack::causal_chunk(len + Tq);
+        for (int q0 = 0, q1; q0 < Tq; q0 = q1) {
+          q1 = std::min(Tq, q0 + chunk);
+          if (Tq - q1 == 1) q1 = Tq;
+          attend(view4(qkv, int64_t(q0) * W, hd, H, q1 - q0, 1, W, int64_t(W) * Tq), len + q1,
+                 view4(a, int64_t(q0) * d, hd, H, q1 - q0, 1, d, int64_t(d) * Tq));
+        }
+      }
+      stack.linear_residual(stack.kt.attention_out, "attention_out", a.flat(), L.attn_out, res.flat(), y.flat());
+    }, nullptr, tail);
+    stack.feed_forward(x, L, ff_in);
+  }
+  stack.final_norm(x, w.decoder_norm);
+  return x;
+}
+
+}  // namespace halformer

@@ -1,0 +1,36 @@
+// The decoder over the engine's paged key/value cache (docs/engine.md): per layer a pool of
+// blocks, each kKvBlockSize positions of keys and values (a fused QKV row without its
+// queries), and one pass of the decoder over new positions of some sequences, their keys
+// and values written into their blocks and attention reading them through each sequence's
+// block table (paged_self_attention). The bookkeeping of blocks is kv_blocks.h.
+#pragma once
+
+#include <vector>
+
+#include "kv_blocks.h"
+#include "stack.h"
+
+namespace halformer {
+
+struct PagedCache {
+  std::vector<Array> pool;  // per decoder layer: (kv_row, kKvBlockSize, blocks), bf16 with self_cache_bf16
+  KvBlockPool blocks;
+  int kv_row = 0;           // features of a pool row: the keys, then the values
+  int64_t block_bytes = 0;  // one block of every layer
+  // A pool of `count` blocks (block 0 the null block, zeros).
+  PagedCache(Stack& stack, const Weights& w, int count);
+  // Bytes of one block of every layer, for a budget.
+  static int64_t bytes_per_block(const Stack& stack, const Weights& w);
+};
+
+// New positions of B sequences through the decoder: Tq each (Tq > 1 only for one sequence, a
+// piece of a prompt), tokens (Tq, B), sequence b's at positions [start[b], start[b] + Tq).
+// Their keys and values go into the blocks of tables[b] (which must cover those positions)
+// when write[b]; attention reads each sequence's positions [0, start[b] + Tq) through its
+// table. last_row: past the last layer's attention only the last position goes on (a
+// prompt's logits). Returns the final hidden rows, (d, 1 or Tq, B). The arithmetic is
+// Stack::decode_step's on a contiguous cache, bit for bit.
+Array paged_forward(Stack& stack, const Weights& w, PagedCache& cache, const IBuf& tokens, const std::vector<int>& start,
+                    const std::vector<const std::vector<int>*>& tables, const std::vector<bool>& write, bool last_row);
+
+}  // namespace halformer

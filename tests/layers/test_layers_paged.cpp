@@ -1,0 +1,108 @@
+// Attention over a paged key/value cache (generators/attention.cpp block_size; the
+// engine's pool, runtime/kv_blocks.h): keys and values live in blocks of a pool, each
+// sequence's scattered over blocks named by its block table. Checked against the same
+// kernel built for a contiguous cache on the same rows gathered in order -- bit for bit,
+// which is what lets the engine promise a request the tokens it gets alone -- and against
+// the naive reference (tests/reference/layers.h). Grouped-query heads, a causal prompt
+// after earlier blocks, decode rows of different lengths, fp32 and bf16 caches; block
+// size 4, so sequences span several blocks and end inside one.
+#include <gtest/gtest.h>
+#include <HalideBuffer.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "layer_checks.h"
+#include "reference/layers.h"
+#include "test_paged_kernels.h"  // KERNEL(name)
+
+namespace {
+
+using Buf = Halide::Runtime::Buffer<float>;
+using ref::Vec;
+
+constexpr int H = 4, KVH = 2, D = 20, BS = 4;
+constexpr int Ckv = 2 * KVH * D;  // a pool row: the keys, then the values
+constexpr int Cq = H * D;
+
+struct Shape {
+  int B, Tq;
+  std::vector<int> keys;  // per sequence (the mask hides the rest); Tk is the longest. Tq > 1: all equal
+};
+
+// Elem: float, or uint16_t (16-bit cache bits).
+template <typename Elem, typename Paged, typename Contiguous>
+void check(Paged paged, Contiguous contiguous, const Shape& s, const layer_checks::HalfFormat* half) {
+  const int Tk = *std::max_element(s.keys.begin(), s.keys.end()), per_seq = (Tk + BS - 1) / BS;
+  const int blocks = s.B * per_seq + 3;  // more than needed: unused blocks hold noise
+  Vec pool = ref::random_vec(size_t(blocks) * BS * Ckv, 11);
+  Vec q = ref::random_vec(size_t(s.B) * s.Tq * Cq, 12);
+  std::vector<uint16_t> pool_bits, q_bits;
+  if (half) pool_bits = layer_checks::round_to_half(pool, *half), q_bits = layer_checks::round_to_half(q, *half);
+  // Each sequence's blocks, shuffled over the pool; contiguous: the same rows in order.
+  std::vector<int> order(static_cast<size_t>(blocks));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937(5));
+  Halide::Runtime::Buffer<int32_t> table(per_seq, s.B);
+  Vec rows(size_t(s.B) * Tk * Ckv, 0.0f), mask(size_t(s.B) * Tk, 0.0f);
+  std::vector<Elem> row_elems(rows.size());
+  for (int b = 0; b < s.B; ++b) {
+    for (int n = 0; n < per_seq; ++n) table(n, b) = order[size_t(b * per_seq + n)];
+    for (int j = 0; j < Tk; ++j) {
+      const size_t from = (size_t(table(j / BS, b)) * BS + j % BS) * Ckv, to = (size_t(b) * Tk + j) * Ckv;
+      std::copy_n(&pool[from], Ckv, &rows[to]);
+      if constexpr (sizeof(Elem) == 2) std::copy_n(&pool_bits[from], Ckv, &row_elems[to]);
+      else std::copy_n(&pool[from], Ckv, &row_elems[to]);
+      if (j >= s.keys[size_t(b)]) mask[size_t(b) * Tk + j] = -1e30f;
+    }
+  }
+  Elem* pool_data = nullptr;
+  Elem* q_data = nullptr;
+  if constexpr (sizeof(Elem) == 2) pool_data = pool_bits.data(), q_data = q_bits.data();
+  else pool_data = pool.data(), q_data = q.data();
+  Halide::Runtime::Buffer<Elem> qb(q_data, {D, H, s.Tq, s.B}), poolb(pool_data, {D, 2 * KVH, BS, blocks}),
+      rowsb(row_elems.data(), {D, 2 * KVH, Tk, s.B});
+  Buf mb(mask.data(), {Tk, s.B});
+  Vec got(size_t(s.B) * s.Tq * Cq, -7.0f), want(got.size(), -8.0f);
+  Buf gotb(got.data(), {D, H, s.Tq, s.B}), wantb(want.data(), {D, H, s.Tq, s.B});
+  auto bias = layer_checks::no_position_bias();
+  ASSERT_EQ(paged(qb, poolb, mb, bias, table, gotb), 0);
+  ASSERT_EQ(contiguous(qb, rowsb, mb, bias, wantb), 0);
+  ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << "paged differs from contiguous";
+  // The reference, per sequence over its own keys (the causal offset counts those).
+  for (int b = 0; b < s.B; ++b) {
+    const int n = s.keys[size_t(b)];
+    Vec qs(q.begin() + int64_t(b) * s.Tq * Cq, q.begin() + int64_t(b + 1) * s.Tq * Cq);
+    Vec ks(rows.begin() + int64_t(b) * Tk * Ckv, rows.begin() + (int64_t(b) * Tk + n) * Ckv);
+    Vec r = ref::attention(qs, Cq, ks, Ckv, Vec(size_t(n), 0.0f), 1, s.Tq, n, H, D, 0, 0, KVH, true, H / KVH);
+    Vec g(got.begin() + int64_t(b) * s.Tq * Cq, got.begin() + int64_t(b + 1) * s.Tq * Cq);
+    layer_checks::expect_close(g, r, "paged attention, sequence " + std::to_string(b), half ? 1e-4 : KERNEL_TOLERANCE);
+  }
+}
+
+const std::vector<Shape> kShapes = {
+    {1, 1, {1}},                 // the first decode step: one key
+    {5, 1, {9, 1, 4, 13, 6}},    // decode rows of different lengths, inside and at block ends
+    {1, 7, {11}},                // a prompt piece of 7 after 4 earlier positions (causal offset)
+    {1, 35, {35}},               // a whole prompt, several key blocks of the schedule
+    {3, 2, {6, 6, 6}},           // two queries per sequence (more than one: equal lengths, as the engine calls it)
+};
+
+TEST(PagedAttention, Fp32EqualsContiguousGqaCausal) {
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE("B=" + std::to_string(s.B) + " Tq=" + std::to_string(s.Tq));
+    check<float>(KERNEL(test_attention_paged), KERNEL(test_attention_paged_twin), s, nullptr);
+  }
+}
+
+TEST(PagedAttention, Bf16EqualsContiguousGqaCausal) {
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE("B=" + std::to_string(s.B) + " Tq=" + std::to_string(s.Tq));
+    check<uint16_t>(KERNEL(test_attention_paged_bf16), KERNEL(test_attention_paged_bf16_twin), s,
+                    &layer_checks::kBf16);
+  }
+}
+
+}  // namespace
