@@ -20,6 +20,7 @@
 #include <dlfcn.h>
 
 #include <exception>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -27,6 +28,7 @@
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -208,8 +210,8 @@ class NativeModel {
 // object is kept alive by the binding (keep_alive). halformer/engine.py runs its loop.
 class NativeEngine {
  public:
-  NativeEngine(const NativeModel& m, int max_sequences, int max_len, int prefill_tokens)
-      : engine_(m.model(), halformer::EngineOptions{max_sequences, max_len, prefill_tokens}) {}
+  NativeEngine(const NativeModel& m, int max_sequences, int max_len, int prefill_tokens, double kv_cache_mb)
+      : engine_(m.model(), halformer::EngineOptions{max_sequences, max_len, prefill_tokens, kv_cache_mb}) {}
   int64_t submit(const std::vector<int32_t>& prompt, const halformer::GenerationOptions& o,
                  const std::vector<std::vector<int32_t>>& stop) {
     return engine_.submit(prompt, o, stop);
@@ -230,6 +232,11 @@ class NativeEngine {
   int running() const { return engine_.running(); }
   int waiting() const { return engine_.waiting(); }
   int max_len() const { return engine_.options().max_len; }
+  std::map<std::string, int64_t> stats() const {
+    const halformer::EngineStats st = engine_.stats();
+    return {{"blocks", st.blocks}, {"blocks_in_use", st.blocks_in_use}, {"blocks_cached", st.blocks_cached},
+            {"block_bytes", st.block_bytes}, {"preemptions", st.preemptions}, {"prefix_tokens", st.prefix_tokens}};
+  }
 
  private:
   halformer::Engine engine_;
@@ -283,15 +290,16 @@ NB_MODULE(_native, m) {
       .def("beam_search", &NativeModel::beam_search);
 
   nb::class_<NativeEngine>(m, "Engine")
-      .def(nb::init<const NativeModel&, int, int, int>(), nb::arg("model"), nb::arg("max_sequences"),
-           nb::arg("max_len"), nb::arg("prefill_tokens"), nb::keep_alive<1, 2>())
+      .def(nb::init<const NativeModel&, int, int, int, double>(), nb::arg("model"), nb::arg("max_sequences"),
+           nb::arg("max_len"), nb::arg("prefill_tokens"), nb::arg("kv_cache_mb"), nb::keep_alive<1, 2>())
       .def("submit", &NativeEngine::submit, nb::arg("prompt"), nb::arg("options"), nb::arg("stop"))
       .def("cancel", &NativeEngine::cancel, nb::arg("id"))
       .def("step", &NativeEngine::step)
       .def_prop_ro("idle", &NativeEngine::idle)
       .def_prop_ro("running", &NativeEngine::running)
       .def_prop_ro("waiting", &NativeEngine::waiting)
-      .def_prop_ro("max_len", &NativeEngine::max_len);
+      .def_prop_ro("max_len", &NativeEngine::max_len)
+      .def("stats", &NativeEngine::stats);
 
   using Tok = halformer::BertTokenizer;
   nb::class_<Tok>(m, "BertTokenizer")

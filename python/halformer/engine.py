@@ -18,7 +18,7 @@ import threading
 import time
 
 from . import _native
-from .checks import _int_arg, _int32_row
+from .checks import _float_arg, _int_arg, _int32_row
 
 _END = object()
 
@@ -76,18 +76,22 @@ class Stream:
 
 
 class Engine:
-    """Continuous batching over `model` (a decoder-only halformer.Model): max_sequences
-    slots of max_len positions (None: the model's max_len) in one key/value cache, at most
-    prefill_tokens prompt tokens prefilled per step (a long prompt in pieces)."""
+    """Continuous batching over `model` (a decoder-only halformer.Model): at most
+    max_sequences sequences decoded together, each of at most max_len positions (None: the
+    model's max_len), their keys and values in a paged cache of kv_cache_mb MiB (None: room
+    for max_sequences of max_len; a full pool preempts the newest sequence, which is
+    recomputed later), at most prefill_tokens prompt tokens prefilled per step (a long
+    prompt in pieces)."""
 
-    def __init__(self, model, max_sequences=8, max_len=None, prefill_tokens=512):
+    def __init__(self, model, max_sequences=8, max_len=None, prefill_tokens=512, kv_cache_mb=None):
         from .model import Model
         if not isinstance(model, Model):
             raise TypeError(f"model must be a halformer.Model, got {type(model).__name__}")
         self.model = model
         self._native = _native.Engine(model._m, _int_arg("max_sequences", max_sequences, 32),
                                       0 if max_len is None else _int_arg("max_len", max_len, 32),
-                                      _int_arg("prefill_tokens", prefill_tokens, 32))
+                                      _int_arg("prefill_tokens", prefill_tokens, 32),
+                                      0.0 if kv_cache_mb is None else _float_arg("kv_cache_mb", kv_cache_mb))
         self._lock = threading.Condition()  # the native engine is stepped by one thread at a time
         self._streams = {}
         self._closed = False
@@ -97,6 +101,13 @@ class Engine:
     max_len = property(lambda self: self._native.max_len, doc="positions per sequence, prompt + new tokens")
     running = property(lambda self: self._native.running, doc="sequences being decoded")
     waiting = property(lambda self: self._native.waiting, doc="requests queued for a slot")
+
+    def stats(self):
+        """The paged cache: blocks, blocks_in_use, blocks_cached (prompt blocks a later prompt
+        may share), block_bytes, and counts of preemptions and prefix_tokens (prompt tokens
+        not computed: shared)."""
+        with self._lock:
+            return dict(self._native.stats())
 
     def submit(self, prompt, max_new_tokens=None, sampling_topk=1, sampling_topp=1.0, sampling_temperature=1.0,
                seed=0, repetition_penalty=1.0, no_repeat_ngram_size=0, min_length=0, stop=None, _loop=None):

@@ -1,6 +1,7 @@
 """halformer.Engine (python/halformer/engine.py; docs/engine.md): requests submitted from
 several threads and from a coroutine, while others run, get the tokens model.generate
-gives each prompt alone (greedy and seeded sampling); cancelling and closing end streams;
+gives each prompt alone (greedy and seeded sampling), also in a key/value pool so small
+that sequences are preempted; cancelling and closing end streams and free their blocks;
 bad arguments raise by name."""
 import asyncio
 import threading
@@ -36,6 +37,29 @@ def test_threads_get_their_alone_tokens(gpt_tiny):
         for t in threads:
             t.join()
     assert got == want
+
+
+def test_small_pool_preempts_and_frees(gpt_tiny):
+    model = gpt_tiny.model()
+    jobs = _jobs()
+    want = [model.generate([p], **o)[0] for p, o in jobs]
+    with halformer.Engine(model, max_sequences=8) as probe:
+        block = probe.stats()["block_bytes"]
+    with halformer.Engine(model, max_sequences=8, kv_cache_mb=4.5 * block / 2**20) as engine:
+        assert engine.stats()["blocks"] == 4
+        with engine._lock:  # all queued before the first step: they outgrow the pool together
+            streams = [engine.submit(p, **o) for p, o in jobs]
+        got = [list(s) for s in streams]
+        stats = engine.stats()
+        # A client that leaves mid-stream: its request ends and its blocks go back.
+        s = engine.submit([5, 9, 13], max_new_tokens=40)
+        next(s)
+        s.close()
+        list(s)
+        after = engine.stats()
+    assert got == want
+    assert stats["preemptions"] > 0 and stats["blocks_in_use"] == 0
+    assert after["blocks_in_use"] == 0
 
 
 def test_async_streams(gpt_tiny):
@@ -94,6 +118,10 @@ def test_bad_arguments(gpt_tiny, reverse_tiny):
             engine.submit([5], stop=7)
         with pytest.raises(ValueError, match="sampling_topp"):
             engine.submit([5], sampling_topp=2.0)
+    with pytest.raises(ValueError, match="kv_cache_mb"):
+        halformer.Engine(model, kv_cache_mb=-1)
+    with pytest.raises(TypeError, match="kv_cache_mb"):
+        halformer.Engine(model, kv_cache_mb="1G")
     with pytest.raises(ValueError, match="max_sequences 0"):
         halformer.Engine(model, max_sequences=0)
     with pytest.raises(TypeError, match="halformer.Model"):

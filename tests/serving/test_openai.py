@@ -64,6 +64,7 @@ class OpenAiServer:
     weights: {GPT_WEIGHTS}
     threads: 1
     max_sequences: 2
+    kv_cache_mb: 1
 """)
         (self.port,) = free_ports(1)
         self.url = f"http://127.0.0.1:{self.port}"
@@ -198,17 +199,21 @@ def test_errors_in_openai_format(client, server):
 
 def test_disconnects_leave_the_engine_empty(client, server):
     # Clients that go away after their first token, 6 at once on 2 slots: afterwards
-    # nothing runs or waits (a request whose client left is cancelled, or has ended).
+    # nothing runs or waits and every cache block is free again (a request whose client
+    # left is cancelled, or has ended).
     streams = [client.completions.create(model="gpt", prompt=[5 + i, 9], max_tokens=120, temperature=0, stream=True)
                for i in range(6)]
     for st in streams:
         next(iter(st))
         st.close()
+    def busy():
+        return {name: (s["running"], s["waiting"], s["blocks_in_use"]) for name, s in server.get("/halformer/stats")[1].items()}
+
     end = time.monotonic() + 10
-    while server.get("/halformer/stats")[1]["gpt"] != {"running": 0, "waiting": 0} and time.monotonic() < end:
+    while busy()["gpt"] != (0, 0, 0) and time.monotonic() < end:
         time.sleep(0.05)
-    assert server.get("/halformer/stats")[1] == {"gpt": {"running": 0, "waiting": 0},
-                                                 "llama": {"running": 0, "waiting": 0}}
+    assert busy() == {"gpt": (0, 0, 0), "llama": (0, 0, 0)}
+    assert server.get("/halformer/stats")[1]["gpt"]["blocks"] == 16  # kv_cache_mb: 1, blocks of 64 KiB
 
 
 def test_sigterm_answers_accepted_requests(server):

@@ -49,8 +49,8 @@ def load_config(path, ray=False, openai=False):
     """The checked configuration: dict(server={...}, models=[{...}, ...]). Raises ConfigError.
     ray=True (halformer.serve.ray) also takes a per-model `replicas` (entry["replicas"], or
     absent: the command line's default). openai=True (halformer.serve.openai: generate kinds
-    through the continuous-batching engine) takes `tokenizer`, `max_sequences` and
-    `prefill_tokens` instead of the batcher's keys and `instances`."""
+    through the continuous-batching engine) takes `tokenizer`, `max_sequences`,
+    `prefill_tokens` and `kv_cache_mb` instead of the batcher's keys and `instances`."""
     import yaml
     if not os.path.isfile(path):
         raise ConfigError(f"{path}: no such file")
@@ -95,7 +95,8 @@ def load_config(path, ray=False, openai=False):
         if openai:
             if kind not in GENERATE_KINDS:
                 raise ConfigError(f"{where}: kind {kind} is not served by the OpenAI API (generate, generate_stream)")
-            known = {"name", "kind", "model_dir", "weights", "threads", "tokenizer", "max_sequences", "prefill_tokens"}
+            known = {"name", "kind", "model_dir", "weights", "threads", "tokenizer", "max_sequences", "prefill_tokens",
+                     "kv_cache_mb"}
         if kind == "generate_stream":
             known -= {"max_batch_size", "max_queue_delay_microseconds"}
         if kind == "embed_text":
@@ -133,6 +134,7 @@ def load_config(path, ray=False, openai=False):
             entry["tokenizer"] = _path_field(where, m, "tokenizer", base) if "tokenizer" in m else None
             entry["max_sequences"] = _int_field(where, m, "max_sequences", 8, 1, 1024)
             entry["prefill_tokens"] = _int_field(where, m, "prefill_tokens", 512, 1, 1 << 20)
+            entry["kv_cache_mb"] = _int_field(where, m, "kv_cache_mb", 0, 0, 1 << 24)
         elif not ray:
             entry["instances"] = _int_field(where, m, "instances", DEFAULT_INSTANCES, 1, 64)
         models.append(entry)

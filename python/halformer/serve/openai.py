@@ -12,6 +12,7 @@ CONFIG.yaml is halformer.serve's format (its docstring); each model is a decoder
         tokenizer: tokenizer.json # text in and out (tokenizers); without it prompts are token ids
         max_sequences: 8          # sequences decoded together (engine slots)
         prefill_tokens: 512       # prompt tokens prefilled per step
+        kv_cache_mb: 0            # the paged key/value cache, MiB (0: room for max_sequences x max_len)
 
 Endpoints (FastAPI on uvicorn): GET /v1/models; POST /v1/completions and
 /v1/chat/completions with model, prompt / messages, max_tokens (default 16), temperature
@@ -59,7 +60,8 @@ class Served:
             raise ConfigError(f"model {self.name!r}: the OpenAI API serves decoder-only models "
                               f"({self.model.config['name']} is {self.model.config['arch']})")
         self.engine = halformer.Engine(self.model, max_sequences=entry["max_sequences"],
-                                       prefill_tokens=entry["prefill_tokens"])
+                                       prefill_tokens=entry["prefill_tokens"],
+                                       kv_cache_mb=entry["kv_cache_mb"] or None)
         self.tokenizer = self.model.tokenizer
         self.template = _chat_template(entry["tokenizer"])
         self.created = int(time.time())
@@ -221,9 +223,10 @@ def create_app(api, on_ready=None):
     async def ready():
         return {"ready": True, "models": list(api.served)}
 
-    @app.get("/halformer/stats")  # each engine's sequences running and requests waiting
+    @app.get("/halformer/stats")  # each engine's sequences running, requests waiting, and its cache
     async def stats():
-        return {s.name: {"running": s.engine.running, "waiting": s.engine.waiting} for s in api.served.values()}
+        return {s.name: {"running": s.engine.running, "waiting": s.engine.waiting, **s.engine.stats()}
+                for s in api.served.values()}
 
     @app.get("/v1/models")
     async def models():
