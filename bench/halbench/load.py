@@ -1,23 +1,27 @@
 """Load generator for generation serving (issue 42): the continuous-batching engine against
-whole-request batching, on one model, in this process, through the Python API.
+whole-request batching, on one model, through the Python API, each run in a process of its
+own (its peak memory its own).
 
     PYTHONPATH=build/python python -m halbench.load --model-dir DIR --weights W
-        [--rates 0.5,2,8] [--requests 64] [--seed 0] [--max-batch 8] [--threads 2]
-        [--prompt 16:1024] [--output 8:512] [--out results.json]
+        [--rates 0.1,0.5,2] [--requests 32] [--seed 0] [--max-batch 8] [--threads 2]
+        [--prompt 16:1024] [--output 8:512] [--kv-cache-mb 0] [--out results.json]
 
 A fixed-seed trace per rate: Poisson arrivals (exponential gaps, mean 1/rate s), prompt
 and output lengths log-uniform in the given ranges (capped by the model's max_len), token
 ids uniform over the vocabulary past the special ids, greedy decoding with eos ignored
-(`min_length` = the output length, so every request makes exactly its tokens). Two
-servers replay the same trace:
-  engine  halformer.Engine(model, max_sequences=--max-batch): each request submitted at
-          its arrival, tokens taken as they come;
+(`min_length` = the output length, so every request makes exactly its tokens). Servers
+replaying the same trace:
+  engine  halformer.Engine(model, max_sequences=--max-batch, kv_cache_mb=--kv-cache-mb):
+          each request submitted at its arrival, tokens taken as they come;
   batch   whole-request batching as Triton's dynamic batcher does for `kind: generate`:
           when the model is free, every waiting request (up to --max-batch) goes into one
-          Model.generate_iter call, which runs until its longest request ends.
+          Model.generate_iter call, which runs until its longest request ends;
+  alone   each request by itself, one after another, ignoring arrivals: its time to first
+          token is its prefill alone (the yardstick of the engine's TTFT at a low rate).
 Per server and rate: output tokens/s (all tokens / the time from the first arrival to the
 last token), time to first token p50/p99, time per output token p50/p99 (a request's
-(last - first token time) / (tokens - 1)), and the process's peak RSS.
+(last - first token time) / (tokens - 1)), the process's peak RSS and its RSS once the
+model was loaded (weights included), and for the engine its cache budget.
 """
 import argparse
 import json
@@ -25,6 +29,7 @@ import math
 import os
 import random
 import resource
+import subprocess
 import sys
 import time
 
@@ -54,7 +59,7 @@ def trace(rate, n, seed, prompt_range, output_range, vocab, low, max_len):
     return out
 
 
-def summarize(name, rate, requests, t0, first, times):
+def summarize(name, rate, requests, t0, first, times, extra):
     """first[i]: time of request i's first token; times[i]: its token times."""
     ttft = [first[i] - (t0 + a) for i, (a, _, _) in enumerate(requests)]
     tpot = [(ts[-1] - ts[0]) / (len(ts) - 1) for ts in times if len(ts) > 1]
@@ -64,12 +69,29 @@ def summarize(name, rate, requests, t0, first, times):
             "tokens_per_s": tokens / (end - (t0 + requests[0][0])),
             "ttft_p50_ms": 1e3 * percentile(ttft, 50), "ttft_p99_ms": 1e3 * percentile(ttft, 99),
             "tpot_p50_ms": 1e3 * percentile(tpot, 50), "tpot_p99_ms": 1e3 * percentile(tpot, 99),
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, **extra}
 
 
-def run_engine(model, requests, max_batch):
+
+def run_alone(model, requests, max_batch, kv_cache_mb):
+    first, times, busy = [], [], 0.0
+    t0 = time.perf_counter()
+    for arrival, prompt, n in requests:
+        start = time.perf_counter()
+        stamps = []
+        for _row, _token in model.generate_iter([prompt], max_new_tokens=n, min_length=n):
+            stamps.append(time.perf_counter())
+        busy += stamps[-1] - start
+        # As if it started at its arrival (it waited for nobody).
+        shift = t0 + arrival - start
+        first.append(stamps[0] + shift)
+        times.append([t + shift for t in stamps])
+    return t0, first, times, {"tokens_per_s": sum(len(t) for t in times) / busy}
+
+
+def run_engine(model, requests, max_batch, kv_cache_mb):
     import halformer
-    with halformer.Engine(model, max_sequences=max_batch) as engine:
+    with halformer.Engine(model, max_sequences=max_batch, kv_cache_mb=kv_cache_mb or None) as engine:
         streams = []
         t0 = time.perf_counter()
         for arrival, prompt, n in requests:
@@ -80,10 +102,12 @@ def run_engine(model, requests, max_batch):
         for s in streams:  # each token's time is taken by the engine as it is chosen
             for _ in s:
                 pass
-    return t0, [s.token_times[0] for s in streams], [s.token_times for s in streams]
+        stats = engine.stats()
+    cache = {"cache_budget_mb": stats["blocks"] * stats["block_bytes"] / 2**20, "preemptions": stats["preemptions"]}
+    return t0, [s.token_times[0] for s in streams], [s.token_times for s in streams], cache
 
 
-def run_batching(model, requests, max_batch):
+def run_batching(model, requests, max_batch, kv_cache_mb):
     first, times = [None] * len(requests), [[] for _ in requests]
     t0 = time.perf_counter()
     done = 0
@@ -108,47 +132,80 @@ def run_batching(model, requests, max_batch):
             if first[i] is None:
                 first[i] = stamp
         done = batch[-1] + 1
-    return t0, first, times
+    return t0, first, times, {}
+
+
+RUNNERS = {"engine": run_engine, "batch": run_batching, "alone": run_alone}
+
+
+def rss_mb():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def one_run(a, server, rate):
+    """One server at one rate, in this process: its row."""
+    import halformer
+    model = halformer.Model(a.model_dir, weights=a.weights, threads=a.threads)
+    cfg = model.config
+    model.generate([[max(cfg["pad_id"], cfg["bos_id"], cfg["eos_id"]) + 1] * 4], max_new_tokens=2)  # warm up
+    loaded = rss_mb()
+    pr = tuple(int(x) for x in a.prompt.split(":"))
+    orange = tuple(int(x) for x in a.output.split(":"))
+    low = max(cfg["pad_id"], cfg["bos_id"], cfg["eos_id"]) + 1
+    reqs = trace(rate, a.requests, a.seed, pr, orange, cfg["tgt_vocab"], low, cfg["max_len"])
+    row = summarize(server, rate, reqs, *RUNNERS[server](model, reqs, a.max_batch, a.kv_cache_mb))
+    row["loaded_rss_mb"] = loaded
+    return row
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m halbench.load", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model-dir", required=True)
     ap.add_argument("--weights", required=True)
-    ap.add_argument("--rates", default="0.5,2,8", help="arrivals per second, comma-separated")
-    ap.add_argument("--requests", type=int, default=64)
+    ap.add_argument("--rates", default="0.1,0.5,2", help="arrivals per second, comma-separated")
+    ap.add_argument("--requests", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-batch", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prompt", default="16:1024", help="prompt length range LO:HI (log-uniform)")
     ap.add_argument("--output", default="8:512", help="output length range LO:HI (log-uniform)")
-    ap.add_argument("--servers", default="engine,batch")
+    ap.add_argument("--kv-cache-mb", type=float, default=0, help="the engine's cache budget (0: its default)")
+    ap.add_argument("--servers", default="engine,batch,alone")
+    ap.add_argument("--one", default="", help=argparse.SUPPRESS)  # SERVER:RATE, in this process
     ap.add_argument("--out", default="")
     a = ap.parse_args(argv)
-    import halformer
-    model = halformer.Model(a.model_dir, weights=a.weights, threads=a.threads)
-    cfg = model.config
-    if cfg["arch"] != "decoder":
-        raise SystemExit(f"halbench.load: {cfg['name']} is {cfg['arch']}: the engine serves decoder-only models")
-    pr = tuple(int(x) for x in a.prompt.split(":"))
-    orange = tuple(int(x) for x in a.output.split(":"))
-    low = max(cfg["pad_id"], cfg["bos_id"], cfg["eos_id"]) + 1
+    if a.one:
+        server, rate = a.one.split(":")
+        print(json.dumps(one_run(a, server, float(rate))))
+        return 0
+    for server in a.servers.split(","):
+        if server not in RUNNERS:
+            raise SystemExit(f"halbench.load: unknown server {server!r} (known: {', '.join(RUNNERS)})")
     rows = []
-    for rate in (float(r) for r in a.rates.split(",")):
-        reqs = trace(rate, a.requests, a.seed, pr, orange, cfg["tgt_vocab"], low, cfg["max_len"])
+    rates = [float(r) for r in a.rates.split(",")]
+    for rate in rates:
         for server in a.servers.split(","):
-            log(f"{cfg['name']}: {server}, {rate} requests/s, {len(reqs)} requests")
-            run = run_engine if server == "engine" else run_batching
-            row = summarize(server, rate, reqs, *run(model, reqs, a.max_batch))
+            if server == "alone" and rate != rates[0]:
+                continue  # arrivals do not matter to it
+            log(f"{os.path.basename(a.model_dir)}: {server}, {rate} requests/s, {a.requests} requests")
+            cmd = [sys.executable, "-m", "halbench.load", "--one", f"{server}:{rate}"] + (argv if argv is not None else sys.argv[1:])
+            out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+            row = json.loads(out.strip().splitlines()[-1])
             log("  " + ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()))
             rows.append(row)
-    print(f"| rate /s | server | tokens/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms | peak RSS MB |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| rate /s | server | tokens/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms | peak RSS MB "
+          "| loaded RSS MB | cache MB |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['rate']} | {r['server']} | {r['tokens_per_s']:.1f} | {r['ttft_p50_ms']:.0f} | {r['ttft_p99_ms']:.0f} "
-              f"| {r['tpot_p50_ms']:.1f} | {r['tpot_p99_ms']:.1f} | {r['peak_rss_mb']:.0f} |")
+        print(f"| {r['rate'] if r['server'] != 'alone' else '-'} | {r['server']} | {r['tokens_per_s']:.1f} "
+              f"| {r['ttft_p50_ms']:.0f} | {r['ttft_p99_ms']:.0f} | {r['tpot_p50_ms']:.1f} | {r['tpot_p99_ms']:.1f} "
+              f"| {r['peak_rss_mb']:.0f} | {r['loaded_rss_mb']:.0f} | {r.get('cache_budget_mb', 0):.0f} |")
     if a.out:
-        write_json(a.out, {"model": cfg["name"], "args": vars(a), "rows": rows})
+        write_json(a.out, {"model_dir": a.model_dir, "args": vars(a), "rows": rows})
     return 0
 
 

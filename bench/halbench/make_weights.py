@@ -35,7 +35,7 @@ def make_weights(spec_path: str, out: str, seed: int = 0):
     sys.path.insert(0, REFERENCE_DIR)
     import torch
     from export_torch import prepare_tensors
-    from halformer_torch import Seq2Seq, load_spec, randomize_
+    from halformer_torch import build_model, load_spec, randomize_
     from safetensors.torch import save_file
 
     t0 = time.time()
@@ -44,7 +44,7 @@ def make_weights(spec_path: str, out: str, seed: int = 0):
 
         return make_llama_weights(read_llama_spec(spec_path), out, seed)
     torch.manual_seed(seed)
-    model = randomize_(Seq2Seq(load_spec(spec_path)), seed).eval()
+    model = randomize_(build_model(load_spec(spec_path)), seed).eval()  # the preset's module (any architecture)
     tensors, _ = prepare_tensors(model.state_dict())
     tmp = out + ".tmp"
     save_file(tensors, tmp)
