@@ -217,12 +217,12 @@ class NativeEngine {
     return engine_.submit(prompt, o, stop);
   }
   bool cancel(int64_t id) { return engine_.cancel(id); }
-  // (id, token, finished, reason) per event
-  std::vector<std::tuple<int64_t, int32_t, bool, std::string>> step() {
+  // (id, token, finished, reason) per event; half: 0 the whole step, 1 admit(), 2 decode()
+  std::vector<std::tuple<int64_t, int32_t, bool, std::string>> step(int half) {
     std::vector<halformer::EngineEvent> events;
     {
       nb::gil_scoped_release release;
-      events = engine_.step();
+      events = half == 1 ? engine_.admit() : half == 2 ? engine_.decode() : engine_.step();
     }
     std::vector<std::tuple<int64_t, int32_t, bool, std::string>> out;
     for (auto& e : events) out.emplace_back(e.id, e.token, e.finished, std::move(e.reason));
@@ -294,7 +294,7 @@ NB_MODULE(_native, m) {
            nb::arg("max_len"), nb::arg("prefill_tokens"), nb::arg("kv_cache_mb"), nb::keep_alive<1, 2>())
       .def("submit", &NativeEngine::submit, nb::arg("prompt"), nb::arg("options"), nb::arg("stop"))
       .def("cancel", &NativeEngine::cancel, nb::arg("id"))
-      .def("step", &NativeEngine::step)
+      .def("step", &NativeEngine::step, nb::arg("half") = 0)
       .def_prop_ro("idle", &NativeEngine::idle)
       .def_prop_ro("running", &NativeEngine::running)
       .def_prop_ro("waiting", &NativeEngine::waiting)

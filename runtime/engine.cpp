@@ -185,6 +185,12 @@ bool choose_and_emit(Slot& slot, float* logits, int V, int eos, int max_len, std
 }  // namespace
 
 std::vector<EngineEvent> Engine::step() {
+  std::vector<EngineEvent> events = admit(), decoded = decode();
+  events.insert(events.end(), decoded.begin(), decoded.end());
+  return events;
+}
+
+std::vector<EngineEvent> Engine::admit() {
   std::vector<EngineEvent> events;
   EngineState& s = *s_;
   Call c = model_->call();
@@ -264,6 +270,18 @@ std::vector<EngineEvent> Engine::step() {
     if (!slot.seq.chooser) slot.seq.chooser = std::make_unique<TokenChooser>(slot.seq.req.options, V, eos, 0);  // batch row 0's generator
     advance(slot);
   }
+  return events;
+}
+
+std::vector<EngineEvent> Engine::decode() {
+  std::vector<EngineEvent> events;
+  EngineState& s = *s_;
+  Call c = model_->call();
+  Stack& stack = c.stack;
+  const Weights& w = *model_->weights_;
+  const ModelConfig& cfg = stack.cfg;
+  const int V = cfg.tgt_vocab, eos = cfg.eos_id, S = int(s.slots.size());
+  KvBlockPool& pool = s.cache->blocks;
 
   // 3. one decoder step for every running row, each at its own position. A row entering a
   // new block takes one from the pool; when none is left the newest sequence is preempted

@@ -148,26 +148,32 @@ class Engine:
                     self._lock.wait()
                 if self._closed:
                     return
-                try:
-                    events = self._native.step()
-                except Exception as e:  # a step failed: every request in it ends with the error
-                    for s in self._streams.values():
-                        s._error = e
-                        s._put(_END)
-                    self._streams.clear()
-                    continue
-                ended = []
-                for request_id, token, finished, reason in events:
-                    s = self._streams.get(request_id)
-                    if s is None:
-                        continue
-                    if token >= 0:
-                        s._put(token)
-                    if finished:
-                        s.finish_reason = reason
-                        ended.append(request_id)
-                for request_id in ended:
-                    self._streams.pop(request_id)._put(_END)
+                # The step in its two halves: the first tokens of newly prefilled requests
+                # reach their streams before the decode pass runs.
+                for half in (1, 2):
+                    try:
+                        events = self._native.step(half)
+                    except Exception as e:  # a step failed: every request in it ends with the error
+                        for s in self._streams.values():
+                            s._error = e
+                            s._put(_END)
+                        self._streams.clear()
+                        break
+                    self._deliver(events)
+
+    def _deliver(self, events):
+        ended = []
+        for request_id, token, finished, reason in events:
+            s = self._streams.get(request_id)
+            if s is None:
+                continue
+            if token >= 0:
+                s._put(token)
+            if finished:
+                s.finish_reason = reason
+                ended.append(request_id)
+        for request_id in ended:
+            self._streams.pop(request_id)._put(_END)
 
     def close(self):
         """Ends every request ("cancelled") and stops the engine's thread."""

@@ -86,6 +86,11 @@ class Engine {
   bool cancel(int64_t id);
   // One iteration (admit, decode, retire); the events in order. Empty when idle.
   std::vector<EngineEvent> step();
+  // step()'s two halves, for a caller that delivers the first tokens of newly prefilled
+  // requests before the decode pass runs: admit() (steps 1-2: cancellations, prefill,
+  // first tokens), then decode() (steps 3-4).
+  std::vector<EngineEvent> admit();
+  std::vector<EngineEvent> decode();
   bool idle() const;        // nothing waiting or running
   int running() const;      // sequences in slots
   int waiting() const;      // requests queued
