@@ -217,15 +217,15 @@ class NativeEngine {
     return engine_.submit(prompt, o, stop);
   }
   bool cancel(int64_t id) { return engine_.cancel(id); }
-  // (id, token, finished, reason) per event; half: 0 the whole step, 1 admit(), 2 decode()
-  std::vector<std::tuple<int64_t, int32_t, bool, std::string>> step(int half) {
+  // (id, token, finished, reason, logprob) per event; half: 0 the whole step, 1 admit(), 2 decode()
+  std::vector<std::tuple<int64_t, int32_t, bool, std::string, float>> step(int half) {
     std::vector<halformer::EngineEvent> events;
     {
       nb::gil_scoped_release release;
       events = half == 1 ? engine_.admit() : half == 2 ? engine_.decode() : engine_.step();
     }
-    std::vector<std::tuple<int64_t, int32_t, bool, std::string>> out;
-    for (auto& e : events) out.emplace_back(e.id, e.token, e.finished, std::move(e.reason));
+    std::vector<std::tuple<int64_t, int32_t, bool, std::string, float>> out;
+    for (auto& e : events) out.emplace_back(e.id, e.token, e.finished, std::move(e.reason), e.logprob);
     return out;
   }
   bool idle() const { return engine_.idle(); }

@@ -166,9 +166,10 @@ namespace {
 bool choose_and_emit(Slot& slot, float* logits, int V, int eos, int max_len, std::vector<EngineEvent>& events) {
   Progress& p = slot.seq;
   if (holds_nan_or_inf(logits, V)) nonfinite_logits("engine request " + std::to_string(p.req.id), p.generated);
-  const int32_t t = p.chooser->choose(logits, p.history, p.generated);
+  EngineEvent e{p.req.id, -1, false, ""};
+  const int32_t t = e.token =
+      p.chooser->choose(logits, p.history, p.generated, p.req.options.return_scores ? &e.logprob : nullptr);
   p.history.push_back(t), ++p.generated;
-  EngineEvent e{p.req.id, t, false, ""};
   if (t == eos)
     e.reason = "eos";
   else if (p.generated >= p.req.max_new || slot.len >= max_len)
@@ -190,14 +191,11 @@ std::vector<EngineEvent> Engine::step() {
   return events;
 }
 
-std::vector<EngineEvent> Engine::admit() {
-  std::vector<EngineEvent> events;
-  EngineState& s = *s_;
-  Call c = model_->call();
-  Stack& stack = c.stack;
-  const Weights& w = *model_->weights_;
-  const ModelConfig& cfg = stack.cfg;
-  const int V = cfg.tgt_vocab, eos = cfg.eos_id, S = int(s.slots.size());
+namespace {
+
+// step()'s first half: cancellations, prefill, first tokens.
+void admit_prompts(EngineState& s, Stack& stack, const Weights& w, std::vector<EngineEvent>& events) {
+  const int V = stack.cfg.tgt_vocab, eos = stack.cfg.eos_id, S = int(s.slots.size());
   KvBlockPool& pool = s.cache->blocks;
 
   // 1. cancellations, waiting or running
@@ -270,15 +268,10 @@ std::vector<EngineEvent> Engine::admit() {
     if (!slot.seq.chooser) slot.seq.chooser = std::make_unique<TokenChooser>(slot.seq.req.options, V, eos, 0);  // batch row 0's generator
     advance(slot);
   }
-  return events;
 }
 
-std::vector<EngineEvent> Engine::decode() {
-  std::vector<EngineEvent> events;
-  EngineState& s = *s_;
-  Call c = model_->call();
-  Stack& stack = c.stack;
-  const Weights& w = *model_->weights_;
+// step()'s second half: one decode pass for the running rows, their choices, retirement.
+void decode_rows(EngineState& s, Stack& stack, const Weights& w, std::vector<EngineEvent>& events) {
   const ModelConfig& cfg = stack.cfg;
   const int V = cfg.tgt_vocab, eos = cfg.eos_id, S = int(s.slots.size());
   KvBlockPool& pool = s.cache->blocks;
@@ -310,7 +303,7 @@ std::vector<EngineEvent> Engine::decode() {
   std::vector<int> rows;
   for (int b = 0; b < S; ++b)
     if (s.slots[size_t(b)].decoding()) rows.push_back(b);
-  if (rows.empty()) return events;
+  if (rows.empty()) return;
   // Rows [0, R): every running slot (admission fills the lowest free slots first), so a
   // lightly loaded engine computes no idle rows past its last running one. An idle row
   // reads the null block at position 0 and writes nothing.
@@ -339,6 +332,20 @@ std::vector<EngineEvent> Engine::decode() {
     if (++slot.len < int(slot.seq.history.size())) continue;
     if (choose_and_emit(slot, host.data() + int64_t(b) * V, V, eos, s.opt.max_len, events)) s.release(slot);
   }
+}
+
+}  // namespace
+
+std::vector<EngineEvent> Engine::admit() { return half(true); }
+std::vector<EngineEvent> Engine::decode() { return half(false); }
+
+std::vector<EngineEvent> Engine::half(bool admitting) {
+  std::vector<EngineEvent> events;
+  Call c = model_->call();
+  if (admitting)
+    admit_prompts(*s_, c.stack, *model_->weights_, events);
+  else
+    decode_rows(*s_, c.stack, *model_->weights_, events);
   return events;
 }
 

@@ -108,6 +108,7 @@ def run_engine(model, requests, max_batch, kv_cache_mb):
 
 
 def run_batching(model, requests, max_batch, kv_cache_mb):
+    max_len = model.config["max_len"]
     first, times = [None] * len(requests), [[] for _ in requests]
     t0 = time.perf_counter()
     done = 0
@@ -116,8 +117,17 @@ def run_batching(model, requests, max_batch, kv_cache_mb):
         if requests[done][0] > now:
             time.sleep(requests[done][0] - now)
             now = time.perf_counter() - t0
-        batch = [i for i in range(done, len(requests)) if requests[i][0] <= now][:max_batch]
-        n = max(requests[i][2] for i in batch)
+        # The waiting requests in order, up to max_batch, that fit one call: every row gets
+        # the batch's longest output, so its longest prompt + that must fit max_len (+ 1).
+        batch, p_max, n = [], 0, 0
+        for i in range(done, len(requests)):
+            if requests[i][0] > now or len(batch) == max_batch:
+                break
+            p, o = len(requests[i][1]), requests[i][2]
+            if max(p_max, p) + max(n, o) > max_len + 1:
+                break
+            batch.append(i)
+            p_max, n = max(p_max, p), max(n, o)
         # One call for the batch: rows stop at their own length (min_length keeps eos away).
         src = [requests[i][1] for i in batch]
         counts = [0] * len(batch)

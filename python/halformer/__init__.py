@@ -15,6 +15,9 @@ API
   build(spec, out_dir)       runs ``halformer build SPEC -o OUT_DIR`` (the CLI of the
                              source tree this package was built from, or $HALFORMER_TOOL),
                              its output streamed to sys.stdout; returns OUT_DIR.
+  import_model(source, spec_out, name=None, weights_out=None, force=False)
+                             ``halformer import``: a spec (GGUF: and its weights and
+                             tokenizer) for a Hugging Face directory or a GGUF file.
   Model(model_dir, weights, device="cpu", threads=0, tokenizer=None)
                              loads DIR/lib<name>.so (or that .so's path) with the weights.
                              threads: per-call thread limit (<= 0: every core).
@@ -71,11 +74,11 @@ kernels run.
 from . import _native  # noqa: F401  (halformer._native, as before)
 from ._native import BertTokenizer
 # The private names are re-exported too, where they were before (tests call halformer._pack).
-from .building import PRECISIONS, _BUILT_TOOL, _tool, build  # noqa: F401
+from .building import PRECISIONS, _BUILT_TOOL, _tool, build, import_model  # noqa: F401
 from .checks import _existing_file, _float_arg, _int32_row, _int_arg, _is_int, _pack  # noqa: F401
 from .library import _find_library, _loadable, _loaded, _loaded_lock  # noqa: F401
 from .model import _DONE, Model, _text_tokenizer  # noqa: F401
 from .engine import Engine, Stream  # noqa: F401
 from .sentence_embedder import SentenceEmbedder, logger  # noqa: F401
 
-__all__ = ["build", "Model", "Engine", "SentenceEmbedder", "BertTokenizer"]
+__all__ = ["build", "import_model", "Model", "Engine", "SentenceEmbedder", "BertTokenizer"]

@@ -1,5 +1,6 @@
-"""halformer.build(): a model from its YAML spec, by running the project's `halformer build`
-CLI (the one of the source tree this package was built from, or $HALFORMER_TOOL)."""
+"""halformer.build() and halformer.import_model(): a model from its YAML spec, and a spec
+from a checkpoint, by running the project's `halformer build` / `halformer import` CLI
+(the one of the source tree this package was built from, or $HALFORMER_TOOL)."""
 import os
 import pathlib
 import subprocess
@@ -35,7 +36,33 @@ def build(spec, out_dir, precision=None):
         raise ValueError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)} (or None: the spec's)")
     if not os.path.isfile(spec):
         raise FileNotFoundError(f"spec {spec!r}: no such file")
-    cmd = [_tool(), "build", spec, "-o", out_dir] + (["--precision", precision] if precision else [])
+    _run_tool(["build", spec, "-o", out_dir] + (["--precision", precision] if precision else []))
+    return pathlib.Path(out_dir)
+
+
+def import_model(source, spec_out, name=None, weights_out=None, force=False):
+    """Writes a spec for SOURCE -- a Hugging Face model directory (config.json and
+    model.safetensors: BERT, GPT-2, Llama, T5, ...) or a llama.cpp GGUF file (llama, qwen2,
+    gemma, gpt2; its weights and tokenizer written beside the spec, or the weights to
+    weights_out) -- as `halformer import` does (docs/import.md); its quantized blocks are
+    kept where a kernel reads them. Existing outputs are kept unless force=True. The CLI's
+    output is streamed to sys.stdout; a failure raises subprocess.CalledProcessError (its
+    .output says why). Returns the spec's path, ready for halformer.build()."""
+    source, spec_out = os.fspath(source), os.fspath(spec_out)
+    if not os.path.exists(source):
+        raise FileNotFoundError(f"source {source!r}: no such file or directory")
+    if name is not None and (not isinstance(name, str) or not name):
+        raise TypeError(f"name must be a non-empty str, got {name!r}")
+    cmd = ["import", source, "-o", spec_out] + (["--name", name] if name else [])
+    if weights_out is not None:
+        cmd += ["--weights-out", os.fspath(weights_out)]
+    _run_tool(cmd + (["--force"] if force else []))
+    return pathlib.Path(spec_out)
+
+
+def _run_tool(args):
+    """The halformer CLI with `args`, its output streamed to sys.stdout."""
+    cmd = [_tool()] + args
     lines = []
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           errors="replace", bufsize=1) as p:
@@ -45,4 +72,3 @@ def build(spec, out_dir, precision=None):
             sys.stdout.flush()
     if p.returncode != 0:
         raise subprocess.CalledProcessError(p.returncode, cmd, output="".join(lines))
-    return pathlib.Path(out_dir)

@@ -27,19 +27,22 @@ class Stream:
     """The tokens of one request, in order, as they are chosen (an iterator; eos included
     when chosen). finish_reason is "eos", "length", "stop" or "cancelled" once it ended;
     token_times holds each token's time.perf_counter() when the engine chose it (time to
-    first token, time per token, whenever the consumer reads them). Closing it (or
-    cancel()) ends the request at the engine's next step."""
+    first token, time per token, whenever the consumer reads them); logprobs each token's
+    log-probability (model.generate's scores; NaN unless submitted with return_scores).
+    Closing it (or cancel()) ends the request at the engine's next step."""
 
     def __init__(self, engine, request_id, loop=None):
         self._engine, self.id, self._loop = engine, request_id, loop
         self._q = asyncio.Queue() if loop else queue.SimpleQueue()
         self.finish_reason = None
         self.token_times = []
+        self.logprobs = []
         self._error = None
 
-    def _put(self, item):  # from the engine's thread
+    def _put(self, item, logprob=float("nan")):  # from the engine's thread
         if item is not _END:
             self.token_times.append(time.perf_counter())
+            self.logprobs.append(logprob)
         if self._loop:
             self._loop.call_soon_threadsafe(self._q.put_nowait, item)
         else:
@@ -110,14 +113,16 @@ class Engine:
             return dict(self._native.stats())
 
     def submit(self, prompt, max_new_tokens=None, sampling_topk=1, sampling_topp=1.0, sampling_temperature=1.0,
-               seed=0, repetition_penalty=1.0, no_repeat_ngram_size=0, min_length=0, stop=None, _loop=None):
+               seed=0, repetition_penalty=1.0, no_repeat_ngram_size=0, min_length=0, stop=None, return_scores=False,
+               _loop=None):
         """Queues one prompt (token ids, or text with the model's tokenizer) and returns its
-        Stream of token ids. The options are model.generate()'s; stop: token-id sequences
-        that end the request when its new tokens end with one. Bad input raises here."""
+        Stream of token ids. The options are model.generate()'s (return_scores: each token's
+        log-probability in Stream.logprobs); stop: token-id sequences that end the request
+        when its new tokens end with one. Bad input raises here."""
         ids, _ = self.model._ids(prompt, "prompt")
         row = _int32_row(ids[0] if isinstance(prompt, str) else ids, "prompt")
         o = self.model._options(max_new_tokens, sampling_topk, sampling_topp, sampling_temperature, seed,
-                                repetition_penalty, no_repeat_ngram_size, min_length, False)
+                                repetition_penalty, no_repeat_ngram_size, min_length, return_scores)
         if stop is None:
             stop = []
         if not isinstance(stop, (list, tuple)):
@@ -163,12 +168,12 @@ class Engine:
 
     def _deliver(self, events):
         ended = []
-        for request_id, token, finished, reason in events:
+        for request_id, token, finished, reason, logprob in events:
             s = self._streams.get(request_id)
             if s is None:
                 continue
             if token >= 0:
-                s._put(token)
+                s._put(token, logprob)
             if finished:
                 s.finish_reason = reason
                 ended.append(request_id)

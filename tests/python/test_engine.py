@@ -62,6 +62,15 @@ def test_small_pool_preempts_and_frees(gpt_tiny):
     assert after["blocks_in_use"] == 0
 
 
+def test_scores_equal_generate(gpt_tiny):
+    model = gpt_tiny.model()
+    want = model.generate([[5, 9, 13]], max_new_tokens=8, return_scores=True)[0]
+    with halformer.Engine(model) as engine:
+        s = engine.submit([5, 9, 13], max_new_tokens=8, return_scores=True)
+        assert list(s) == want["tokens"]
+        assert s.logprobs == want["log_probs"]  # the same chooser on the same bits
+
+
 def test_async_streams(gpt_tiny):
     model = gpt_tiny.model()
     jobs = _jobs()[:6]

@@ -20,6 +20,8 @@ BUILD = os.environ.get("HALFORMER_BUILD_DIR", os.path.join(SOURCE, "build"))
 REVERSE_DIR = os.path.join(BUILD, "models", "reverse-tiny")
 REVERSE_WEIGHTS = os.path.join(SOURCE, "models", "reverse-tiny.safetensors")
 MINILM_DIR = os.path.join(BUILD, "models", "all-minilm-l6-v2")
+GPT_DIR = os.path.join(BUILD, "models", "gpt-tiny")  # decoder-only: generates through the engine
+GPT_WEIGHTS = os.path.join(BUILD, "models", "gpt-tiny", "reference", "weights.safetensors")
 
 
 def minilm_files():
@@ -40,9 +42,11 @@ def free_ports(n):
     return ports
 
 
-def write_config(path, delay_us=1000, max_batch=16, threads=1, replicas=None, stream=False):
+def write_config(path, delay_us=1000, max_batch=16, threads=1, replicas=None, stream=False, decoders=False):
     """replicas: {model name: n} adds `replicas: n` (halformer.serve.ray's key) to those models;
-    stream adds `reverse_stream`, reverse-tiny as kind generate_stream."""
+    stream adds `reverse_stream`, reverse-tiny as kind generate_stream; decoders (Triton's
+    keys) gpt-tiny, a decoder that generates through the continuous-batching engine, as
+    `gpt` (generate) and `gpt_stream` (generate_stream, 4 instances: 4 streams in flight)."""
     w, v = minilm_files()
     text = f"""models:
   - name: reverse
@@ -75,6 +79,21 @@ def write_config(path, delay_us=1000, max_batch=16, threads=1, replicas=None, st
     model_dir: {REVERSE_DIR}
     weights: {REVERSE_WEIGHTS}
     threads: {threads}
+"""
+    if decoders:
+        text += f"""  - name: gpt
+    kind: generate
+    model_dir: {GPT_DIR}
+    weights: {GPT_WEIGHTS}
+    threads: {threads}
+    max_sequences: 4
+  - name: gpt_stream
+    kind: generate_stream
+    model_dir: {GPT_DIR}
+    weights: {GPT_WEIGHTS}
+    threads: {threads}
+    max_sequences: 4
+    instances: 4
 """
     for name, n in (replicas or {}).items():
         text = text.replace(f"  - name: {name}\n", f"  - name: {name}\n    replicas: {n}\n", 1)
@@ -223,6 +242,7 @@ def api():
 
     w, v = minilm_files()
     return dict(reverse=halformer.Model(REVERSE_DIR, weights=REVERSE_WEIGHTS, threads=1),
+                gpt=halformer.Model(GPT_DIR, weights=GPT_WEIGHTS, threads=1),
                 embed=halformer.SentenceEmbedder(MINILM_DIR, w, v, threads=1),
                 pooled=halformer.Model(MINILM_DIR, weights=w, threads=1))
 
@@ -233,9 +253,10 @@ def server_factory(tmp_path_factory):
 
     def start(delay_us=1000, max_batch=16, models=("reverse", "minilm", "minilm_pooled"), stream=False):
         d = tmp_path_factory.mktemp("serve")
-        s = Server(write_config(str(d / "serve.yaml"), delay_us=delay_us, max_batch=max_batch, stream=stream), str(d))
+        s = Server(write_config(str(d / "serve.yaml"), delay_us=delay_us, max_batch=max_batch, stream=stream,
+                                decoders=stream), str(d))
         started.append(s)
-        s.wait_ready(tuple(models) + (("reverse_stream",) if stream else ()))
+        s.wait_ready(tuple(models) + (("reverse_stream", "gpt", "gpt_stream") if stream else ()))
         return s
 
     yield start

@@ -66,9 +66,9 @@ def out(mod, name):
     return [mod.InferRequestedOutput(name, binary_data=True)] if mod is th else [mod.InferRequestedOutput(name)]
 
 
-def generate(mod, c, src, scores=False, **params):
+def generate(mod, c, src, scores=False, model="reverse", **params):
     names = ["OUTPUT_IDS", "SCORES"] if scores else ["OUTPUT_IDS"]
-    r = c.infer("reverse", [ids_input(mod, src)], outputs=[o for n in names for o in out(mod, n)],
+    r = c.infer(model, [ids_input(mod, src)], outputs=[o for n in names for o in out(mod, n)],
                 parameters=params or None)
     return (r.as_numpy("OUTPUT_IDS"), r.as_numpy("SCORES")) if scores else r.as_numpy("OUTPUT_IDS")
 
@@ -90,7 +90,7 @@ def test_generate_equals_python_api(server, api):
     assert generate(th, clients(server)[0][2], [3, 7, 1, 9]).tolist() == [[9, 1, 7, 3, 15]]
 
 
-def stream(server, src, request_id="s", scores=None, **params):
+def stream(server, src, request_id="s", scores=None, model="reverse_stream", **params):
     """One generate_stream request over gRPC streaming: (tokens, error messages), each
     response's OUTPUT_IDS in order, until Triton's final (empty) response. `scores`: a list
     that gets each response's SCORES (asked for by name; otherwise only OUTPUT_IDS is)."""
@@ -100,7 +100,7 @@ def stream(server, src, request_id="s", scores=None, **params):
     try:
         c.start_stream(callback=lambda result, error: q.put((result, error)))
         names = ["OUTPUT_IDS"] + (["SCORES"] if scores is not None else [])
-        c.async_stream_infer("reverse_stream", [ids_input(tg, src)], request_id=request_id,
+        c.async_stream_infer(model, [ids_input(tg, src)], request_id=request_id,
                              parameters=params or None, enable_empty_final_response=True,
                              outputs=[tg.InferRequestedOutput(n) for n in names])
         tokens, errors = [], []
@@ -154,6 +154,43 @@ def test_generate_stream_equals_python_api(server, api):
             assert f in errors[0], (f, errors[0])
         print(f"stream: {errors[0][:160]}")
         assert stream(server, [3, 7, 1, 9])[0] == [9, 1, 7, 3, 15]
+
+
+def test_decoder_generates_through_the_engine(server, api):
+    """A decoder-only model's generate and generate_stream go through the continuous-batching
+    engine: 8 streams from 8 threads (4 at a time in flight) and 8 generate requests from 8
+    threads, greedy and seeded sampling, each get the Python API's tokens for that prompt
+    alone, and SCORES its log-probabilities; beam search (the model's, not the engine's) is
+    refused for a decoder-only model as the Python API refuses it."""
+    import threading
+    jobs = [([3 + 7 * j, 9, 4 + j][: 1 + j % 3], {"max_new_tokens": 4 + 3 * j} if j % 2 == 0 else
+             {"sampling_topk": 20, "sampling_temperature": 0.8, "seed": 50 + j, "max_new_tokens": 12}) for j in range(8)]
+    want = [api["gpt"].generate([p], return_scores=True, **o)[0] for p, o in jobs]
+    got_stream, got_generate = [None] * 8, [None] * 8
+
+    def one(j):
+        scores = []
+        tokens, errors = stream(server, jobs[j][0], request_id=f"g{j}", scores=scores, model="gpt_stream", **jobs[j][1])
+        got_stream[j] = (tokens, scores, errors)
+        c = th.InferenceServerClient(server.http)
+        try:
+            ids, sc = generate(th, c, jobs[j][0], scores=True, model="gpt", **jobs[j][1])
+            got_generate[j] = (ids[0].tolist(), sc[0].tolist())
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=one, args=(j,)) for j in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for j in range(8):
+        tokens, scores, errors = got_stream[j]
+        assert not errors and tokens == want[j]["tokens"], (j, jobs[j], got_stream[j], want[j])
+        assert scores == np.asarray(want[j]["log_probs"], np.float32).tolist(), j
+        assert got_generate[j] == (want[j]["tokens"], np.asarray(want[j]["log_probs"], np.float32).tolist()), j
+    with pytest.raises(InferenceServerException, match="beam search"):  # the model's own refusal, as the API's
+        generate(th, clients(server)[0][2], [5, 9, 13], model="gpt", beam_size=2, max_new_tokens=5)
 
 
 def sse_stream(server, body):

@@ -6,6 +6,9 @@ import re
 
 KINDS = ("generate", "generate_stream", "embed_text", "pooled")
 GENERATE_KINDS = ("generate", "generate_stream")
+# The continuous-batching engine's keys of a generate model (halformer.Engine's arguments):
+# (default, lowest, highest); kv_cache_mb 0: room for max_sequences of the model's max_len.
+ENGINE_KEYS = {"max_sequences": (8, 1, 1024), "prefill_tokens": (512, 1, 1 << 20), "kv_cache_mb": (0, 0, 1 << 24)}
 DEFAULT_MAX_BATCH_SIZE = 32
 DEFAULT_MAX_QUEUE_DELAY_US = 1000
 # generate: a request decodes for a second or more, so waiting up to 20 ms for company costs
@@ -49,8 +52,10 @@ def load_config(path, ray=False, openai=False):
     """The checked configuration: dict(server={...}, models=[{...}, ...]). Raises ConfigError.
     ray=True (halformer.serve.ray) also takes a per-model `replicas` (entry["replicas"], or
     absent: the command line's default). openai=True (halformer.serve.openai: generate kinds
-    through the continuous-batching engine) takes `tokenizer`, `max_sequences`,
-    `prefill_tokens` and `kv_cache_mb` instead of the batcher's keys and `instances`."""
+    through the continuous-batching engine) takes `tokenizer` and the engine's keys instead
+    of the batcher's keys and `instances`. Generate kinds take the engine's keys
+    (`max_sequences`, `prefill_tokens`, `kv_cache_mb`) on every server: decoder-only models
+    generate through the engine there too (docs/engine.md)."""
     import yaml
     if not os.path.isfile(path):
         raise ConfigError(f"{path}: no such file")
@@ -95,8 +100,9 @@ def load_config(path, ray=False, openai=False):
         if openai:
             if kind not in GENERATE_KINDS:
                 raise ConfigError(f"{where}: kind {kind} is not served by the OpenAI API (generate, generate_stream)")
-            known = {"name", "kind", "model_dir", "weights", "threads", "tokenizer", "max_sequences", "prefill_tokens",
-                     "kv_cache_mb"}
+            known = {"name", "kind", "model_dir", "weights", "threads", "tokenizer"}
+        if kind in GENERATE_KINDS:
+            known |= set(ENGINE_KEYS)
         if kind == "generate_stream":
             known -= {"max_batch_size", "max_queue_delay_microseconds"}
         if kind == "embed_text":
@@ -130,11 +136,11 @@ def load_config(path, ray=False, openai=False):
             entry["max_text_bytes"] = _int_field(where, m, "max_text_bytes", DEFAULT_MAX_TEXT_BYTES, 1, 1 << 24)
         if "replicas" in m:
             entry["replicas"] = _int_field(where, m, "replicas", 1, 1, 1024)
+        if kind in GENERATE_KINDS:
+            for key, (default, lo, hi) in ENGINE_KEYS.items():
+                entry[key] = _int_field(where, m, key, default, lo, hi)
         if openai:
             entry["tokenizer"] = _path_field(where, m, "tokenizer", base) if "tokenizer" in m else None
-            entry["max_sequences"] = _int_field(where, m, "max_sequences", 8, 1, 1024)
-            entry["prefill_tokens"] = _int_field(where, m, "prefill_tokens", 512, 1, 1 << 20)
-            entry["kv_cache_mb"] = _int_field(where, m, "kv_cache_mb", 0, 0, 1 << 24)
         elif not ray:
             entry["instances"] = _int_field(where, m, "instances", DEFAULT_INSTANCES, 1, 64)
         models.append(entry)

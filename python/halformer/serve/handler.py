@@ -48,9 +48,16 @@ class _Served:
         if self.kind in GENERATE_KINDS and cfg["arch"] not in ("encoder_decoder", "decoder"):
             raise ConfigError(f"model {self.name!r}: kind {self.kind} needs an encoder-decoder or decoder model; "
                               f"{cfg['name']} is {cfg['arch']}")
+        # Decoder-only generation goes through the continuous-batching engine (docs/engine.md):
+        # each request joins the running batch at its next step and leaves when it ends.
+        self.engine = None
+        if self.kind in GENERATE_KINDS and cfg["arch"] == "decoder":
+            self.engine = halformer.Engine(self.model, max_sequences=entry["max_sequences"],
+                                           prefill_tokens=entry["prefill_tokens"],
+                                           kv_cache_mb=entry["kv_cache_mb"] or None)
         if self.kind == "pooled" and cfg["arch"] != "encoder":
             raise ConfigError(f"model {self.name!r}: kind pooled needs an encoder-only model; {cfg['name']} is {cfg['arch']}")
-        self.vocab = cfg["src_vocab"]
+        self.vocab = cfg["tgt_vocab"] if cfg["arch"] == "decoder" else cfg["src_vocab"]  # the prompt's ids
         self.max_len = cfg["max_len"]
         if self.kind not in GENERATE_KINDS:  # the output width, from one call
             probe = (self.embedder.encode(["a"], convert_to_numpy=True) if self.kind == "embed_text"
@@ -143,9 +150,36 @@ class _Served:
         opts["return_scores"] = names is None or "SCORES" in names
         return opts
 
+    def _engine_submit(self, row, opts):
+        """One prompt into the engine (bad options raise here): its halformer.Stream."""
+        o = {k: v for k, v in opts.items() if k not in ("beam_size", "length_penalty", "return_scores")}
+        return self.engine.submit(row, return_scores=opts.get("return_scores", False), **o)
+
+    @staticmethod
+    def _engine_items(stream, scores):
+        """Model.generate_iter's items, (0, token[, log-prob]), from an engine stream; closing
+        the iterator (a client gone) ends the request."""
+        try:
+            for i, token in enumerate(stream):
+                yield (0, token, stream.logprobs[i]) if scores else (0, token)
+        finally:
+            stream.close()
+
+    def _generate(self, rows, opts):
+        """Model.generate's result; decoder-only greedy or sampled requests through the engine
+        (every row its own request, all submitted before any is awaited), beam search on the
+        model."""
+        if self.engine is None or opts.get("beam_size", 1) > 1:
+            return self.model.generate(rows, **opts)
+        streams = [self._engine_submit(r, opts) for r in rows]
+        tokens = [list(s) for s in streams]
+        if not opts.get("return_scores", False):
+            return tokens
+        return [{"tokens": t, "log_probs": s.logprobs} for t, s in zip(tokens, streams)]
+
     def _run(self, rows, opts):
         if self.kind == "generate":
-            out = self.model.generate(rows, **opts)
+            out = self._generate(rows, opts)
             if not opts["return_scores"]:
                 return [{"OUTPUT_IDS": np.asarray([t], dtype=np.int32).reshape(1, -1)} for t in out]
             return [{"OUTPUT_IDS": np.asarray([d["tokens"]], dtype=np.int32).reshape(1, -1),
@@ -201,7 +235,12 @@ class _Served:
             try:
                 rows, err = self._ids_rows(req)
                 opts = self._options(req) if err is None else {}
-                tokens = None if err is not None else self.model.generate_iter(rows, **opts)
+                if err is not None:
+                    tokens = None
+                elif self.engine is not None:
+                    tokens = self._engine_items(self._engine_submit(rows[0], opts), opts.get("return_scores", False))
+                else:
+                    tokens = self.model.generate_iter(rows, **opts)
             except (ValueError, TypeError) as e:
                 err = str(e)
             if err is not None:

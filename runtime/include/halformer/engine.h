@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,6 +62,9 @@ struct EngineEvent {
   int32_t token = -1;        // -1: no token (cancelled, or refused when admitted)
   bool finished = false;
   std::string reason;        // finished: "eos", "length", "stop", "cancelled", or an error
+  // The token's log-probability as Model::generate's scores give it (return_scores), NaN
+  // when the request did not ask for scores.
+  float logprob = std::numeric_limits<float>::quiet_NaN();
 };
 
 struct EngineState;  // the cache, the slots and the queue (engine.cpp)
@@ -98,6 +102,7 @@ class Engine {
   EngineStats stats() const;
 
  private:
+  std::vector<EngineEvent> half(bool admitting);  // admit() or decode(), on one call into the model
   const Model* model_;
   std::unique_ptr<EngineState> s_;
 };
