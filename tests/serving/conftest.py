@@ -81,20 +81,14 @@ def write_config(path, delay_us=1000, max_batch=16, threads=1, replicas=None, st
     threads: {threads}
 """
     if decoders:
-        text += f"""  - name: gpt
-    kind: generate
+        for name, kind, extra in (("gpt", "generate", ""), ("gpt_stream", "generate_stream", "    instances: 4\n")):
+            text += f"""  - name: {name}
+    kind: {kind}
     model_dir: {GPT_DIR}
     weights: {GPT_WEIGHTS}
     threads: {threads}
     max_sequences: 4
-  - name: gpt_stream
-    kind: generate_stream
-    model_dir: {GPT_DIR}
-    weights: {GPT_WEIGHTS}
-    threads: {threads}
-    max_sequences: 4
-    instances: 4
-"""
+{extra}"""
     for name, n in (replicas or {}).items():
         text = text.replace(f"  - name: {name}\n", f"  - name: {name}\n    replicas: {n}\n", 1)
     with open(path, "w") as f:
