@@ -237,6 +237,24 @@ std::vector<std::string> apply_tuning(Plan& plan, const DbSource& source, const 
   }
   notes.push_back("tuning database " + source.path + " (" + source.origin + "): " + std::to_string(tuned) + " of " +
                   std::to_string(plan.kernels.size()) + " kernels use tuned schedules");
+  // The engine's paged self-attention sums as the decoder's self-attention does, so that a
+  // request's tokens are those of its run alone (docs/engine.md): it takes that kernel's
+  // schedule knobs and plugins, whatever the database says of it.
+  auto role_kernel = [&](const char* role) -> PlannedKernel* {
+    auto r = plan.roles.find(role);
+    if (r == plan.roles.end() || r->second.empty()) return nullptr;
+    for (auto& k : plan.kernels)
+      if (k.function == r->second) return &k;
+    return nullptr;
+  };
+  PlannedKernel *dec = role_kernel("decoder_self_attention"), *paged = role_kernel("paged_self_attention");
+  if (dec && paged && dec != paged) {
+    auto knob = [&](const std::pair<std::string, std::string>& p) { return is_knob(paged->generator, p.first); };
+    paged->params.erase(std::remove_if(paged->params.begin(), paged->params.end(), knob), paged->params.end());
+    for (const auto& p : dec->params)
+      if (knob(p)) paged->params.push_back(p);
+    paged->plugins = dec->plugins;
+  }
   return notes;
 }
 

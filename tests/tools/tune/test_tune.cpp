@@ -338,6 +338,43 @@ TEST(TuneApply, KnobsAndAutoschedulerPluginGoIntoThePlan) {
   fs::remove_all(d);
 }
 
+// The engine's paged self-attention takes the decoder self-attention's knobs, so that both
+// sum alike (a request's tokens in the engine are those of its run alone).
+TEST(TuneApply, PagedAttentionTakesTheDecoderAttentionsKnobs) {
+  fs::path d = temp_dir("paged");
+  ParseResult r = parse_spec_file(source_dir() + "/models/gpt-tiny.yaml");
+  ASSERT_TRUE(r.ok());
+  Plan plan = make_plan(*r.spec);
+  const PlannedKernel* dec = nullptr;
+  for (const auto& k : plan.kernels)
+    if (k.function == plan.roles.at("decoder_self_attention")) dec = &k;
+  ASSERT_TRUE(dec);
+  Db db;
+  Entry base;
+  base.generator = dec->generator;
+  base.params = shape_params(dec->generator, dec->params);
+  base.target = "host";
+  base.fingerprint = "me";
+  base.shape = kDec;
+  Entry hand = base, win = base;
+  hand.candidate = "hand";
+  hand.baseline_ms = hand.median_ms = 1;
+  win.candidate = "knobs";
+  win.knobs = {{"vec", "8"}, {"tile_q", "4"}};
+  win.baseline_ms = 1, win.median_ms = 0.5, win.speedup = 2;
+  db.upsert(hand);
+  db.upsert(win);
+  write_db_atomic(db, (d / "db.yaml").string());
+  apply_tuning(plan, {(d / "db.yaml").string(), "--db"}, d.string(), "me");
+  for (const char* role : {"decoder_self_attention", "paged_self_attention"})
+    for (const auto& k : plan.kernels)
+      if (k.function == plan.roles.at(role)) {
+        EXPECT_EQ(param(k, "vec"), "8") << role;
+        EXPECT_EQ(param(k, "tile_q"), "4") << role;
+      }
+  fs::remove_all(d);
+}
+
 TEST(TuneApply, CorruptMissingOrHandEditedDatabaseNeverBreaksThePlan) {
   fs::path d = temp_dir("corrupt");
   const Spec spec = reverse_tiny();
