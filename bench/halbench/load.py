@@ -72,7 +72,6 @@ def summarize(name, rate, requests, t0, first, times, extra):
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, **extra}
 
 
-
 def run_alone(model, requests, max_batch, kv_cache_mb):
     first, times, busy = [], [], 0.0
     t0 = time.perf_counter()
@@ -161,11 +160,13 @@ def one_run(a, server, rate):
     import halformer
     model = halformer.Model(a.model_dir, weights=a.weights, threads=a.threads)
     cfg = model.config
-    model.generate([[max(cfg["pad_id"], cfg["bos_id"], cfg["eos_id"]) + 1] * 4], max_new_tokens=2)  # warm up
+    if cfg["arch"] != "decoder":
+        raise SystemExit(f"halbench.load: {cfg['name']} is {cfg['arch']}: the engine serves decoder-only models")
+    low = max(cfg["pad_id"], cfg["bos_id"], cfg["eos_id"]) + 1  # the first id that is no special token
+    model.generate([[low] * 4], max_new_tokens=2)  # warm up
     loaded = rss_mb()
     pr = tuple(int(x) for x in a.prompt.split(":"))
     orange = tuple(int(x) for x in a.output.split(":"))
-    low = max(cfg["pad_id"], cfg["bos_id"], cfg["eos_id"]) + 1
     reqs = trace(rate, a.requests, a.seed, pr, orange, cfg["tgt_vocab"], low, cfg["max_len"])
     row = summarize(server, rate, reqs, *RUNNERS[server](model, reqs, a.max_batch, a.kv_cache_mb))
     row["loaded_rss_mb"] = loaded

@@ -9,6 +9,15 @@ GENERATE_KINDS = ("generate", "generate_stream")
 # The continuous-batching engine's keys of a generate model (halformer.Engine's arguments):
 # (default, lowest, highest); kv_cache_mb 0: room for max_sequences of the model's max_len.
 ENGINE_KEYS = {"max_sequences": (8, 1, 1024), "prefill_tokens": (512, 1, 1 << 20), "kv_cache_mb": (0, 0, 1 << 24)}
+
+
+def engine_for(model, entry):
+    """halformer.Engine over `model` with a checked generate entry's ENGINE_KEYS."""
+    import halformer
+    return halformer.Engine(model, max_sequences=entry["max_sequences"], prefill_tokens=entry["prefill_tokens"],
+                            kv_cache_mb=entry["kv_cache_mb"] or None)
+
+
 DEFAULT_MAX_BATCH_SIZE = 32
 DEFAULT_MAX_QUEUE_DELAY_US = 1000
 # generate: a request decodes for a second or more, so waiting up to 20 ms for company costs

@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 
-from .config import GENERATE_KINDS, ConfigError
+from .config import GENERATE_KINDS, ConfigError, engine_for
 
 # embed_text runs a dynamic batch as length-sorted sub-batches of this many texts: short
 # texts are not padded to the batch's longest (docs/serving.md "Batching and throughput").
@@ -52,9 +52,7 @@ class _Served:
         # each request joins the running batch at its next step and leaves when it ends.
         self.engine = None
         if self.kind in GENERATE_KINDS and cfg["arch"] == "decoder":
-            self.engine = halformer.Engine(self.model, max_sequences=entry["max_sequences"],
-                                           prefill_tokens=entry["prefill_tokens"],
-                                           kv_cache_mb=entry["kv_cache_mb"] or None)
+            self.engine = engine_for(self.model, entry)
         if self.kind == "pooled" and cfg["arch"] != "encoder":
             raise ConfigError(f"model {self.name!r}: kind pooled needs an encoder-only model; {cfg['name']} is {cfg['arch']}")
         self.vocab = cfg["tgt_vocab"] if cfg["arch"] == "decoder" else cfg["src_vocab"]  # the prompt's ids

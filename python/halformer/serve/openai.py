@@ -34,7 +34,7 @@ import sys
 import time
 import uuid
 
-from .config import ConfigError, load_config
+from .config import ConfigError, engine_for, load_config
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's completions default
 
@@ -59,9 +59,7 @@ class Served:
         if self.model.config["arch"] != "decoder":
             raise ConfigError(f"model {self.name!r}: the OpenAI API serves decoder-only models "
                               f"({self.model.config['name']} is {self.model.config['arch']})")
-        self.engine = halformer.Engine(self.model, max_sequences=entry["max_sequences"],
-                                       prefill_tokens=entry["prefill_tokens"],
-                                       kv_cache_mb=entry["kv_cache_mb"] or None)
+        self.engine = engine_for(self.model, entry)
         self.tokenizer = self.model.tokenizer
         self.template = _chat_template(entry["tokenizer"])
         self.created = int(time.time())
