@@ -106,7 +106,12 @@ Engine::Engine(const Model& model, const EngineOptions& options) : model_(&model
   if (count < 1)
     throw Error("Engine: kv_cache_mb " + std::to_string(o.kv_cache_mb) + " holds no block of the cache (" +
                 std::to_string(block_bytes) + " bytes: " + std::to_string(BS) + " positions of every layer)");
-  if (count > (1 << 24)) count = 1 << 24;
+  if (count >= (int64_t(1) << 31) - 1)  // block ids are int32
+    throw Error("Engine: kv_cache_mb " + std::to_string(o.kv_cache_mb) + " asks for " + std::to_string(count) +
+                " blocks of the cache; at most " + std::to_string((int64_t(1) << 31) - 2) + " are addressable");
+  if (!c.stack.iface)
+    refuse_beyond_memory(double(count) * double(block_bytes), "Engine: kv_cache_mb " + std::to_string(o.kv_cache_mb),
+                         "a smaller kv_cache_mb (or max_sequences x max_len)");
   s_->cache = std::make_unique<PagedCache>(c.stack, w, int(count) + 1);  // + the null block
   s_->slots.resize(size_t(o.max_sequences));
 }

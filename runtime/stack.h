@@ -18,6 +18,10 @@
 
 namespace halformer {
 
+// Throws naming `what` (and the advice) when `bytes` exceed the machine's memory: host
+// caches are refused up front rather than left to the overcommitting allocator.
+void refuse_beyond_memory(double bytes, const std::string& what, const std::string& advice);
+
 // Decoder state for incremental decoding over B rows: per layer, the QKV rows of every
 // position so far ([B][Tmax][3d], the self-attention KV cache; on a GPU device each
 // row padded to `row` = a multiple of kDeviceAlignFloats so that the rows of a step

@@ -11,6 +11,13 @@
 
 namespace halformer {
 
+void refuse_beyond_memory(double bytes, const std::string& what, const std::string& advice) {
+  const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+  if (ram > 0 && bytes > ram)
+    throw Error(what + " needs " + std::to_string(int64_t(bytes / double(1 << 20))) + " MiB, more than this machine's " +
+                std::to_string(int64_t(ram / double(1 << 20))) + " MiB of memory: " + advice);
+}
+
 Array Stack::run_encoder(const Weights& w, const IBuf& src, const Array& src_mask) {
   Array x = embed(kt.embed_src, src, false, w, 0);
   for (int l = 0; l < cfg.encoder_layers; ++l) {
@@ -35,14 +42,11 @@ DecoderState Stack::decoder_state(const Weights& w, int B, int Tmax, std::vector
   if (st.shifted() && positions_in_attention()) st.zero_mask = make_input(Tmax, 1, 1, [](float*) {});
   const int w3 = qkv_width();
   st.row = iface ? int((w3 + kDeviceAlignFloats - 1) / kDeviceAlignFloats * kDeviceAlignFloats) : w3;
-  // A cache larger than the machine's memory is refused by name here rather than left to
-  // the allocator (which overcommits, and the kernel's OOM killer ends the process later).
   const double bytes = double(w.decoder.size()) * st.row * double(Tmax) * B * (self_cache_bf16() ? 2 : 4);
-  if (const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE)); !iface && ram > 0 && bytes > ram)
-    throw Error("the key/value cache for " + std::to_string(B) + " sequence(s) of " + std::to_string(Tmax) +
-                " positions needs " + std::to_string(int64_t(bytes / double(1 << 20))) + " MiB, more than this " +
-                "machine's " + std::to_string(int64_t(ram / double(1 << 20))) + " MiB of memory: fewer sequences "
-                "per call, or shorter prompts / --max-new-tokens");
+  if (!iface)
+    refuse_beyond_memory(bytes, "the key/value cache for " + std::to_string(B) + " sequence(s) of " +
+                                    std::to_string(Tmax) + " positions",
+                         "fewer sequences per call, or shorter prompts / --max-new-tokens");
   for (size_t l = 0; l < w.decoder.size(); ++l) st.cache.emplace_back(st.row, Tmax, B, iface, self_cache_bf16());
   return st;
 }

@@ -11,6 +11,7 @@
 // q8_0 weights, bf16 cache). Compiled at test time against both libraries
 // (tests/generation/CMakeLists.txt).
 //   usage: engine_alone GPT_TINY_WEIGHTS GGUF_Q8_WEIGHTS REVERSE_TINY_WEIGHTS
+#include <unistd.h>
 #include <cstdio>
 #include <exception>
 #include <map>
@@ -242,6 +243,11 @@ int main(int argc, char** argv) {
     bad = halformer::EngineOptions();
     bad.kv_cache_mb = 1e-6;
     expect_error("budget below a block", "holds no block", [&] { halformer::Engine(gpt, bad); });
+    const double block_mb = double(e.stats().block_bytes) / double(1 << 20);
+    bad.kv_cache_mb = 2.0 * double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE)) / double(1 << 20);
+    expect_error("a budget beyond the machine's memory", "more than this machine's", [&] { halformer::Engine(gpt, bad); });
+    bad.kv_cache_mb = 3e9 * block_mb;
+    expect_error("more blocks than int32 ids", "addressable", [&] { halformer::Engine(gpt, bad); });
     bad.kv_cache_mb = 2.5 * double(e.stats().block_bytes) / double(1 << 20);
     halformer::Engine tiny(gpt, bad);
     o.max_new_tokens = 30;
