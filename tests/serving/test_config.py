@@ -1,5 +1,6 @@
 """A bad configuration is a clear error before the server starts (exit code 2)."""
 import os
+import socket
 import subprocess
 import sys
 
@@ -69,3 +70,18 @@ def test_embed_text_needs_vocab_and_check_ok(tmp_path):
     code, out = run(tmp_path, f"models:\n  - {{name: m, kind: embed_text, model_dir: {MINILM_DIR}, weights: {w}, "
                               f"vocab: {v}, threads: 1}}\n" + model(), "--check")
     assert code == 0 and "ok (2 models)" in out, out
+
+
+def test_port_in_use(tmp_path):
+    """A port another process listens on is named at once (pytriton would time out after a
+    minute, and tritonserver not say why)."""
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text("models:\n" + model())
+    http, grpc, metrics = free_ports(3)
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", grpc))
+        busy.listen()
+        p = subprocess.run([sys.executable, "-m", "halformer.serve", str(cfg), "--http-port", str(http),
+                            "--grpc-port", str(grpc), "--metrics-port", str(metrics)],
+                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert p.returncode == 2 and f"grpc port {grpc} is in use" in p.stderr, p.stdout + p.stderr

@@ -1,8 +1,8 @@
 """Readiness (issue 42): a server's readiness endpoint says ready only when every configured
 model answers. The endpoint is polled every 20 ms from the moment the process starts; at
 the first "ready" one request goes to every model at once and each must succeed within
-PROMPT_S; then the endpoint must stay ready. Triton: every GET /v2/models/<name>/ready;
-Ray Serve: GET /-/ready."""
+PROMPT_S; then the endpoint must stay ready. Triton: GET /v2/health/ready (a probe's) and,
+on its own, every GET /v2/models/<name>/ready together; Ray Serve: GET /-/ready."""
 import concurrent.futures as cf
 import http.client
 import json
@@ -101,16 +101,17 @@ def ready_status(urls):
     return 200
 
 
-def check_readiness(proc, t0, ready_urls, requests, tail):
-    """Polls ready_urls from t0 (the process' start) until all say 200, then sends every
-    request at once: all must succeed; then the endpoints must stay ready for a second."""
-    changes = []  # (seconds since start, answer) each time the answer changes
+def check_readiness(proc, t0, probes, requests, tail):
+    """Polls every probe (a list of urls: ready when all say 200) from t0 (the process'
+    start) until one says ready, then sends every request at once: all must succeed; then
+    every probe must stay ready for a second."""
+    changes = []  # (seconds since start, answer of each probe) each time an answer changes
     while True:
-        status = ready_status(ready_urls)
+        status = [ready_status(urls) for urls in probes]
         t = time.monotonic() - t0
         if not changes or changes[-1][1] != status:
             changes.append((round(t, 2), status))
-        if status == 200:
+        if 200 in status:
             break
         if proc.poll() is not None:
             pytest.fail(f"server exited with {proc.returncode}; readiness {changes}\n{tail()}")
@@ -121,15 +122,15 @@ def check_readiness(proc, t0, ready_urls, requests, tail):
         futures = {m: pool.submit(send) for m, send in requests.items()}
         results = {m: f.result() for m, f in futures.items()}
     took = time.monotonic() - t0 - t
-    print(f"\nreadiness (s since start, answer): {changes}; a request to each of {len(requests)} models "
+    print(f"\nreadiness (s since start, answers): {changes}; a request to each of {len(requests)} models "
           f"at {t:.2f} s: {took:.2f} s")
     failed = {m: detail for m, (ok, detail) in results.items() if not ok}
     assert not failed, f"ready at {t:.2f} s but these models did not answer: {failed}; readiness {changes}"
     assert took < PROMPT_S, f"ready at {t:.2f} s but the models took {took:.2f} s to answer: still loading"
     end = time.monotonic() + 1.0
     while time.monotonic() < end:
-        status = ready_status(ready_urls)
-        assert status == 200, f"ready, answered every model, then {status} at {time.monotonic() - t0:.2f} s"
+        status = [ready_status(urls) for urls in probes]
+        assert status == [200] * len(probes), f"ready, answered every model, then {status} at {time.monotonic() - t0:.2f} s"
         time.sleep(POLL_S)
 
 
@@ -138,11 +139,10 @@ def test_triton_ready_only_when_every_model_answers(tmp_path):
     t0 = time.monotonic()
     server = Server(config, str(tmp_path))
     try:
-        # Each model's own endpoint: /v2/health/ready says 200 about a second before the
-        # models load (docs/serving.md, Readiness).
+        # The server-wide endpoint (a readiness probe's) and each model's own.
         requests = triton_requests(server)
-        check_readiness(server.proc, t0, [f"http://{server.http}/v2/models/{m}/ready" for m in requests], requests,
-                        server.tail)
+        models = [f"http://{server.http}/v2/models/{m}/ready" for m in requests]
+        check_readiness(server.proc, t0, [[f"http://{server.http}/v2/health/ready"], models], requests, server.tail)
     finally:
         server.kill()
 
@@ -151,7 +151,7 @@ def test_ray_ready_only_when_every_model_answers():
     t0 = time.monotonic()
     server = RayServer(replicas={"reverse": 2})
     try:
-        check_readiness(server.proc, t0, [f"{server.url}/-/ready"], ray_requests(server), server.tail)
+        check_readiness(server.proc, t0, [[f"{server.url}/-/ready"]], ray_requests(server), server.tail)
         assert "halformer.serve.ray: ready" in server.tail(100000)
     finally:
         server.kill()

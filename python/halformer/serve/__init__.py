@@ -43,9 +43,9 @@ Kinds (inputs and outputs carry Triton's batch dimension in front):
 The same file configures `python -m halformer.serve.ray` (Ray Serve, its own docstring),
 which also takes a per-model `replicas:`; this Triton server refuses that key.
 
-Readiness: GET /v2/models/<name>/ready (gRPC ModelReady) per model answers 200 only once
-that model answers; /v2/health/ready says 200 for about a second before the models load
-(pytriton loads them after tritonserver starts): probe the models (docs/serving.md).
+Readiness: GET /v2/health/ready (gRPC ServerReady) answers 200 only once every model
+answers (tritonserver loads them all before its ports open), GET /v2/models/<name>/ready
+once that model does (docs/serving.md).
 
 Each batch Triton's dynamic batcher forms goes to the Python API in one call (for
 generate: one call per distinct set of options in the batch, and one per sampling request,

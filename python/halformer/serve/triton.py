@@ -5,6 +5,7 @@ SIGTERM/SIGINT, and the command line."""
 import argparse
 import logging
 import signal
+import socket
 import sys
 import time
 
@@ -86,7 +87,17 @@ def _install_patches():
                 files[key] = text.encode("utf-8")
         return files
 
+    original_generate = pm.Model.generate_model
+
+    def generate_model(self, model_repository):
+        # The model store is written before tritonserver starts (serve(): a local store);
+        # pytriton copies its proxy files there unpatched: overwrite them with the patched.
+        original_generate(self, model_repository)
+        for key, content in self.get_proxy_model_files().items():
+            (model_repository / self.model_name / key[len("file:"):]).write_bytes(content)
+
     pm.Model.get_proxy_model_files = patched
+    pm.Model.generate_model = generate_model
     pm.Model._halformer_patched = True
 
     # Variable-length INPUT_IDS: without allow_ragged_batch Triton's dynamic batcher
@@ -104,22 +115,23 @@ def _install_patches():
     pg.ModelConfigGenerator.get_config = get_config
 
 
-def serve(config, ready_message=True):
-    """Loads every model of a checked config, then serves them until SIGTERM/SIGINT."""
-    from pytriton.model_config import DynamicBatcher, ModelConfig
-    from pytriton.triton import Triton, TritonConfig
+# tritonserver loads every model before it opens its ports (a local model store, below);
+# once in a fresh-clone CI run with another Triton starting beside it, that load failed
+# ("failed to load all models"; not reproduced in 16 starts, 4 at a time under load). The
+# models' Python side is already loaded, so a failed start is tried again.
+START_ATTEMPTS = 3
 
-    served = []
-    for entry in config["models"]:
-        try:
-            served.append(_Served(entry))
-        except (ValueError, TypeError, FileNotFoundError) as e:
-            raise ConfigError(f"model {entry['name']!r}: {e}") from None
-    _install_patches()
-    s = config["server"]
-    tc = TritonConfig(http_port=s["http_port"], grpc_port=s["grpc_port"], metrics_port=s["metrics_port"],
-                      exit_timeout_secs=30)  # pytriton kills tritonserver after 30 s anyway
-    triton = Triton(config=tc)
+
+def _bind(served, tc):
+    """A Triton (not started) with every served model bound."""
+    from pytriton.model_config import DynamicBatcher, ModelConfig
+    from pytriton.triton import Triton, TritonLifecyclePolicy
+
+    # A local model store: every model is written before tritonserver starts, which loads
+    # them all before its /v2/health/ready first says 200 (pytriton's default loads them
+    # through the API after start: ready for about a second with no model).
+    triton = Triton(config=tc, triton_lifecycle_policy=TritonLifecyclePolicy(launch_triton_on_startup=True,
+                                                                            local_model_store=True))
     for m in served:
         inputs, outputs = m.tensors()
         if m.kind == "generate_stream":
@@ -131,18 +143,56 @@ def serve(config, ready_message=True):
                                        batcher=DynamicBatcher(
                                            max_queue_delay_microseconds=m.entry["max_queue_delay_microseconds"])),
                     strict=False)
+    return triton
+
+
+def _in_use(port):
+    """Whether a process listens on the TCP port (a bind to it fails)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed server's TIME_WAIT is not "in use"
+        try:
+            probe.bind(("0.0.0.0", port))
+        except OSError:
+            return True
+    return False
+
+
+def serve(config, ready_message=True):
+    """Loads every model of a checked config, then serves them until SIGTERM/SIGINT."""
+    from pytriton.triton import TritonConfig
+
+    s = config["server"]
+    for key in ("http_port", "grpc_port", "metrics_port"):
+        if _in_use(s[key]):  # tritonserver would not say so: pytriton times out after a minute
+            raise ConfigError(f"{key.replace('_', ' ')} {s[key]} is in use by another process")
+    served = []
+    for entry in config["models"]:
+        try:
+            served.append(_Served(entry))
+        except (ValueError, TypeError, FileNotFoundError) as e:
+            raise ConfigError(f"model {entry['name']!r}: {e}") from None
+    _install_patches()
+    tc = TritonConfig(http_port=s["http_port"], grpc_port=s["grpc_port"], metrics_port=s["metrics_port"],
+                      exit_timeout_secs=30)  # pytriton kills tritonserver after 30 s anyway
 
     def on_term(signum, frame):
         raise KeyboardInterrupt  # Triton.serve() stops the server: in-flight requests finish first
 
     signal.signal(signal.SIGTERM, on_term)
-    try:
-        triton.run()
-    except Exception as e:  # tritonserver exited, e.g. on a model it could not load (its log says why)
-        print(f"halformer.serve: error: Triton did not start ({type(e).__name__}: {e}); tritonserver's log "
-              "above says why", file=sys.stderr, flush=True)
-        triton.stop()
-        return 1
+    for attempt in range(1, START_ATTEMPTS + 1):
+        triton = _bind(served, tc)
+        try:
+            triton.run()
+            break
+        except Exception as e:  # tritonserver exited, e.g. on a model it could not load (its log says why)
+            triton.stop()
+            again = attempt < START_ATTEMPTS
+            print(f"halformer.serve: {'warning' if again else 'error'}: Triton did not start ({type(e).__name__}: "
+                  f"{e}); tritonserver's log above says why" + (f"; starting it again ({attempt + 1} of "
+                                                                 f"{START_ATTEMPTS})" if again else ""),
+                  file=sys.stderr, flush=True)
+            if not again:
+                return 1
     if ready_message:
         print(f"halformer.serve: ready: {', '.join(m.name for m in served)} on http :{s['http_port']}, "
               f"grpc :{s['grpc_port']}, metrics :{s['metrics_port']}", flush=True)
