@@ -13,9 +13,11 @@ request's tokens are those of model.generate([prompt], same options) on it alone
 any request waits or runs; submit() may be called from any thread."""
 
 import asyncio
+import atexit
 import queue
 import threading
 import time
+import weakref
 
 from . import _native
 from .checks import _float_arg, _int_arg, _int32_row
@@ -100,6 +102,7 @@ class Engine:
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="halformer-engine", daemon=True)
         self._thread.start()
+        _open_engines.add(self)
 
     max_len = property(lambda self: self._native.max_len, doc="positions per sequence, prompt + new tokens")
     running = property(lambda self: self._native.running, doc="sequences being decoded")
@@ -196,3 +199,14 @@ class Engine:
 
     def __exit__(self, *exc):
         self.close()
+
+
+# Engines not closed by their owner are closed at exit: a daemon thread still inside a
+# native step when the interpreter finalizes would end the process with std::terminate.
+_open_engines = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_engines():
+    for engine in list(_open_engines):
+        engine.close()

@@ -4,6 +4,8 @@ gives each prompt alone (greedy and seeded sampling), also in a key/value pool s
 that sequences are preempted; cancelling and closing end streams and free their blocks;
 bad arguments raise by name."""
 import asyncio
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -137,3 +139,20 @@ def test_bad_arguments(gpt_tiny, reverse_tiny):
         halformer.Engine("gpt-tiny")
     with pytest.raises(ValueError, match="decoder-only"):
         halformer.Engine(reverse_tiny.model())
+
+
+def test_exit_with_an_engine_left_open(gpt_tiny):
+    """A script that leaves a stream mid-way and never closes its engine exits cleanly (a
+    daemon thread inside a native step at finalization would std::terminate)."""
+    script = f"""
+import halformer
+model = halformer.Model({str(gpt_tiny.dir)!r}, weights={gpt_tiny.weights!r})
+engine = halformer.Engine(model, max_sequences=2)
+for i in range(4):
+    engine.submit([5 + i] * 40, max_new_tokens=80)
+for token in engine.submit([7, 8, 9], max_new_tokens=100):
+    break
+print("left")
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "left" in r.stdout and "terminate" not in r.stderr, r.stdout + r.stderr
