@@ -2,9 +2,88 @@
 // views sharing the activation's device memory (a device crop where they start inside it).
 #include "activations.h"
 
+#include <sys/mman.h>
+
+#include <iterator>
+#include <new>
 #include <string>
+#include <vector>
 
 namespace halformer {
+
+namespace {
+
+// Blocks from kMapped bytes are mapped from the kernel (page aligned, zeroed) and unmapped
+// when the cache lets them go, so they leave no holes in malloc's heap (there, a block
+// freed below glibc's adaptive mmap threshold stays resident: 48 MB of llama-small's peak
+// in docs/engine.md#memory).
+constexpr size_t kMapped = size_t(64) << 10;
+
+float* allocate(size_t bytes) {
+  if (bytes < kMapped) return CacheLineAllocator<float>().allocate(bytes / sizeof(float));
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  return static_cast<float*>(p);
+}
+
+void deallocate(float* p, size_t bytes) {
+  if (bytes < kMapped)
+    CacheLineAllocator<float>().deallocate(p, bytes / sizeof(float));
+  else
+    munmap(p, bytes);
+}
+
+}  // namespace
+
+size_t HostBlockCache::size_class(size_t bytes) {
+  if (bytes <= 256) return (bytes + 63) & ~size_t(63);
+  if (bytes > kMaxCachedBytes) return bytes;
+  const size_t step = (size_t(1) << (63 - __builtin_clzll(bytes - 1))) / 4;  // a quarter of the power of two below
+  return (bytes + step - 1) / step * step;
+}
+
+std::shared_ptr<float> HostBlockCache::take(size_t floats) {
+  const size_t bytes = size_class(floats * sizeof(float));
+  float* p = nullptr;
+  {
+    std::lock_guard<std::mutex> guard(lock_);
+    ++takes_;
+    if (auto range = free_.equal_range(bytes); range.first != range.second) {
+      const auto it = std::prev(range.second);  // the most recently freed of the class (warm; the others age out)
+      p = it->second->p;
+      recent_.erase(it->second);
+      free_.erase(it);
+      cached_ -= bytes;
+    }
+  }
+  if (!p) p = allocate(bytes);
+  return std::shared_ptr<float>(p, [this, bytes](float* q) { give(q, bytes); });
+}
+
+void HostBlockCache::give(float* p, size_t bytes) {
+  std::vector<Block> evicted;
+  if (bytes > kMaxCachedBytes) {
+    evicted.push_back({bytes, p});
+  } else {
+    std::lock_guard<std::mutex> guard(lock_);
+    recent_.push_front({bytes, p, takes_});
+    free_.emplace(bytes, recent_.begin());
+    cached_ += bytes;
+    while (cached_ > kMaxCachedBytes || takes_ - recent_.back().freed > kMaxIdleTakes) {
+      const Block old = recent_.back();
+      auto range = free_.equal_range(old.bytes);
+      for (auto it = range.first; it != range.second; ++it)
+        if (it->second->p == old.p) {
+          free_.erase(it);
+          break;
+        }
+      recent_.pop_back();
+      cached_ -= old.bytes;
+      evicted.push_back(old);
+    }
+  }
+  for (const Block& b : evicted) deallocate(b.p, b.bytes);
+}
 
 // kernel_arg: the view is passed to a kernel, where OpenCL makes a sub-buffer of it
 // (offset must be aligned); views only copied between need no alignment.

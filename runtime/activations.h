@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -30,46 +31,44 @@ constexpr int64_t kDeviceAlignFloats = 128;
 
 struct View;
 
-// Host activations are taken from a cache of freed blocks of the same size (a layer's
-// buffers repeat in every layer and every call): fresh pages from mmap fault and zero on
-// first touch. Up to kMaxCachedBytes stay cached. See docs/performance-log.md#runtime-host-block-cache.
+// Host activations are taken from a cache of freed blocks (a layer's buffers repeat in
+// every layer and every call): fresh pages from mmap fault and zero on first touch.
+// Blocks are cut to size classes, four per power of two (at most 25% over the request),
+// so that shapes varying from call to call (the engine's prompt pieces and row counts)
+// reuse each other's blocks. A block not taken again within kMaxIdleTakes later takes
+// (a few passes of a model), or past kMaxCachedBytes the least recently freed, goes back
+// to the system. See docs/performance-log.md#runtime-host-block-cache.
 class HostBlockCache {
  public:
   static HostBlockCache& instance() {
     static HostBlockCache* cache = new HostBlockCache;  // never destroyed: blocks may outlive statics
     return *cache;
   }
-  std::shared_ptr<float> take(size_t floats) {
-    const size_t bytes = floats * sizeof(float);
-    float* p = nullptr;
-    {
-      std::lock_guard<std::mutex> guard(lock_);
-      if (auto it = free_.find(bytes); it != free_.end()) {
-        p = it->second;
-        free_.erase(it);
-        cached_ -= bytes;
-      }
-    }
-    if (!p) p = CacheLineAllocator<float>().allocate(floats);
-    return std::shared_ptr<float>(p, [this, bytes](float* q) { give(q, bytes); });
+  // A block of at least `floats` floats, returned to the cache when the last owner lets go.
+  std::shared_ptr<float> take(size_t floats);
+  // The bytes of the block a request of `bytes` gets: its size class, or itself past
+  // kMaxCachedBytes (never cached).
+  static size_t size_class(size_t bytes);
+  // Bytes cached in blocks of exactly `bytes` (a size class).
+  size_t cached(size_t bytes) {
+    std::lock_guard<std::mutex> guard(lock_);
+    return free_.count(bytes) * bytes;
   }
+  static constexpr size_t kMaxCachedBytes = size_t(128) << 20;
+  static constexpr uint64_t kMaxIdleTakes = 300;
 
  private:
-  static constexpr size_t kMaxCachedBytes = size_t(128) << 20;
-  void give(float* p, size_t bytes) {
-    {
-      std::lock_guard<std::mutex> guard(lock_);
-      if (cached_ + bytes <= kMaxCachedBytes) {
-        free_.emplace(bytes, p);
-        cached_ += bytes;
-        return;
-      }
-    }
-    CacheLineAllocator<float>().deallocate(p, bytes / sizeof(float));
-  }
+  void give(float* p, size_t bytes);
+  struct Block {
+    size_t bytes;
+    float* p;
+    uint64_t freed;  // takes_ when it was freed
+  };
   std::mutex lock_;
-  std::multimap<size_t, float*> free_;
+  std::list<Block> recent_;  // freed blocks, the most recently freed first
+  std::multimap<size_t, std::list<Block>::iterator> free_;  // the same, by size
   size_t cached_ = 0;
+  uint64_t takes_ = 0;
 };
 
 // An activation [B][T][C] (or, for the KV cache, [B][T][C] rows of which a prefix of
