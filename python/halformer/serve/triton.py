@@ -175,7 +175,15 @@ def serve(config, ready_message=True):
     tc = TritonConfig(http_port=s["http_port"], grpc_port=s["grpc_port"], metrics_port=s["metrics_port"],
                       exit_timeout_secs=30)  # pytriton kills tritonserver after 30 s anyway
 
+    # SIGTERM while Triton starts is kept for later: tritonserver takes requests as soon as
+    # its models load, before pytriton connects their Python side, so the start is finished
+    # (those requests answered) and then the server is stopped as below.
+    term = {"starting": True, "pending": False}
+
     def on_term(signum, frame):
+        if term["starting"]:
+            term["pending"] = True
+            return
         raise KeyboardInterrupt  # Triton.serve() stops the server: in-flight requests finish first
 
     signal.signal(signal.SIGTERM, on_term)
@@ -191,17 +199,19 @@ def serve(config, ready_message=True):
                   f"{e}); tritonserver's log above says why" + (f"; starting it again ({attempt + 1} of "
                                                                  f"{START_ATTEMPTS})" if again else ""),
                   file=sys.stderr, flush=True)
-            if not again:
+            if not again or term["pending"]:
                 return 1
+    term["starting"] = False
     if ready_message:
         print(f"halformer.serve: ready: {', '.join(m.name for m in served)} on http :{s['http_port']}, "
               f"grpc :{s['grpc_port']}, metrics :{s['metrics_port']}", flush=True)
     code = 0
     try:
-        while triton.is_alive():
+        while triton.is_alive() and not term["pending"]:
             time.sleep(1.0)
-        print("halformer.serve: tritonserver is gone", file=sys.stderr, flush=True)
-        code = 1
+        if not term["pending"]:
+            print("halformer.serve: tritonserver is gone", file=sys.stderr, flush=True)
+            code = 1
     except KeyboardInterrupt:
         pass
     triton.stop()  # SIGINT to tritonserver: it stops taking requests and finishes those in flight
