@@ -20,7 +20,8 @@ constexpr int BS = kKvBlockSize;
 
 struct Request {
   int64_t id = 0;
-  Sequence prompt;
+  Sequence prompt;  // the decoder's: an encoder-decoder's is its start token
+  Sequence source;  // an encoder-decoder's input
   GenerationOptions options;
   std::vector<Sequence> stop;
   int max_new = 0;
@@ -41,6 +42,7 @@ struct Slot {
   int64_t admitted = 0;     // admission order: the newest is preempted first
   std::vector<int> blocks;  // the block table
   int len = 0;              // cache positions filled: the next position fed
+  std::unique_ptr<EncodedSource> source;  // an encoder-decoder's, encoded at admission
   bool prefilling() const { return busy && len < int(seq.req.prompt.size()); }
   bool decoding() const { return busy && !prefilling(); }
 };
@@ -80,9 +82,8 @@ struct EngineState {
 
 Engine::Engine(const Model& model, const EngineOptions& options) : model_(&model), s_(std::make_unique<EngineState>()) {
   const ModelConfig& cfg = model.config();
-  if (cfg.arch != Architecture::Decoder)
-    throw Error("Engine: continuous batching needs a decoder-only model (this one is " +
-                std::string(enum_name(cfg.arch)) + ")");
+  if (cfg.arch == Architecture::Encoder)
+    throw Error("Engine: continuous batching needs a decoder (this model is " + std::string(enum_name(cfg.arch)) + ")");
   EngineOptions& o = s_->opt = options;
   if (o.max_len == 0) o.max_len = cfg.max_len;
   if (o.max_sequences < 1 || o.max_sequences > 1024)
@@ -136,10 +137,14 @@ int64_t Engine::submit(const Sequence& prompt, const GenerationOptions& options,
   if (options.beam_size > 1) throw Error("Engine: beam_size " + std::to_string(options.beam_size) + " > 1 (beam search stays Model::beam_search)");
   Request r;
   r.max_new = options.max_new_tokens > 0 ? options.max_new_tokens : cfg.max_new_tokens;
-  model_->call()->pad_batch({prompt}, cfg.tgt_vocab, "prompt");  // empty, ids out of range, longer than max_len
-  const int64_t positions = int64_t(prompt.size()) + r.max_new - 1;  // the last token is not fed back
+  // An encoder-decoder's input is its source; its decoder starts from bos, as Model::generate's.
+  const bool enc_dec = cfg.arch == Architecture::EncoderDecoder;
+  model_->call()->pad_batch({prompt}, enc_dec ? cfg.src_vocab : cfg.tgt_vocab, enc_dec ? "source" : "prompt");  // empty, ids out of range, longer than max_len
+  r.prompt = enc_dec ? Sequence{int32_t(cfg.bos_id)} : prompt;
+  if (enc_dec) r.source = prompt;
+  const int64_t positions = int64_t(r.prompt.size()) + r.max_new - 1;  // the last token is not fed back
   if (positions > s_->opt.max_len)
-    throw Error("prompt of " + std::to_string(prompt.size()) + " tokens + " + std::to_string(r.max_new) +
+    throw Error((enc_dec ? "" : "prompt of " + std::to_string(prompt.size()) + " tokens + ") + std::to_string(r.max_new) +
                 " new tokens exceed the engine's max_len " + std::to_string(s_->opt.max_len));
   if (blocks_for(positions) > s_->cache->blocks.capacity())
     throw Error("prompt of " + std::to_string(prompt.size()) + " tokens + " + std::to_string(r.max_new) +
@@ -147,7 +152,7 @@ int64_t Engine::submit(const Sequence& prompt, const GenerationOptions& options,
                 std::to_string(s_->cache->blocks.capacity()) + " (raise kv_cache_mb)");
   for (size_t i = 0; i < stop.size(); ++i)
     if (stop[i].empty()) throw Error("stop sequence " + std::to_string(i + 1) + " is empty");
-  r.id = s_->next_id++, r.prompt = prompt, r.options = options, r.stop = std::move(stop);
+  r.id = s_->next_id++, r.options = options, r.stop = std::move(stop);
   r.options.on_token = nullptr;
   Progress p;
   p.history = r.prompt, p.req = std::move(r);
@@ -224,7 +229,8 @@ void admit_prompts(EngineState& s, Stack& stack, const Weights& w, std::vector<E
     const int P = int(p.req.prompt.size()), n = piece(P - slot.len, budget);
     IBuf tok(n, 1);
     for (int i = 0; i < n; ++i) tok(i, 0) = p.history[size_t(slot.len + i)];
-    Array x = paged_forward(stack, w, *s.cache, tok, {slot.len}, {&slot.blocks}, {true}, true);
+    Array x = paged_forward(stack, w, *s.cache, tok, {slot.len}, {&slot.blocks}, {true}, true,
+                            slot.source ? std::vector<const EncodedSource*>{slot.source.get()} : std::vector<const EncodedSource*>{});
     slot.len += n, budget -= n;
     if (slot.len < P) return;
     // The prompt's full blocks, findable by later prompts that start the same way.
@@ -251,7 +257,9 @@ void admit_prompts(EngineState& s, Stack& stack, const Weights& w, std::vector<E
     Progress& p = s.queue.front();
     const int P = int(p.req.prompt.size());
     // The prompt's full blocks that an earlier prompt computed, shared; at least two of its
-    // tokens are left to compute (a lone one would be summed differently; see piece()).
+    // tokens are left to compute (a lone one would be summed differently; see piece()). (An
+    // encoder-decoder's decoder prompt is one token: nothing shared, as its keys and values
+    // depend on the source too.)
     std::vector<int> table;
     uint64_t key = 0;
     for (int k = 0; k < std::max(P - 2, 0) / BS; ++k) {
@@ -271,7 +279,10 @@ void admit_prompts(EngineState& s, Stack& stack, const Weights& w, std::vector<E
     s.queue.pop_front();
     s.prefix_tokens += shared * BS;
     if (!slot.seq.chooser) slot.seq.chooser = std::make_unique<TokenChooser>(slot.seq.req.options, V, eos, 0);  // batch row 0's generator
+    const int source = int(slot.seq.req.source.size());
+    if (source > 0) slot.source = std::make_unique<EncodedSource>(encode_source(stack, w, slot.seq.req.source));
     advance(slot);
+    budget -= source;  // the encoder's tokens count too (after the decoder's start: a piece is never empty)
   }
 }
 
@@ -317,6 +328,8 @@ void decode_rows(EngineState& s, Stack& stack, const Weights& w, std::vector<Eng
   std::vector<int> start(size_t(R), 0);
   std::vector<const std::vector<int>*> tables(static_cast<size_t>(R));
   std::vector<bool> write(size_t(R), false);
+  std::vector<const EncodedSource*> sources;  // encoder-decoder: each row's source
+  if (cfg.arch == Architecture::EncoderDecoder) sources.assign(size_t(R), nullptr);
   static const std::vector<int> none;
   for (int b = 0; b < R; ++b) {
     const Slot& slot = s.slots[size_t(b)];
@@ -325,8 +338,9 @@ void decode_rows(EngineState& s, Stack& stack, const Weights& w, std::vector<Eng
     start[size_t(b)] = on ? slot.len : 0;
     tables[size_t(b)] = on ? &slot.blocks : &none;
     write[size_t(b)] = on;
+    if (!sources.empty() && on) sources[size_t(b)] = slot.source.get();
   }
-  Array x = paged_forward(stack, w, *s.cache, tokens, start, tables, write, false);
+  Array x = paged_forward(stack, w, *s.cache, tokens, start, tables, write, false, sources);
   Array logits(V, 1, R, stack.iface);
   stack.generator(x, w, logits);
   std::vector<float> host = stack.to_host(logits);

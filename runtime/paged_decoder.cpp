@@ -29,8 +29,18 @@ PagedCache::PagedCache(Stack& stack, const Weights& w, int count) : blocks(count
   }
 }
 
+EncodedSource encode_source(Stack& stack, const Weights& w, const Sequence& src) {
+  EncodedSource e;
+  IBuf s = stack.pad_batch({src}, stack.cfg.src_vocab, "source");
+  e.mask = stack.key_mask({src}, s.dim(0).extent());
+  Array memory = stack.run_encoder(w, s, e.mask);
+  for (const auto& L : w.decoder) e.kv.push_back(stack.cross_kv(L, memory));
+  return e;
+}
+
 Array paged_forward(Stack& stack, const Weights& w, PagedCache& cache, const IBuf& tokens, const std::vector<int>& start,
-                    const std::vector<const std::vector<int>*>& tables, const std::vector<bool>& write, bool last_row) {
+                    const std::vector<const std::vector<int>*>& tables, const std::vector<bool>& write, bool last_row,
+                    const std::vector<const EncodedSource*>& sources) {
   const ModelConfig& cfg = stack.cfg;
   const int Tq = tokens.dim(0).extent(), B = tokens.dim(1).extent();
   if (Tq > 1 && B > 1) throw Error("internal: several positions of several sequences");
@@ -95,6 +105,12 @@ Array paged_forward(Stack& stack, const Weights& w, PagedCache& cache, const IBu
       }
       stack.linear_residual(stack.kt.attention_out, "attention_out", a.flat(), L.attn_out, res.flat(), y.flat());
     }, nullptr, tail);
+    if (!sources.empty()) {
+      std::vector<const Array*> kv(size_t(B), nullptr), masks(size_t(B), nullptr);
+      for (int b = 0; b < B; ++b)
+        if (sources[size_t(b)]) kv[size_t(b)] = &sources[size_t(b)]->kv[l], masks[size_t(b)] = &sources[size_t(b)]->mask;
+      stack.cross_block_rows(x, L, kv, masks);
+    }
     stack.feed_forward(x, L, ff_in);
   }
   stack.final_norm(x, w.decoder_norm);

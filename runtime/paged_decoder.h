@@ -23,14 +23,25 @@ struct PagedCache {
   static int64_t bytes_per_block(const Stack& stack, const Weights& w);
 };
 
+// An encoder-decoder request's source, encoded once when it is admitted: per decoder layer
+// its cross-attention keys and values, and its key mask -- a batch of one, as the request
+// alone computes them.
+struct EncodedSource {
+  std::vector<Array> kv;
+  Array mask;
+};
+EncodedSource encode_source(Stack& stack, const Weights& w, const Sequence& src);
+
 // New positions of B sequences through the decoder: Tq each (Tq > 1 only for one sequence, a
 // piece of a prompt), tokens (Tq, B), sequence b's at positions [start[b], start[b] + Tq).
 // Their keys and values go into the blocks of tables[b] (which must cover those positions)
 // when write[b]; attention reads each sequence's positions [0, start[b] + Tq) through its
 // table. last_row: past the last layer's attention only the last position goes on (a
-// prompt's logits). Returns the final hidden rows, (d, 1 or Tq, B). The arithmetic is
-// Stack::decode_step's on a contiguous cache, bit for bit.
+// prompt's logits). An encoder-decoder's rows (Tq == 1) attend to sources[b] (null: an idle
+// row); decoder-only: sources empty. Returns the final hidden rows, (d, 1 or Tq, B). The
+// arithmetic is Stack::decode_step's on a contiguous cache, bit for bit.
 Array paged_forward(Stack& stack, const Weights& w, PagedCache& cache, const IBuf& tokens, const std::vector<int>& start,
-                    const std::vector<const std::vector<int>*>& tables, const std::vector<bool>& write, bool last_row);
+                    const std::vector<const std::vector<int>*>& tables, const std::vector<bool>& write, bool last_row,
+                    const std::vector<const EncodedSource*>& sources = {});
 
 }  // namespace halformer

@@ -98,6 +98,12 @@ struct Stack : DeviceContext {
   void final_norm(Array& x, const NormWeights& n);
   Array cross_kv(const LayerWeights& L, const Array& memory);
   void cross_block(Array& x, const LayerWeights& L, const Array& kv, const Array& src_mask);
+  // The same for B rows of one position each, row b over its own source's keys and values
+  // (kv[b], src_mask[b]: a batch of one; null: an idle row, whose output is left zero).
+  void cross_block_rows(Array& x, const LayerWeights& L, const std::vector<const Array*>& kv,
+                        const std::vector<const Array*>& src_mask);
+  // norm, query projection, `attend` (queries -> attention output), output projection, residual
+  void cross_sublayer(Array& x, const LayerWeights& L, const std::function<void(const Array& q, Array& a)>& attend);
   // The output projection: hidden rows -> raw logits.
   void generator(const Array& x, const Weights& w, Array& logits);
   // Generator + softmax / log_softmax: `logits` gets the raw generator output, `out` the head's.

@@ -1,4 +1,4 @@
-"""halformer.Engine: continuous batching for decoder-only models (docs/engine.md).
+"""halformer.Engine: continuous batching for decoders (docs/engine.md).
 
     model = halformer.Model("out/gpt-tiny", weights="w.safetensors")
     with halformer.Engine(model, max_sequences=8) as engine:
@@ -8,7 +8,8 @@
             ...
 
 Requests join the running batch at the engine's next step and leave it as they end; a
-request's tokens are those of model.generate([prompt], same options) on it alone
+request's tokens are those of model.generate([prompt], same options) on it alone (an
+encoder-decoder's prompt is its source)
 (the runtime's Engine, halformer/engine.h). One background thread steps the engine while
 any request waits or runs; submit() may be called from any thread."""
 
@@ -81,7 +82,8 @@ class Stream:
 
 
 class Engine:
-    """Continuous batching over `model` (a decoder-only halformer.Model): at most
+    """Continuous batching over `model` (a decoder-only or encoder-decoder halformer.Model;
+    not T5's relative positions): at most
     max_sequences sequences decoded together, each of at most max_len positions (None: the
     model's max_len), their keys and values in a paged cache of kv_cache_mb MiB (None: room
     for max_sequences of max_len; a full pool preempts the newest sequence, which is

@@ -114,7 +114,34 @@ def test_stop_cancel_close(gpt_tiny):
         engine.submit([4])
 
 
-def test_bad_arguments(gpt_tiny, reverse_tiny):
+def test_encoder_decoder_requests_get_their_alone_tokens(reverse_tiny):
+    """reverse-tiny (trained to reverse its source): sources from several threads, greedy and
+    seeded sampling, equal model.generate on each alone; the greedy ones are reversals."""
+    model = reverse_tiny.model()
+    jobs = []
+    for j in range(8):
+        source = [1 + (5 * j + 3 * i) % 13 for i in range(2 + j % 6)]
+        opts = dict(max_new_tokens=12)
+        if j % 2:
+            opts.update(sampling_topk=5, sampling_temperature=0.9, seed=40 + j)
+        jobs.append((source, opts))
+    want = [model.generate([p], **o)[0] for p, o in jobs]
+    assert want[0] == jobs[0][0][::-1] + [model.config["eos_id"]]
+    got = [None] * len(jobs)
+    with halformer.Engine(model, max_sequences=3) as engine:
+        def run(i):
+            got[i] = list(engine.submit(jobs[i][0], **jobs[i][1]))
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert engine.stats()["blocks_in_use"] == 0
+    assert got == want
+
+
+def test_bad_arguments(gpt_tiny, reverse_tiny, bert_classifier):
     model = gpt_tiny.model()
     with halformer.Engine(model) as engine:
         with pytest.raises(ValueError, match="vocabulary"):
@@ -137,8 +164,11 @@ def test_bad_arguments(gpt_tiny, reverse_tiny):
         halformer.Engine(model, max_sequences=0)
     with pytest.raises(TypeError, match="halformer.Model"):
         halformer.Engine("gpt-tiny")
-    with pytest.raises(ValueError, match="decoder-only"):
-        halformer.Engine(reverse_tiny.model())
+    with pytest.raises(ValueError, match="needs a decoder"):
+        halformer.Engine(bert_classifier.model())
+    with halformer.Engine(reverse_tiny.model()) as engine:
+        with pytest.raises(ValueError, match="source"):
+            engine.submit([3, 16])
 
 
 def test_exit_with_an_engine_left_open(gpt_tiny):

@@ -11,6 +11,12 @@ GENERATE_KINDS = ("generate", "generate_stream")
 ENGINE_KEYS = {"max_sequences": (8, 1, 1024), "prefill_tokens": (512, 1, 1 << 20), "kv_cache_mb": (0, 0, 1 << 24)}
 
 
+def engine_serves(config):
+    """Whether halformer.Engine serves a model of this config (Model.config): decoders,
+    not T5's relative positions (docs/engine.md)."""
+    return config["arch"] in ("decoder", "encoder_decoder") and config["positions"] != "relative"
+
+
 def engine_for(model, entry):
     """halformer.Engine over `model` with a checked generate entry's ENGINE_KEYS."""
     import halformer
@@ -63,8 +69,9 @@ def load_config(path, ray=False, openai=False):
     absent: the command line's default). openai=True (halformer.serve.openai: generate kinds
     through the continuous-batching engine) takes `tokenizer` and the engine's keys instead
     of the batcher's keys and `instances`. Generate kinds take the engine's keys
-    (`max_sequences`, `prefill_tokens`, `kv_cache_mb`) on every server: decoder-only models
-    generate through the engine there too (docs/engine.md)."""
+    (`max_sequences`, `prefill_tokens`, `kv_cache_mb`) on every server: decoder-only and
+    encoder-decoder models (engine_serves) generate through the engine there too
+    (docs/engine.md)."""
     import yaml
     if not os.path.isfile(path):
         raise ConfigError(f"{path}: no such file")

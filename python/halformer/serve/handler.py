@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 
-from .config import GENERATE_KINDS, ConfigError, engine_for
+from .config import GENERATE_KINDS, ConfigError, engine_for, engine_serves
 
 # embed_text runs a dynamic batch as length-sorted sub-batches of this many texts: short
 # texts are not padded to the batch's longest (docs/serving.md "Batching and throughput").
@@ -48,10 +48,11 @@ class _Served:
         if self.kind in GENERATE_KINDS and cfg["arch"] not in ("encoder_decoder", "decoder"):
             raise ConfigError(f"model {self.name!r}: kind {self.kind} needs an encoder-decoder or decoder model; "
                               f"{cfg['name']} is {cfg['arch']}")
-        # Decoder-only generation goes through the continuous-batching engine (docs/engine.md):
-        # each request joins the running batch at its next step and leaves when it ends.
+        # Generation goes through the continuous-batching engine (docs/engine.md) where it
+        # serves the model: each request joins the running batch at its next step and leaves
+        # when it ends. Beam search, and T5's relative positions, stay the model's.
         self.engine = None
-        if self.kind in GENERATE_KINDS and cfg["arch"] == "decoder":
+        if self.kind in GENERATE_KINDS and engine_serves(cfg):
             self.engine = engine_for(self.model, entry)
         if self.kind == "pooled" and cfg["arch"] != "encoder":
             raise ConfigError(f"model {self.name!r}: kind pooled needs an encoder-only model; {cfg['name']} is {cfg['arch']}")
@@ -148,6 +149,11 @@ class _Served:
         opts["return_scores"] = names is None or "SCORES" in names
         return opts
 
+    def _engine_takes(self, opts):
+        """Whether these options run on the engine: not beam search, nor beam-only options
+        (the model then refuses those by name, as the Python API does)."""
+        return self.engine is not None and opts.get("beam_size", 1) == 1 and opts.get("length_penalty") is None
+
     def _engine_submit(self, row, opts):
         """One prompt into the engine (bad options raise here): its halformer.Stream."""
         o = {k: v for k, v in opts.items() if k not in ("beam_size", "length_penalty", "return_scores")}
@@ -164,10 +170,10 @@ class _Served:
             stream.close()
 
     def _generate(self, rows, opts):
-        """Model.generate's result; decoder-only greedy or sampled requests through the engine
-        (every row its own request, all submitted before any is awaited), beam search on the
-        model."""
-        if self.engine is None or opts.get("beam_size", 1) > 1:
+        """Model.generate's result; greedy or sampled requests through the engine where it
+        serves the model (every row its own request, all submitted before any is awaited),
+        beam search on the model."""
+        if not self._engine_takes(opts):
             return self.model.generate(rows, **opts)
         streams = [self._engine_submit(r, opts) for r in rows]
         tokens = [list(s) for s in streams]
@@ -235,7 +241,7 @@ class _Served:
                 opts = self._options(req) if err is None else {}
                 if err is not None:
                     tokens = None
-                elif self.engine is not None:
+                elif self._engine_takes(opts):
                     tokens = self._engine_items(self._engine_submit(rows[0], opts), opts.get("return_scores", False))
                 else:
                     tokens = self.model.generate_iter(rows, **opts)

@@ -1,4 +1,4 @@
-// Continuous batching for decoder-only models over a paged key/value cache (issue 42;
+// Continuous batching for decoders over a paged key/value cache (issue 42;
 // docs/engine.md): requests join and leave the running batch at every decode step instead
 // of waiting for a whole batch, and their keys and values live in blocks of a pool sized by
 // a memory budget instead of rows reserved for the longest request.
@@ -7,7 +7,8 @@
 //   1. retires cancelled requests;
 //   2. prefills prompts, at most `prefill_tokens` tokens per step: those in progress first,
 //      then waiting requests, oldest first, into free slots while the pool has blocks for
-//      their prompts. A prompt runs through the decoder alone, in pieces of the budget (a
+//      their prompts (an encoder-decoder's request: its source through the encoder, alone,
+//      once admitted; its decoder's prompt is the start token). A prompt runs through the decoder alone, in pieces of the budget (a
 //      long prompt never stalls the running decodes for more than the budget), with the
 //      arithmetic Model::generate gives it in one piece; the full blocks of a prompt prefix
 //      that an earlier prompt already computed are shared, not recomputed;
@@ -71,14 +72,15 @@ struct EngineState;  // the cache, the slots and the queue (engine.cpp)
 
 class Engine {
  public:
-  // `model` must outlive the engine. Throws Error for an encoder or encoder-decoder model
-  // and for options out of range (naming them).
+  // `model` must outlive the engine. Throws Error for an encoder-only model, relative
+  // position biases (T5), and for options out of range (naming them).
   Engine(const Model& model, const EngineOptions& options = {});
   ~Engine();
   Engine(Engine&&) noexcept;
   Engine& operator=(Engine&&) noexcept;
 
-  // Queues a request and returns its id. `options`: as Model::generate's (max_new_tokens,
+  // Queues a request and returns its id. `prompt`: a decoder-only model's prompt, an
+  // encoder-decoder's source. `options`: as Model::generate's (max_new_tokens,
   // sampling, seed, penalties; beam_size 1; on_token is not called: tokens come from
   // step()). `stop`: token sequences that end the request when its new tokens end with
   // one (the stop tokens are delivered). Throws Error, naming the problem, for an empty
