@@ -43,8 +43,10 @@ def percentile(values, p):
     return v[min(len(v) - 1, int(math.ceil(p / 100 * len(v))) - 1)]
 
 
-def trace(rate, n, seed, prompt_range, output_range, vocab, low, max_len):
-    """[(arrival s, prompt ids, output tokens)], the same for both servers."""
+def trace(rate, n, seed, prompt_range, output_range, ids, max_len, enc_dec=False):
+    """[(arrival s, prompt ids, output tokens)], the same for both servers: prompts drawn
+    from `ids`; a decoder-only model's prompt and output share max_len, an encoder-
+    decoder's source and output each have it."""
     rng = random.Random(f"{seed}:{rate}")
     t, out = 0.0, []
 
@@ -54,8 +56,8 @@ def trace(rate, n, seed, prompt_range, output_range, vocab, low, max_len):
     for _ in range(n):
         t += rng.expovariate(rate)
         p = min(log_uniform(*prompt_range), max_len - 2)
-        o = max(1, min(log_uniform(*output_range), max_len - p))
-        out.append((t, [rng.randrange(low, vocab) for _ in range(p)], o))
+        o = max(1, min(log_uniform(*output_range), max_len if enc_dec else max_len - p))
+        out.append((t, [rng.choice(ids) for _ in range(p)], o))
     return out
 
 
@@ -107,7 +109,7 @@ def run_engine(model, requests, max_batch, kv_cache_mb):
 
 
 def run_batching(model, requests, max_batch, kv_cache_mb):
-    max_len = model.config["max_len"]
+    max_len, enc_dec = model.config["max_len"], model.config["arch"] == "encoder_decoder"
     first, times = [None] * len(requests), [[] for _ in requests]
     t0 = time.perf_counter()
     done = 0
@@ -123,7 +125,7 @@ def run_batching(model, requests, max_batch, kv_cache_mb):
             if requests[i][0] > now or len(batch) == max_batch:
                 break
             p, o = len(requests[i][1]), requests[i][2]
-            if max(p_max, p) + max(n, o) > max_len + 1:
+            if not enc_dec and max(p_max, p) + max(n, o) > max_len + 1:
                 break
             batch.append(i)
             p_max, n = max(p_max, p), max(n, o)
@@ -160,14 +162,16 @@ def one_run(a, server, rate):
     import halformer
     model = halformer.Model(a.model_dir, weights=a.weights, threads=a.threads)
     cfg = model.config
-    if cfg["arch"] != "decoder":
-        raise SystemExit(f"halbench.load: {cfg['name']} is {cfg['arch']}: the engine serves decoder-only models")
-    low = max(cfg["pad_id"], cfg["bos_id"], cfg["eos_id"]) + 1  # the first id that is no special token
-    model.generate([[low] * 4], max_new_tokens=2)  # warm up
+    if cfg["arch"] not in ("decoder", "encoder_decoder"):
+        raise SystemExit(f"halbench.load: {cfg['name']} is {cfg['arch']}: the engine serves decoders")
+    enc_dec = cfg["arch"] == "encoder_decoder"
+    vocab = cfg["src_vocab"] if enc_dec else cfg["tgt_vocab"]
+    ids = [i for i in range(vocab) if i not in (cfg["pad_id"], cfg["bos_id"], cfg["eos_id"])]  # no special token
+    model.generate([ids[:4]], max_new_tokens=2)  # warm up
     loaded = rss_mb()
     pr = tuple(int(x) for x in a.prompt.split(":"))
     orange = tuple(int(x) for x in a.output.split(":"))
-    reqs = trace(rate, a.requests, a.seed, pr, orange, cfg["tgt_vocab"], low, cfg["max_len"])
+    reqs = trace(rate, a.requests, a.seed, pr, orange, ids, cfg["max_len"], enc_dec)
     row = summarize(server, rate, reqs, *RUNNERS[server](model, reqs, a.max_batch, a.kv_cache_mb))
     row["loaded_rss_mb"] = loaded
     return row
