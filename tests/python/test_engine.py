@@ -24,20 +24,27 @@ def _jobs():
     return jobs
 
 
+def _from_threads(engine, jobs):
+    """Each (prompt, options) job submitted from its own thread, all at once: their tokens."""
+    got = [None] * len(jobs)
+
+    def run(i):
+        got[i] = list(engine.submit(jobs[i][0], **jobs[i][1]))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return got
+
+
 def test_threads_get_their_alone_tokens(gpt_tiny):
     model = gpt_tiny.model()
     jobs = _jobs()
     want = [model.generate([p], **o)[0] for p, o in jobs]
-    got = [None] * len(jobs)
     with halformer.Engine(model, max_sequences=3, prefill_tokens=16) as engine:
-        def run(i):
-            got[i] = list(engine.submit(jobs[i][0], **jobs[i][1]))
-
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        got = _from_threads(engine, jobs)
     assert got == want
 
 
@@ -127,16 +134,8 @@ def test_encoder_decoder_requests_get_their_alone_tokens(reverse_tiny):
         jobs.append((source, opts))
     want = [model.generate([p], **o)[0] for p, o in jobs]
     assert want[0] == jobs[0][0][::-1] + [model.config["eos_id"]]
-    got = [None] * len(jobs)
     with halformer.Engine(model, max_sequences=3) as engine:
-        def run(i):
-            got[i] = list(engine.submit(jobs[i][0], **jobs[i][1]))
-
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        got = _from_threads(engine, jobs)
         assert engine.stats()["blocks_in_use"] == 0
     assert got == want
 
