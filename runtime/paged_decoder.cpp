@@ -62,6 +62,8 @@ Array paged_forward(Stack& stack, const Weights& w, PagedCache& cache, const IBu
                    : stack.embed_rows(stack.kt.embed_tgt, tokens, w, start);
   IBuf positions = stack.row_positions(Tq * B, [&](int m) { return start[size_t(m / Tq)] + m % Tq; });
   halide_buffer_t* bias = stack.position_bias(w.decoder_position_bias);
+  const bool per_row = stack.positions_in_attention() && B > 1;
+  if (per_row && stack.iface) throw Error("the engine's relative position biases run on the CPU only (for now)");
   const bool bf16 = stack.self_cache_bf16();
   for (size_t l = 0; l < w.decoder.size(); ++l) {
     const auto& L = w.decoder[l];
@@ -91,8 +93,21 @@ Array paged_forward(Stack& stack, const Weights& w, PagedCache& cache, const IBu
         Array last = stack.iface ? stack.last_positions(qkv) : Array();
         View q = stack.iface ? view4(last, 0, hd, H, 1, 1, W, W) : view4(qkv, int64_t(Tq - 1) * W, hd, H, 1, 1, W, W);
         attend(q, keys, a.heads(hd));
-      } else if (Tq == 1) {
+      } else if (Tq == 1 && !per_row) {
         attend(view4(qkv, 0, hd, H, 1, B, W, W), keys, view4(a, 0, hd, H, 1, B, d, d));
+      } else if (Tq == 1) {
+        // Relative positions: a call places its query at its last key, so each row gets its
+        // own call over its own keys (as a lone sequence's step is).
+        for (int b = 0; b < B; ++b) {
+          if (!write[size_t(b)]) continue;
+          const int n = start[size_t(b)] + 1;
+          IBuf row(table.data() + int64_t(b) * table.dim(1).stride(), table.dim(0).extent(), 1);
+          View m = view2(mask, int64_t(b) * keys, n, 1, keys);
+          View q = view4(qkv, int64_t(b) * W, hd, H, 1, 1, W, W), o = view4(a, int64_t(b) * d, hd, H, 1, 1, d, d);
+          KernelTimer timer("paged_self_attention", stack.iface);
+          check_kernel(stack.kt.paged_self_attention(q.raw(), pool_view.raw(), m.raw(), bias, row.raw_buffer(), o.raw()),
+                       "paged_self_attention");
+        }
       } else {
         // A prompt's queries in causal chunks, as Stack::decoder_self_attention cuts them.
         const int len = start[0], chunk = stack.iface || !cfg.causal ? Tq : Stack::causal_chunk(len + Tq);

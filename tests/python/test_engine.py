@@ -140,6 +140,29 @@ def test_encoder_decoder_requests_get_their_alone_tokens(reverse_tiny):
     assert got == want
 
 
+def test_relative_positions_get_their_alone_tokens():
+    """The imported T5 (random weights; relative position biases, which place a query at its
+    last key): rows at different positions in one decode pass equal model.generate alone,
+    tokens and log-probabilities."""
+    from conftest import BUILD
+    model = halformer.Model(BUILD / "import" / "t5" / "model", weights=BUILD / "import" / "hf" / "t5" / "model.safetensors")
+    assert model.config["positions"] == "relative"
+    jobs = []
+    for j in range(8):
+        opts = dict(max_new_tokens=20, min_length=20 if j % 2 else 0)
+        if j % 3 == 1:
+            opts.update(sampling_topk=10, sampling_temperature=0.9, seed=j)
+        jobs.append(([5 + (7 * j + 3 * i) % 90 for i in range(3 + j % 7)], opts))
+    want = [model.generate([p], return_scores=True, **o)[0] for p, o in jobs]
+    with halformer.Engine(model, max_sequences=3) as engine:
+        with engine._lock:  # all queued before the first step: rows at different positions
+            streams = [engine.submit(p, return_scores=True, **o) for p, o in jobs]
+        got = [list(s) for s in streams]
+    assert got == [w["tokens"] for w in want]
+    # The log-probabilities too, bit for bit (the tokens alone could hide a shifted bias).
+    assert [s.logprobs for s in streams] == [w["log_probs"] for w in want]
+
+
 def test_bad_arguments(gpt_tiny, reverse_tiny, bert_classifier):
     model = gpt_tiny.model()
     with halformer.Engine(model) as engine:

@@ -210,8 +210,8 @@ class Planner {
     if (enc) attention(KernelRole::encoder_self_attention, 0, H, H + KVH, false, true);
     if (dec) attention(KernelRole::decoder_self_attention, 0, H, H + KVH, s.causal, true, bf16_cache, bf16_cache);
     // The same over the engine's paged cache, whose rows hold the keys and values only
-    // (runtime/kv_blocks.h); not for relative positions, which the engine refuses.
-    if (dec && s.positions != Positions::Relative) attention(KernelRole::paged_self_attention, 0, 0, KVH, s.causal, true, bf16_cache, bf16_cache,
+    // (runtime/kv_blocks.h).
+    if (dec) attention(KernelRole::paged_self_attention, 0, 0, KVH, s.causal, true, bf16_cache, bf16_cache,
                         kKvBlockSize);
     // Rotary models: the QKV rows in fp32, then turned (and, into a bf16 cache, rounded) once.
     const bool rotary_rows = s.positions == Positions::Rotary;

@@ -12,9 +12,9 @@ ENGINE_KEYS = {"max_sequences": (8, 1, 1024), "prefill_tokens": (512, 1, 1 << 20
 
 
 def engine_serves(config):
-    """Whether halformer.Engine serves a model of this config (Model.config): decoders,
-    not T5's relative positions (docs/engine.md)."""
-    return config["arch"] in ("decoder", "encoder_decoder") and config["positions"] != "relative"
+    """Whether halformer.Engine serves a model of this config (Model.config): decoders
+    (docs/engine.md)."""
+    return config["arch"] in ("decoder", "encoder_decoder")
 
 
 def engine_for(model, entry):
