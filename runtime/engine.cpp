@@ -95,9 +95,6 @@ Engine::Engine(const Model& model, const EngineOptions& options) : model_(&model
   if (!(o.kv_cache_mb >= 0) || !std::isfinite(o.kv_cache_mb))
     throw Error("Engine: kv_cache_mb " + std::to_string(o.kv_cache_mb) + " must be >= 0 (0: room for max_sequences of max_len)");
   Call c = model.call();
-  // Relative position biases (T5) read each row's distances from a shared clock; rotary,
-  // learned and sinusoidal positions are taken per row.
-  if (c->positions_in_attention()) throw Error("Engine: relative position biases are not supported yet");
   if (!c->kt.paged_self_attention)
     throw Error("Engine: the model has no paged attention kernel: rebuild it with this halformer");
   const Weights& w = *model.weights_;
@@ -113,6 +110,9 @@ Engine::Engine(const Model& model, const EngineOptions& options) : model_(&model
   if (!c.stack.iface)
     refuse_beyond_memory(double(count) * double(block_bytes), "Engine: kv_cache_mb " + std::to_string(o.kv_cache_mb),
                          "a smaller kv_cache_mb (or max_sequences x max_len)");
+  if (const int64_t layer_bytes = block_bytes / int64_t(w.decoder.size()) * (count + 1); layer_bytes >= (int64_t(1) << 31))
+    throw Error("Engine: kv_cache_mb " + std::to_string(o.kv_cache_mb) + " makes each decoder layer's pool " +
+                std::to_string(layer_bytes >> 20) + " MiB; the kernels address at most 2048 MiB per layer");
   s_->cache = std::make_unique<PagedCache>(c.stack, w, int(count) + 1);  // + the null block
   s_->slots.resize(size_t(o.max_sequences));
 }
@@ -147,7 +147,7 @@ int64_t Engine::submit(const Sequence& prompt, const GenerationOptions& options,
     throw Error((enc_dec ? "" : "prompt of " + std::to_string(prompt.size()) + " tokens + ") + std::to_string(r.max_new) +
                 " new tokens exceed the engine's max_len " + std::to_string(s_->opt.max_len));
   if (blocks_for(positions) > s_->cache->blocks.capacity())
-    throw Error("prompt of " + std::to_string(prompt.size()) + " tokens + " + std::to_string(r.max_new) +
+    throw Error((enc_dec ? "" : "prompt of " + std::to_string(prompt.size()) + " tokens + ") + std::to_string(r.max_new) +
                 " new tokens need " + std::to_string(blocks_for(positions)) + " blocks of the key/value cache, which holds " +
                 std::to_string(s_->cache->blocks.capacity()) + " (raise kv_cache_mb)");
   for (size_t i = 0; i < stop.size(); ++i)
@@ -269,9 +269,21 @@ void admit_prompts(EngineState& s, Stack& stack, const Weights& w, std::vector<E
       table.push_back(shared);
     }
     const int shared = int(table.size());
-    if (pool.available() < blocks_for(P) - shared) {  // wait for blocks, first come first served
-      for (int blk : table) pool.release(blk);
+    // An encoder-decoder's source counts against the budget too: one that does not fit what
+    // is left of it waits for the next step (unless it is the step's first work).
+    const int source = int(p.req.source.size());
+    if (pool.available() < blocks_for(P) - shared || (source > budget && budget < s.opt.prefill_tokens)) {
+      for (int blk : table) pool.release(blk);  // wait for blocks (first come, first served) or budget
       break;
+    }
+    std::unique_ptr<EncodedSource> encoded;
+    if (source > 0) {  // before the slot changes: a failure leaves the request queued as it was
+      try {
+        encoded = std::make_unique<EncodedSource>(encode_source(stack, w, p.req.source));
+      } catch (...) {
+        for (int blk : table) pool.release(blk);
+        throw;
+      }
     }
     while (int(table.size()) < blocks_for(P)) table.push_back(pool.allocate());
     slot.busy = true, slot.seq = std::move(p), slot.admitted = ++s.admissions;
@@ -279,8 +291,7 @@ void admit_prompts(EngineState& s, Stack& stack, const Weights& w, std::vector<E
     s.queue.pop_front();
     s.prefix_tokens += shared * BS;
     if (!slot.seq.chooser) slot.seq.chooser = std::make_unique<TokenChooser>(slot.seq.req.options, V, eos, 0);  // batch row 0's generator
-    const int source = int(slot.seq.req.source.size());
-    if (source > 0) slot.source = std::make_unique<EncodedSource>(encode_source(stack, w, slot.seq.req.source));
+    slot.source = std::move(encoded);
     advance(slot);
     budget -= source;  // the encoder's tokens count too (after the decoder's start: a piece is never empty)
   }

@@ -47,7 +47,10 @@ class Stream:
             self.token_times.append(time.perf_counter())
             self.logprobs.append(logprob)
         if self._loop:
-            self._loop.call_soon_threadsafe(self._q.put_nowait, item)
+            try:
+                self._loop.call_soon_threadsafe(self._q.put_nowait, item)
+            except RuntimeError:  # its event loop is closed: nobody is left to read it
+                pass
         else:
             self._q.put(item)
 
@@ -211,4 +214,7 @@ _open_engines = weakref.WeakSet()
 @atexit.register
 def _close_open_engines():
     for engine in list(_open_engines):
-        engine.close()
+        try:
+            engine.close()
+        except Exception:  # noqa: BLE001 -- every other engine is still closed
+            pass

@@ -261,6 +261,12 @@ int main(int argc, char** argv) {
     const double block_mb = double(e.stats().block_bytes) / double(1 << 20);
     bad.kv_cache_mb = 2.0 * double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE)) / double(1 << 20);
     expect_error("a budget beyond the machine's memory", "more than this machine's", [&] { halformer::Engine(gpt, bad); });
+    // 2.5 GiB in each layer's pool (one Halide buffer): refused by name, unless the whole
+    // is already more than this machine has.
+    const double ram_mb = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE)) / double(1 << 20);
+    bad.kv_cache_mb = 2560.0 * double(gpt.config().decoder_layers);
+    expect_error("a layer's pool past 2 GiB", bad.kv_cache_mb < ram_mb ? "2048 MiB per layer" : "more than this machine's",
+                 [&] { halformer::Engine(gpt, bad); });
     bad.kv_cache_mb = 3e9 * block_mb;
     expect_error("more blocks than int32 ids", "addressable", [&] { halformer::Engine(gpt, bad); });
     bad.kv_cache_mb = 2.5 * double(e.stats().block_bytes) / double(1 << 20);

@@ -175,7 +175,14 @@ class _Served:
         beam search on the model."""
         if not self._engine_takes(opts):
             return self.model.generate(rows, **opts)
-        streams = [self._engine_submit(r, opts) for r in rows]
+        streams = []
+        try:
+            for r in rows:
+                streams.append(self._engine_submit(r, opts))
+        except Exception:  # a bad row: the rows already submitted are cancelled (infer() retries one by one)
+            for s in streams:
+                s.close()
+            raise
         tokens = [list(s) for s in streams]
         if not opts.get("return_scores", False):
             return tokens

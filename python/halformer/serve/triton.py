@@ -3,6 +3,7 @@ writes (one error response per bad request, ragged INPUT_IDS batches, instances 
 for the handshake), binding each configured model to Triton, running the server until
 SIGTERM/SIGINT, and the command line."""
 import argparse
+import errno
 import logging
 import signal
 import socket
@@ -152,8 +153,8 @@ def _in_use(port):
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed server's TIME_WAIT is not "in use"
         try:
             probe.bind(("0.0.0.0", port))
-        except OSError:
-            return True
+        except OSError as e:
+            return e.errno == errno.EADDRINUSE  # other errors (a privileged port): tritonserver's to report
     return False
 
 
@@ -201,12 +202,12 @@ def serve(config, ready_message=True):
                   file=sys.stderr, flush=True)
             if not again or term["pending"]:
                 return 1
-    term["starting"] = False
-    if ready_message:
+    if ready_message and not term["pending"]:
         print(f"halformer.serve: ready: {', '.join(m.name for m in served)} on http :{s['http_port']}, "
               f"grpc :{s['grpc_port']}, metrics :{s['metrics_port']}", flush=True)
     code = 0
     try:
+        term["starting"] = False  # in the try: a SIGTERM from here on raises KeyboardInterrupt into it
         while triton.is_alive() and not term["pending"]:
             time.sleep(1.0)
         if not term["pending"]:
