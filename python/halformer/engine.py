@@ -85,8 +85,8 @@ class Stream:
 
 
 class Engine:
-    """Continuous batching over `model` (a decoder-only or encoder-decoder halformer.Model;
-    not T5's relative positions): at most
+    """Continuous batching over `model` (a decoder-only or encoder-decoder halformer.Model):
+    at most
     max_sequences sequences decoded together, each of at most max_len positions (None: the
     model's max_len), their keys and values in a paged cache of kv_cache_mb MiB (None: room
     for max_sequences of max_len; a full pool preempts the newest sequence, which is

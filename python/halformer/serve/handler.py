@@ -50,7 +50,7 @@ class _Served:
                               f"{cfg['name']} is {cfg['arch']}")
         # Generation goes through the continuous-batching engine (docs/engine.md) where it
         # serves the model: each request joins the running batch at its next step and leaves
-        # when it ends. Beam search, and T5's relative positions, stay the model's.
+        # when it ends. Beam search stays the model's.
         self.engine = None
         if self.kind in GENERATE_KINDS and engine_serves(cfg):
             self.engine = engine_for(self.model, entry)

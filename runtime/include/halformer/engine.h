@@ -72,8 +72,8 @@ struct EngineState;  // the cache, the slots and the queue (engine.cpp)
 
 class Engine {
  public:
-  // `model` must outlive the engine. Throws Error for an encoder-only model, relative
-  // position biases (T5), and for options out of range (naming them).
+  // `model` must outlive the engine. Throws Error for an encoder-only model and for
+  // options out of range (naming them).
   Engine(const Model& model, const EngineOptions& options = {});
   ~Engine();
   Engine(Engine&&) noexcept;
