@@ -43,7 +43,9 @@ struct Slot {
   std::vector<int> blocks;  // the block table
   int len = 0;              // cache positions filled: the next position fed
   std::unique_ptr<EncodedSource> source;  // an encoder-decoder's, encoded at admission
-  bool prefilling() const { return busy && len < int(seq.req.prompt.size()); }
+  // A prompt of one token (an encoder-decoder's start token) is not prefilled: its position
+  // is a row of the next decode pass, the same arithmetic (a query alone) in one pass less.
+  bool prefilling() const { return busy && seq.req.prompt.size() > 1 && len < int(seq.req.prompt.size()); }
   bool decoding() const { return busy && !prefilling(); }
 };
 
@@ -292,7 +294,7 @@ void admit_prompts(EngineState& s, Stack& stack, const Weights& w, std::vector<E
     s.prefix_tokens += shared * BS;
     if (!slot.seq.chooser) slot.seq.chooser = std::make_unique<TokenChooser>(slot.seq.req.options, V, eos, 0);  // batch row 0's generator
     slot.source = std::move(encoded);
-    advance(slot);
+    if (slot.prefilling()) advance(slot);
     budget -= source;  // the encoder's tokens count too (after the decoder's start: a piece is never empty)
   }
 }
