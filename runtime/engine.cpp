@@ -295,7 +295,7 @@ void admit_prompts(EngineState& s, Stack& stack, const Weights& w, std::vector<E
     if (!slot.seq.chooser) slot.seq.chooser = std::make_unique<TokenChooser>(slot.seq.req.options, V, eos, 0);  // batch row 0's generator
     slot.source = std::move(encoded);
     if (slot.prefilling()) advance(slot);
-    budget -= source;  // the encoder's tokens count too (after the decoder's start: a piece is never empty)
+    budget -= source;  // the encoder's tokens count too
   }
 }
 
