@@ -145,12 +145,12 @@ int64_t Engine::submit(const Sequence& prompt, const GenerationOptions& options,
   r.prompt = enc_dec ? Sequence{int32_t(cfg.bos_id)} : prompt;
   if (enc_dec) r.source = prompt;
   const int64_t positions = int64_t(r.prompt.size()) + r.max_new - 1;  // the last token is not fed back
+  const std::string asked =
+      (enc_dec ? "" : "prompt of " + std::to_string(prompt.size()) + " tokens + ") + std::to_string(r.max_new) + " new tokens";
   if (positions > s_->opt.max_len)
-    throw Error((enc_dec ? "" : "prompt of " + std::to_string(prompt.size()) + " tokens + ") + std::to_string(r.max_new) +
-                " new tokens exceed the engine's max_len " + std::to_string(s_->opt.max_len));
+    throw Error(asked + " exceed the engine's max_len " + std::to_string(s_->opt.max_len));
   if (blocks_for(positions) > s_->cache->blocks.capacity())
-    throw Error((enc_dec ? "" : "prompt of " + std::to_string(prompt.size()) + " tokens + ") + std::to_string(r.max_new) +
-                " new tokens need " + std::to_string(blocks_for(positions)) + " blocks of the key/value cache, which holds " +
+    throw Error(asked + " need " + std::to_string(blocks_for(positions)) + " blocks of the key/value cache, which holds " +
                 std::to_string(s_->cache->blocks.capacity()) + " (raise kv_cache_mb)");
   for (size_t i = 0; i < stop.size(); ++i)
     if (stop[i].empty()) throw Error("stop sequence " + std::to_string(i + 1) + " is empty");

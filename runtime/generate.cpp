@@ -50,8 +50,7 @@ DecodeResult generate(Stack& stack, const Weights& w, const std::vector<Sequence
     IBuf s = stack.pad_batch(src, stack.cfg.src_vocab, "source");
     st = stack.decoder_state(w, B, max_new_tokens);
     st.src_mask = stack.key_mask(src, s.dim(0).extent());
-    Array memory = stack.run_encoder(w, s, st.src_mask);
-    for (const auto& L : w.decoder) st.cross.push_back(stack.cross_kv(L, memory));
+    st.cross = stack.cross_kvs(w, stack.run_encoder(w, s, st.src_mask));
     history.assign(B, Sequence{int32_t(stack.cfg.bos_id)});
     r.encoder_ms = now_ms() - t0;
   }

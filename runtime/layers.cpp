@@ -361,6 +361,12 @@ Array Stack::cross_kv(const LayerWeights& L, const Array& memory) {
   return out;
 }
 
+std::vector<Array> Stack::cross_kvs(const Weights& w, const Array& memory) {
+  std::vector<Array> kv;
+  for (const auto& L : w.decoder) kv.push_back(cross_kv(L, memory));
+  return kv;
+}
+
 void Stack::cross_block(Array& x, const LayerWeights& L, const Array& kv, const Array& src_mask) {
   const int hd = cfg.d_model / cfg.heads;
   cross_sublayer(x, L, [&](const Array& q, Array& a) {

@@ -33,8 +33,7 @@ EncodedSource encode_source(Stack& stack, const Weights& w, const Sequence& src)
   EncodedSource e;
   IBuf s = stack.pad_batch({src}, stack.cfg.src_vocab, "source");
   e.mask = stack.key_mask({src}, s.dim(0).extent());
-  Array memory = stack.run_encoder(w, s, e.mask);
-  for (const auto& L : w.decoder) e.kv.push_back(stack.cross_kv(L, memory));
+  e.kv = stack.cross_kvs(w, stack.run_encoder(w, s, e.mask));
   return e;
 }
 
@@ -69,12 +68,12 @@ Array paged_forward(Stack& stack, const Weights& w, PagedCache& cache, const IBu
     const auto& L = w.decoder[l];
     Array& pool = cache.pool[l];
     View pool_view = view4(pool, 0, hd, kv_row / hd, BS, blocks, kv_row, int64_t(BS) * kv_row);
-    auto attend = [&](View q, int n_keys, View out) {
-      View m = view2(mask, 0, n_keys, B, keys);
+    auto call = [&](View q, View m, IBuf& tbl, View out) {
       KernelTimer timer("paged_self_attention", stack.iface);
-      check_kernel(stack.kt.paged_self_attention(q.raw(), pool_view.raw(), m.raw(), bias, table.raw_buffer(), out.raw()),
+      check_kernel(stack.kt.paged_self_attention(q.raw(), pool_view.raw(), m.raw(), bias, tbl.raw_buffer(), out.raw()),
                    "paged_self_attention");
     };
+    auto attend = [&](View q, int n_keys, View out) { call(q, view2(mask, 0, n_keys, B, keys), table, out); };
     const bool tail = last_row && Tq > 1 && l + 1 == w.decoder.size();
     Array ff_in = stack.parallel_input(x, L, tail);
     stack.residual_block(x, L.self_norm, [&](const Array& h, const Array& res, Array& y) {
@@ -102,11 +101,8 @@ Array paged_forward(Stack& stack, const Weights& w, PagedCache& cache, const IBu
           if (!write[size_t(b)]) continue;
           const int n = start[size_t(b)] + 1;
           IBuf row(table.data() + int64_t(b) * table.dim(1).stride(), table.dim(0).extent(), 1);
-          View m = view2(mask, int64_t(b) * keys, n, 1, keys);
-          View q = view4(qkv, int64_t(b) * W, hd, H, 1, 1, W, W), o = view4(a, int64_t(b) * d, hd, H, 1, 1, d, d);
-          KernelTimer timer("paged_self_attention", stack.iface);
-          check_kernel(stack.kt.paged_self_attention(q.raw(), pool_view.raw(), m.raw(), bias, row.raw_buffer(), o.raw()),
-                       "paged_self_attention");
+          call(view4(qkv, int64_t(b) * W, hd, H, 1, 1, W, W), view2(mask, int64_t(b) * keys, n, 1, keys), row,
+               view4(a, int64_t(b) * d, hd, H, 1, 1, d, d));
         }
       } else {
         // A prompt's queries in causal chunks, as Stack::decoder_self_attention cuts them.

@@ -97,6 +97,7 @@ struct Stack : DeviceContext {
                             bool decoder = false, const KeepQkv& keep = nullptr, bool last_row = false);
   void final_norm(Array& x, const NormWeights& n);
   Array cross_kv(const LayerWeights& L, const Array& memory);
+  std::vector<Array> cross_kvs(const Weights& w, const Array& memory);  // cross_kv of every decoder layer
   void cross_block(Array& x, const LayerWeights& L, const Array& kv, const Array& src_mask);
   // The same for B rows of one position each, row b over its own source's keys and values
   // (kv[b], src_mask[b]: a batch of one; null: an idle row, whose output is not computed).

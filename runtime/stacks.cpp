@@ -247,10 +247,7 @@ Tensor Stack::score(const Weights& w, const std::vector<Sequence>& src, const st
                 " target sequences");
   IBuf s = pad_batch(src, cfg.src_vocab, "source");
   Array smask = key_mask(src, s.dim(0).extent());
-  Array memory = run_encoder(w, s, smask);
-  std::vector<Array> cross;
-  for (const auto& L : w.decoder) cross.push_back(cross_kv(L, memory));
-  return to_tensor(decoder_forward(w, tgt, cross, smask, "target"));
+  return to_tensor(decoder_forward(w, tgt, cross_kvs(w, run_encoder(w, s, smask)), smask, "target"));
 }
 
 }  // namespace halformer

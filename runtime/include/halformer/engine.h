@@ -8,8 +8,9 @@
 //   2. prefills prompts, at most `prefill_tokens` tokens per step: those in progress first,
 //      then waiting requests, oldest first, into free slots while the pool has blocks for
 //      their prompts (an encoder-decoder's request: its source through the encoder, alone,
-//      once admitted; its decoder's prompt is the start token). A prompt runs through the decoder alone, in pieces of the budget (a
-//      long prompt never stalls the running decodes for more than the budget), with the
+//      once admitted; its decoder's prompt is the start token, a row of the decode pass).
+//      A prompt runs through the decoder alone, in pieces of the budget (a long prompt
+//      never stalls the running decodes for more than the budget), with the
 //      arithmetic Model::generate gives it in one piece; the full blocks of a prompt prefix
 //      that an earlier prompt already computed are shared, not recomputed;
 //   3. runs one decoder step for every running sequence together, each row at its own
