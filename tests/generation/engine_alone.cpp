@@ -1,6 +1,7 @@
 // The continuous-batching engine (halformer/engine.h) against each request run alone
 // (Model::generate on that one prompt with the same options): every request's tokens
-// must be identical -- greedy and seeded sampling -- while requests arrive at different
+// must be identical -- greedy and seeded sampling, and their log-probabilities bit for bit
+// (gguf-q8: within 1e-5) -- while requests arrive at different
 // steps, outnumber the slots (so they queue and take freed slots), have different prompt
 // lengths and lengths of answer, and end by eos, length or a stop sequence -- also with a
 // pool of blocks so small that sequences are preempted and recomputed, and with prompts
@@ -12,7 +13,9 @@
 // (tests/generation/CMakeLists.txt).
 //   usage: engine_alone GPT_TINY_WEIGHTS GGUF_Q8_WEIGHTS REVERSE_TINY_WEIGHTS
 #include <unistd.h>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <map>
 #include <random>
@@ -50,14 +53,35 @@ std::string str(const Sequence& s) {
   return "[" + out + "]";
 }
 
+// A request's answer: its tokens and, with return_scores, their log-probabilities.
+struct Answer {
+  Sequence tokens;
+  std::vector<float> logprobs;
+};
+
+// tol 0: the same float bits (the logits behind them were summed alike); else within tol.
+bool same_values(const std::vector<float>& a, const std::vector<float>& b, float tol) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (tol == 0 ? std::memcmp(&a[i], &b[i], sizeof(float)) != 0 : !(std::fabs(a[i] - b[i]) <= tol)) return false;
+  return true;
+}
+
+std::string first_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0)
+      return "token " + std::to_string(i + 1) + ": " + std::to_string(a[i]) + " vs " + std::to_string(b[i]);
+  return std::to_string(a.size()) + " vs " + std::to_string(b.size()) + " values";
+}
+
 // Runs `jobs` through an engine (submitting each before its step), checks each against
-// `want` (its tokens alone, cut by its stop sequences) and that every block is free again;
-// returns the engine's stats.
+// `want` (its answer alone, cut by its stop sequences) and that every block is free again;
+// returns the engine's stats. logprob_tol: see check_model.
 halformer::EngineStats run_engine(const halformer::Model& m, const std::string& name, const std::vector<Job>& jobs,
-               const std::vector<Sequence>& want, halformer::EngineOptions eo) {
+               const std::vector<Answer>& want, halformer::EngineOptions eo, float logprob_tol) {
   halformer::Engine engine(m, eo);
   std::map<int64_t, size_t> job_of;
-  std::vector<Sequence> got(jobs.size());
+  std::vector<Answer> got(jobs.size());
   std::vector<int> finished(jobs.size(), 0);
   int step = 0, max_running = 0;
   for (size_t next = 0; next < jobs.size() || !engine.idle(); ++step) {
@@ -66,7 +90,7 @@ halformer::EngineStats run_engine(const halformer::Model& m, const std::string& 
     for (const auto& e : engine.step()) {
       const size_t j = job_of.at(e.id);
       check(!finished[j], name + ": job " + std::to_string(j) + " got an event after it finished");
-      if (e.token >= 0) got[j].push_back(e.token);
+      if (e.token >= 0) got[j].tokens.push_back(e.token), got[j].logprobs.push_back(e.logprob);
       finished[j] += e.finished;
     }
     max_running = std::max(max_running, engine.running());
@@ -74,12 +98,16 @@ halformer::EngineStats run_engine(const halformer::Model& m, const std::string& 
   }
   for (size_t j = 0; j < jobs.size(); ++j) {
     check(finished[j] == 1, name + ": job " + std::to_string(j) + " finished " + std::to_string(finished[j]) + " times");
-    check(got[j] == want[j], name + ": job " + std::to_string(j) + " (prompt " + str(jobs[j].prompt) + ") engine " +
-                                 str(got[j]) + ", alone " + str(want[j]));
+    check(got[j].tokens == want[j].tokens, name + ": job " + std::to_string(j) + " (prompt " + str(jobs[j].prompt) +
+                                               ") engine " + str(got[j].tokens) + ", alone " + str(want[j].tokens));
+    if (jobs[j].options.return_scores && got[j].tokens == want[j].tokens)
+      check(same_values(got[j].logprobs, want[j].logprobs, logprob_tol),
+            name + ": job " + std::to_string(j) + ": the same tokens with other log-probabilities than alone (" +
+                first_difference(got[j].logprobs, want[j].logprobs) + ")");
   }
   const halformer::EngineStats st = engine.stats();
   std::printf("%s: %zu requests, %d slots (at most %d running), %d blocks, %d steps, %lld preemptions, %lld prompt "
-              "tokens shared: every request's tokens equal its own run alone\n",
+              "tokens shared: every request's tokens (and log-probabilities) equal its own run alone\n",
               name.c_str(), jobs.size(), eo.max_sequences, max_running, st.blocks, step, (long long)st.preemptions,
               (long long)st.prefix_tokens);
   if (eo.max_sequences <= 3) check(max_running == eo.max_sequences, name + ": the slots were never all busy");
@@ -88,10 +116,11 @@ halformer::EngineStats run_engine(const halformer::Model& m, const std::string& 
 }
 
 // Each job alone (Model::generate), cut after the first stop sequence its tokens end with.
-std::vector<Sequence> alone(const halformer::Model& m, const std::vector<Job>& jobs) {
-  std::vector<Sequence> want;
+std::vector<Answer> alone(const halformer::Model& m, const std::vector<Job>& jobs) {
+  std::vector<Answer> want;
   for (const Job& j : jobs) {
-    Sequence t = m.generate({j.prompt}, j.options).tokens[0];
+    const halformer::DecodeResult r = m.generate({j.prompt}, j.options);
+    Sequence t = r.tokens[0];
     for (size_t n = 1; n <= t.size(); ++n) {
       bool stop = false;
       for (const Sequence& s : j.stop)
@@ -101,14 +130,18 @@ std::vector<Sequence> alone(const halformer::Model& m, const std::vector<Job>& j
         break;
       }
     }
-    want.push_back(t);
+    std::vector<float> lp = j.options.return_scores ? r.token_logprobs[0] : std::vector<float>(t.size(), std::nanf(""));
+    lp.resize(t.size());
+    want.push_back({t, lp});
   }
   return want;
 }
 
 // ids: the prompt's (an encoder-decoder's source) id range; max_new: the most new tokens
 // a job asks for (an encoder-decoder's requests need more than 16 to span two blocks).
-void check_model(const halformer::Model& m, const std::string& name, std::pair<int, int> ids, int max_new) {
+// logprob_tol: how far a token's log-probability may be from alone's (0: the same bits).
+void check_model(const halformer::Model& m, const std::string& name, std::pair<int, int> ids, int max_new,
+                 float logprob_tol = 0) {
   const bool enc_dec = m.config().arch == halformer::Architecture::EncoderDecoder;
   std::mt19937 rng(7);
   std::uniform_int_distribution<int> id(ids.first, ids.second), len(1, 23), new_tokens(1, max_new);
@@ -127,19 +160,20 @@ void check_model(const halformer::Model& m, const std::string& name, std::pair<i
       job.options.seed = uint64_t(1000 + j);
     }
     if (j == 4) job.options.repetition_penalty = 1.3f;
+    job.options.return_scores = j % 7 != 3;  // and compared bit for bit; two jobs without
     job.arrives = j < 5 ? 0 : (j - 4) * 2;  // five at once, then one every two steps
     jobs.push_back(job);
   }
-  std::vector<Sequence> want = alone(m, jobs);
+  std::vector<Answer> want = alone(m, jobs);
   // A stop sequence from inside job 6's own answer (tokens 2-3): it ends there.
-  if (want[6].size() >= 4) jobs[6].stop = {{999999}, {want[6][1], want[6][2]}};
+  if (want[6].tokens.size() >= 4) jobs[6].stop = {{999999}, {want[6].tokens[1], want[6].tokens[2]}};
   want = alone(m, jobs);
   halformer::EngineOptions eo;
   eo.max_sequences = 3;
   eo.prefill_tokens = 16;  // at most one long prompt a step
-  run_engine(m, name, jobs, want, eo);
+  run_engine(m, name, jobs, want, eo, logprob_tol);
   eo.max_sequences = 8;
-  const halformer::EngineStats roomy = run_engine(m, name + " (8 slots)", jobs, want, eo);
+  const halformer::EngineStats roomy = run_engine(m, name + " (8 slots)", jobs, want, eo, logprob_tol);
   check(roomy.preemptions == 0, name + ": preempted with room for every slot's max_len");
   // A pool of 5 blocks for 8 slots (the longest request needs 3): sequences are preempted,
   // prefilled again and their tokens replayed. (Encoder-decoder: 3 blocks; its requests
@@ -147,7 +181,7 @@ void check_model(const halformer::Model& m, const std::string& name, std::pair<i
   const int pool = enc_dec ? 3 : 5;
   eo.kv_cache_mb = ((pool + 0.5) * double(roomy.block_bytes)) / double(1 << 20);
   const halformer::EngineStats small =
-      run_engine(m, name + " (8 slots, " + std::to_string(pool) + " blocks)", jobs, want, eo);
+      run_engine(m, name + " (8 slots, " + std::to_string(pool) + " blocks)", jobs, want, eo, logprob_tol);
   check(small.blocks == pool, name + ": the budget gave " + std::to_string(small.blocks) + " blocks, not " + std::to_string(pool));
   check(small.preemptions > 0, name + ": a pool of " + std::to_string(pool) + " blocks preempted nothing");
 
@@ -167,7 +201,7 @@ void check_model(const halformer::Model& m, const std::string& name, std::pair<i
   }
   eo = halformer::EngineOptions();
   eo.max_sequences = 4;
-  const halformer::EngineStats shared = run_engine(m, name + " (shared prefixes)", chat, alone(m, chat), eo);
+  const halformer::EngineStats shared = run_engine(m, name + " (shared prefixes)", chat, alone(m, chat), eo, logprob_tol);
   // An encoder-decoder's decoder prompt is its start token alone: nothing to share.
   if (!enc_dec)
     check(shared.prefix_tokens >= 5 * 32, name + ": only " + std::to_string(shared.prefix_tokens) +
@@ -236,7 +270,10 @@ int main(int argc, char** argv) {
     auto q8 = halformer::Model::load(*halformer_model_gguf_q8(), argv[2], {2, "cpu"});
     auto rev = halformer::Model::load(*halformer_model_reverse_tiny(), argv[3], {2, "cpu"});
     check_model(gpt, "gpt-tiny", {3, gpt.config().tgt_vocab - 1}, 12);
-    check_model(q8, "gguf-q8", {3, q8.config().tgt_vocab - 1}, 12);
+    // Its decode rows are not bit for bit its lone run's (a few ulps apart on sampled jobs,
+    // depending on the other rows; not yet traced to a kernel: the q8_0 linears and the
+    // bf16 cache are what it has beyond gpt-tiny), tokens the same here (docs/engine.md).
+    check_model(q8, "gguf-q8", {3, q8.config().tgt_vocab - 1}, 12, 1e-5f);
     check_model(rev, "reverse-tiny", {1, 13}, 40);  // digits 1-13 (14, 15: bos, eos)
     check_cancel_and_queue(gpt);
     halformer::Engine e(gpt);
