@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <mutex>
+#include <unordered_set>
 
 #include "call.h"
 #include "decoding.h"
@@ -42,7 +44,6 @@ struct Slot {
   int64_t admitted = 0;     // admission order: the newest is preempted first
   std::vector<int> blocks;  // the block table
   int len = 0;              // cache positions filled: the next position fed
-  std::unique_ptr<EncodedSource> source;  // an encoder-decoder's, encoded at admission
   // A prompt of one token (an encoder-decoder's start token) is not prefilled: its position
   // is a row of the next decode pass, the same arithmetic (a query alone) in one pass less.
   bool prefilling() const { return busy && seq.req.prompt.size() > 1 && len < int(seq.req.prompt.size()); }
@@ -74,10 +75,38 @@ struct EngineState {
   std::vector<Slot> slots;
   std::deque<Progress> queue;  // preempted sequences first, then requests as they came
   std::vector<int64_t> cancelled;
-  int64_t next_id = 1, admissions = 0, preemptions = 0, prefix_tokens = 0;
+  std::unique_ptr<SourceSlab> sources;  // an encoder-decoder's: slot b's source encoded at admission
+  int64_t admissions = 0, preemptions = 0, prefix_tokens = 0;
+
+  // What submit() and cancel() hand over from any thread, taken by the next admit(): a
+  // caller never waits for a step that is running.
+  struct Inbox {
+    std::mutex mu;
+    std::vector<Progress> submitted;
+    std::vector<int64_t> cancels;
+    std::unordered_set<int64_t> live, cancelling;  // ids not yet ended; those asked to cancel
+    int64_t next_id = 1;
+  } inbox;
+
+  // The start of admit(): what was handed over joins the queue; cancellations of requests
+  // that have ended since are dropped.
+  void take_inbox() {
+    std::lock_guard<std::mutex> lock(inbox.mu);
+    for (Progress& p : inbox.submitted) queue.push_back(std::move(p));
+    inbox.submitted.clear();
+    for (int64_t id : inbox.cancels)
+      if (inbox.live.count(id)) cancelled.push_back(id);
+    inbox.cancels.clear();
+  }
+  void forget_ended(const std::vector<EngineEvent>& events) {
+    std::lock_guard<std::mutex> lock(inbox.mu);
+    for (const EngineEvent& e : events)
+      if (e.finished) inbox.live.erase(e.id), inbox.cancelling.erase(e.id);
+  }
 
   void release(Slot& slot) {
     for (int b : slot.blocks) cache->blocks.release(b);
+    if (sources) sources->len[size_t(&slot - slots.data())] = 0;
     slot = Slot();
   }
 };
@@ -117,17 +146,25 @@ Engine::Engine(const Model& model, const EngineOptions& options) : model_(&model
                 std::to_string(layer_bytes >> 20) + " MiB; the kernels address at most 2048 MiB per layer");
   s_->cache = std::make_unique<PagedCache>(c.stack, w, int(count) + 1);  // + the null block
   s_->slots.resize(size_t(o.max_sequences));
+  if (cfg.arch == Architecture::EncoderDecoder) s_->sources = std::make_unique<SourceSlab>(o.max_sequences);
 }
 Engine::~Engine() = default;
 Engine::Engine(Engine&&) noexcept = default;
 Engine& Engine::operator=(Engine&&) noexcept = default;
 
 const EngineOptions& Engine::options() const { return s_->opt; }
-int Engine::waiting() const { return int(s_->queue.size()); }
+int Engine::waiting() const {
+  std::lock_guard<std::mutex> lock(s_->inbox.mu);
+  return int(s_->queue.size() + s_->inbox.submitted.size());
+}
 int Engine::running() const {
   return int(std::count_if(s_->slots.begin(), s_->slots.end(), [](const Slot& s) { return s.busy; }));
 }
-bool Engine::idle() const { return s_->queue.empty() && running() == 0 && s_->cancelled.empty(); }
+bool Engine::idle() const {
+  std::lock_guard<std::mutex> lock(s_->inbox.mu);
+  return s_->inbox.submitted.empty() && s_->inbox.cancels.empty() && s_->queue.empty() && running() == 0 &&
+         s_->cancelled.empty();
+}
 EngineStats Engine::stats() const {
   const KvBlockPool& p = s_->cache->blocks;
   return {p.capacity(), p.in_use(), p.cached(), s_->cache->block_bytes, s_->preemptions, s_->prefix_tokens};
@@ -154,20 +191,21 @@ int64_t Engine::submit(const Sequence& prompt, const GenerationOptions& options,
                 std::to_string(s_->cache->blocks.capacity()) + " (raise kv_cache_mb)");
   for (size_t i = 0; i < stop.size(); ++i)
     if (stop[i].empty()) throw Error("stop sequence " + std::to_string(i + 1) + " is empty");
-  r.id = s_->next_id++, r.options = options, r.stop = std::move(stop);
+  r.options = options, r.stop = std::move(stop);
   r.options.on_token = nullptr;
   Progress p;
   p.history = r.prompt, p.req = std::move(r);
-  s_->queue.push_back(std::move(p));
-  return s_->queue.back().req.id;
+  std::lock_guard<std::mutex> lock(s_->inbox.mu);
+  const int64_t id = p.req.id = s_->inbox.next_id++;
+  s_->inbox.live.insert(id);
+  s_->inbox.submitted.push_back(std::move(p));
+  return id;
 }
 
 bool Engine::cancel(int64_t id) {
-  auto queued = std::find_if(s_->queue.begin(), s_->queue.end(), [&](const Progress& p) { return p.req.id == id; });
-  const bool running = std::any_of(s_->slots.begin(), s_->slots.end(), [&](const Slot& s) { return s.busy && s.seq.req.id == id; });
-  if (queued == s_->queue.end() && !running) return false;
-  if (std::find(s_->cancelled.begin(), s_->cancelled.end(), id) != s_->cancelled.end()) return false;
-  s_->cancelled.push_back(id);
+  std::lock_guard<std::mutex> lock(s_->inbox.mu);
+  if (!s_->inbox.live.count(id) || !s_->inbox.cancelling.insert(id).second) return false;
+  s_->inbox.cancels.push_back(id);
   return true;
 }
 
@@ -231,8 +269,7 @@ void admit_prompts(EngineState& s, Stack& stack, const Weights& w, std::vector<E
     const int P = int(p.req.prompt.size()), n = piece(P - slot.len, budget);
     IBuf tok(n, 1);
     for (int i = 0; i < n; ++i) tok(i, 0) = p.history[size_t(slot.len + i)];
-    Array x = paged_forward(stack, w, *s.cache, tok, {slot.len}, {&slot.blocks}, {true}, true,
-                            slot.source ? std::vector<const EncodedSource*>{slot.source.get()} : std::vector<const EncodedSource*>{});
+    Array x = paged_forward(stack, w, *s.cache, tok, {slot.len}, {&slot.blocks}, {true}, true);
     slot.len += n, budget -= n;
     if (slot.len < P) return;
     // The prompt's full blocks, findable by later prompts that start the same way.
@@ -278,12 +315,12 @@ void admit_prompts(EngineState& s, Stack& stack, const Weights& w, std::vector<E
       for (int blk : table) pool.release(blk);  // wait for blocks (first come, first served) or budget
       break;
     }
-    std::unique_ptr<EncodedSource> encoded;
-    if (source > 0) {  // before the slot changes: a failure leaves the request queued as it was
+    if (source > 0) {  // into the free slot's place, before the slot changes: a failure leaves the request queued as it was
       try {
-        encoded = std::make_unique<EncodedSource>(encode_source(stack, w, p.req.source));
+        s.sources->place(stack, b, encode_source(stack, w, p.req.source));
       } catch (...) {
         for (int blk : table) pool.release(blk);
+        s.sources->len[size_t(b)] = 0;
         throw;
       }
     }
@@ -293,7 +330,6 @@ void admit_prompts(EngineState& s, Stack& stack, const Weights& w, std::vector<E
     s.queue.pop_front();
     s.prefix_tokens += shared * BS;
     if (!slot.seq.chooser) slot.seq.chooser = std::make_unique<TokenChooser>(slot.seq.req.options, V, eos, 0);  // batch row 0's generator
-    slot.source = std::move(encoded);
     if (slot.prefilling()) advance(slot);
     budget -= source;  // the encoder's tokens count too
   }
@@ -341,8 +377,6 @@ void decode_rows(EngineState& s, Stack& stack, const Weights& w, std::vector<Eng
   std::vector<int> start(size_t(R), 0);
   std::vector<const std::vector<int>*> tables(static_cast<size_t>(R));
   std::vector<bool> write(size_t(R), false);
-  std::vector<const EncodedSource*> sources;  // encoder-decoder: each row's source
-  if (cfg.arch == Architecture::EncoderDecoder) sources.assign(size_t(R), nullptr);
   static const std::vector<int> none;
   for (int b = 0; b < R; ++b) {
     const Slot& slot = s.slots[size_t(b)];
@@ -351,9 +385,8 @@ void decode_rows(EngineState& s, Stack& stack, const Weights& w, std::vector<Eng
     start[size_t(b)] = on ? slot.len : 0;
     tables[size_t(b)] = on ? &slot.blocks : &none;
     write[size_t(b)] = on;
-    if (!sources.empty() && on) sources[size_t(b)] = slot.source.get();
   }
-  Array x = paged_forward(stack, w, *s.cache, tokens, start, tables, write, false, sources);
+  Array x = paged_forward(stack, w, *s.cache, tokens, start, tables, write, false, s.sources.get());
   Array logits(V, 1, R, stack.iface);
   stack.generator(x, w, logits);
   std::vector<float> host = stack.to_host(logits);
@@ -374,10 +407,13 @@ std::vector<EngineEvent> Engine::decode() { return half(false); }
 std::vector<EngineEvent> Engine::half(bool admitting) {
   std::vector<EngineEvent> events;
   Call c = model_->call();
-  if (admitting)
+  if (admitting) {
+    s_->take_inbox();
     admit_prompts(*s_, c.stack, *model_->weights_, events);
-  else
+  } else {
     decode_rows(*s_, c.stack, *model_->weights_, events);
+  }
+  s_->forget_ended(events);
   return events;
 }
 

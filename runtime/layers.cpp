@@ -375,25 +375,6 @@ void Stack::cross_block(Array& x, const LayerWeights& L, const Array& kv, const 
   });
 }
 
-void Stack::cross_block_rows(Array& x, const LayerWeights& L, const std::vector<const Array*>& kv,
-                             const std::vector<const Array*>& src_mask) {
-  const int d = cfg.d_model, hd = d / cfg.heads;
-  if (x.T != 1) throw Error("internal: per-row cross-attention of several positions");
-  cross_sublayer(x, L, [&](const Array& q, Array& a) {
-    // Each row's call is the one a batch of that row alone makes (a device view must start
-    // aligned: rows are copied through aligned single rows there).
-    Array q1 = iface ? Array(d, 1, 1, iface) : Array(), a1 = iface ? Array(d, 1, 1, iface) : Array();
-    for (int b = 0; b < q.B; ++b) {
-      if (!kv[size_t(b)]) continue;
-      if (iface) copy_elems(q, int64_t(b) * d, q1, 0, d);
-      attention(kt.cross_attention, "cross_attention", iface ? q1.heads(hd) : view4(q, int64_t(b) * d, hd, d / hd, 1, 1, d, d),
-                kv[size_t(b)]->heads(hd), src_mask[size_t(b)]->flat(), position_bias({}),
-                iface ? a1.heads(hd) : view4(a, int64_t(b) * d, hd, d / hd, 1, 1, d, d));
-      if (iface) copy_elems(a1, 0, a, int64_t(b) * d, d);
-    }
-  });
-}
-
 void Stack::cross_sublayer(Array& x, const LayerWeights& L, const std::function<void(const Array& q, Array& a)>& attend) {
   const int d = cfg.d_model;
   residual_block(x, L.cross_norm, [&](const Array& h, const Array& res, Array& y) {

@@ -37,9 +37,64 @@ EncodedSource encode_source(Stack& stack, const Weights& w, const Sequence& src)
   return e;
 }
 
+namespace {
+
+// Positions [0, n) of sequence fb of `from` into sequence tb of `to` (arrays alike but for
+// their positions: cross_kv's layout, head-major on the CPU).
+void copy_positions(Stack& stack, const Array& from, int fb, Array& to, int tb, int n) {
+  const int C = from.C, hd = from.head_major_hd;
+  const int64_t fp = int64_t(fb) * C * from.T, tp = int64_t(tb) * C * to.T;
+  if (!hd)
+    stack.copy_elems(from, fp, to, tp, int64_t(n) * C);
+  else  // a run of n positions per head
+    stack.copy_rows(from, fp, int64_t(from.T) * hd, to, tp, int64_t(to.T) * hd, n * hd, C / hd);
+}
+
+}  // namespace
+
+void SourceSlab::place(Stack& stack, int slot, const EncodedSource& src) {
+  const int S = src.kv.at(0).T, slots = int(len.size());
+  if (S > cap) {  // grow: every placed source into arrays of the new cap
+    const int grown = (S + kKvBlockSize - 1) / kKvBlockSize * kKvBlockSize;
+    std::vector<Array> wider;
+    for (size_t l = 0; l < src.kv.size(); ++l) {
+      const Array& like = src.kv[l];
+      // Device memory is not zeroed and masked keys are still read (times a zero weight).
+      Array a = stack.iface ? stack.make_input(like.C, grown, slots, [](float*) {})
+                            : Array(like.C, grown, slots, nullptr, like.bf16);
+      a.head_major_hd = like.head_major_hd;
+      for (int b = 0; b < slots; ++b)
+        if (len[size_t(b)] > 0) copy_positions(stack, kv[l], b, a, b, len[size_t(b)]);
+      wider.push_back(std::move(a));
+    }
+    kv = std::move(wider), cap = grown;
+  }
+  for (size_t l = 0; l < kv.size(); ++l) copy_positions(stack, src.kv[l], 0, kv[l], slot, S);
+  len[size_t(slot)] = S;
+}
+
+Array SourceSlab::mask(Stack& stack, int rows) const {
+  return stack.make_input(cap, rows, 1, [&](float* m) {
+    for (int b = 0; b < rows; ++b)
+      for (int t = 0; t < cap; ++t) m[int64_t(b) * cap + t] = t < len[size_t(b)] ? 0.0f : kMasked;
+  });
+}
+
+void SourceSlab::cross_block(Stack& stack, Array& x, const LayerWeights& L, size_t l, const Array& mask) const {
+  const Array& a = kv[l];
+  const int hd = stack.cfg.d_model / stack.cfg.heads, B = x.B, C = a.C;
+  // a.heads(hd) over rows [0, B) of the slots.
+  const View keys = a.head_major_hd ? view4(a, 0, hd, C / hd, cap, B, hd, int64_t(C) * cap, int64_t(cap) * hd)
+                                    : view4(a, 0, hd, C / hd, cap, B, C, int64_t(C) * cap);
+  stack.cross_sublayer(x, L, [&](const Array& q, Array& out) {
+    stack.attention(stack.kt.cross_attention, "cross_attention", q.heads(hd), keys, mask.flat(),
+                    stack.position_bias({}), out.heads(hd));
+  });
+}
+
 Array paged_forward(Stack& stack, const Weights& w, PagedCache& cache, const IBuf& tokens, const std::vector<int>& start,
                     const std::vector<const std::vector<int>*>& tables, const std::vector<bool>& write, bool last_row,
-                    const std::vector<const EncodedSource*>& sources) {
+                    const SourceSlab* sources) {
   const ModelConfig& cfg = stack.cfg;
   const int Tq = tokens.dim(0).extent(), B = tokens.dim(1).extent();
   if (Tq > 1 && B > 1) throw Error("internal: several positions of several sequences");
@@ -64,6 +119,8 @@ Array paged_forward(Stack& stack, const Weights& w, PagedCache& cache, const IBu
   const bool per_row = stack.positions_in_attention() && B > 1;
   if (per_row && stack.iface) throw Error("the engine's relative position biases run on the CPU only (for now)");
   const bool bf16 = stack.self_cache_bf16();
+  if (sources && Tq != 1) throw Error("internal: an encoder-decoder's prompt of several tokens in the engine");
+  const Array source_mask = sources ? sources->mask(stack, B) : Array();
   for (size_t l = 0; l < w.decoder.size(); ++l) {
     const auto& L = w.decoder[l];
     Array& pool = cache.pool[l];
@@ -116,12 +173,7 @@ Array paged_forward(Stack& stack, const Weights& w, PagedCache& cache, const IBu
       }
       stack.linear_residual(stack.kt.attention_out, "attention_out", a.flat(), L.attn_out, res.flat(), y.flat());
     }, nullptr, tail);
-    if (!sources.empty()) {
-      std::vector<const Array*> kv(size_t(B), nullptr), masks(size_t(B), nullptr);
-      for (int b = 0; b < B; ++b)
-        if (sources[size_t(b)]) kv[size_t(b)] = &sources[size_t(b)]->kv[l], masks[size_t(b)] = &sources[size_t(b)]->mask;
-      stack.cross_block_rows(x, L, kv, masks);
-    }
+    if (sources) sources->cross_block(stack, x, L, l, source_mask);
     stack.feed_forward(x, L, ff_in);
   }
   stack.final_norm(x, w.decoder_norm);

@@ -32,16 +32,34 @@ struct EncodedSource {
 };
 EncodedSource encode_source(Stack& stack, const Weights& w, const Sequence& src);
 
+// The running requests' sources side by side: per decoder layer every slot's cross-
+// attention keys/values in one array, slot b's as sequence b of `cap` positions, masked
+// past its own length, so that one cross-attention call per layer serves every decode row
+// (not a call per row) with each row's arithmetic its lone call's (masked keys add exact
+// zeros). cap grows to the longest source placed, in whole blocks, and never shrinks:
+// slots x cap positions of every layer (docs/engine.md).
+struct SourceSlab {
+  std::vector<Array> kv;  // per decoder layer: (2 d_model, cap, slots), laid out as cross_kv's
+  std::vector<int> len;   // per slot: its source's positions (0: none)
+  int cap = 0;
+  explicit SourceSlab(int slots) : len(size_t(slots), 0) {}
+  void place(Stack& stack, int slot, const EncodedSource& src);
+  // The key mask of slots [0, rows): 0 over a slot's source, kMasked past it.
+  Array mask(Stack& stack, int rows) const;
+  // Layer l's cross-attention sublayer for rows [0, x.B), row b over slot b's source.
+  void cross_block(Stack& stack, Array& x, const LayerWeights& L, size_t l, const Array& mask) const;
+};
+
 // New positions of B sequences through the decoder: Tq each (Tq > 1 only for one sequence, a
 // piece of a prompt), tokens (Tq, B), sequence b's at positions [start[b], start[b] + Tq).
 // Their keys and values go into the blocks of tables[b] (which must cover those positions)
 // when write[b]; attention reads each sequence's positions [0, start[b] + Tq) through its
 // table. last_row: past the last layer's attention only the last position goes on (a
-// prompt's logits). An encoder-decoder's rows (Tq == 1) attend to sources[b] (null: an idle
-// row); decoder-only: sources empty. Returns the final hidden rows, (d, 1 or Tq, B). The
+// prompt's logits). An encoder-decoder's decode rows (Tq == 1) attend row b to slot b of
+// `sources`; decoder-only: null. Returns the final hidden rows, (d, 1 or Tq, B). The
 // arithmetic is Stack::decode_step's on a contiguous cache, bit for bit.
 Array paged_forward(Stack& stack, const Weights& w, PagedCache& cache, const IBuf& tokens, const std::vector<int>& start,
                     const std::vector<const std::vector<int>*>& tables, const std::vector<bool>& write, bool last_row,
-                    const std::vector<const EncodedSource*>& sources = {});
+                    const SourceSlab* sources = nullptr);
 
 }  // namespace halformer

@@ -99,10 +99,6 @@ struct Stack : DeviceContext {
   Array cross_kv(const LayerWeights& L, const Array& memory);
   std::vector<Array> cross_kvs(const Weights& w, const Array& memory);  // cross_kv of every decoder layer
   void cross_block(Array& x, const LayerWeights& L, const Array& kv, const Array& src_mask);
-  // The same for B rows of one position each, row b over its own source's keys and values
-  // (kv[b], src_mask[b]: a batch of one; null: an idle row, whose output is not computed).
-  void cross_block_rows(Array& x, const LayerWeights& L, const std::vector<const Array*>& kv,
-                        const std::vector<const Array*>& src_mask);
   // norm, query projection, `attend` (queries -> attention output), output projection, residual
   void cross_sublayer(Array& x, const LayerWeights& L, const std::function<void(const Array& q, Array& a)>& attend);
   // The output projection: hidden rows -> raw logits.

@@ -102,7 +102,11 @@ class Engine:
                                       0 if max_len is None else _int_arg("max_len", max_len, 32),
                                       _int_arg("prefill_tokens", prefill_tokens, 32),
                                       0.0 if kv_cache_mb is None else _float_arg("kv_cache_mb", kv_cache_mb))
-        self._lock = threading.Condition()  # the native engine is stepped by one thread at a time
+        # _lock: the streams and the engine thread's sleep; held briefly, never across a
+        # step, so submit() (and an asyncio caller's event loop) does not wait for one.
+        # _stepping: held across a native step; what reads the native engine's state takes it.
+        self._lock = threading.Condition()
+        self._stepping = threading.Lock()
         self._streams = {}
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="halformer-engine", daemon=True)
@@ -110,14 +114,24 @@ class Engine:
         _open_engines.add(self)
 
     max_len = property(lambda self: self._native.max_len, doc="positions per sequence, prompt + new tokens")
-    running = property(lambda self: self._native.running, doc="sequences being decoded")
-    waiting = property(lambda self: self._native.waiting, doc="requests queued for a slot")
+
+    @property
+    def running(self):
+        """Sequences being decoded."""
+        with self._stepping:
+            return self._native.running
+
+    @property
+    def waiting(self):
+        """Requests queued for a slot."""
+        with self._stepping:
+            return self._native.waiting
 
     def stats(self):
         """The paged cache: blocks, blocks_in_use, blocks_cached (prompt blocks a later prompt
         may share), block_bytes, and counts of preemptions and prefix_tokens (prompt tokens
         not computed: shared)."""
-        with self._lock:
+        with self._stepping:
             return dict(self._native.stats())
 
     def submit(self, prompt, max_new_tokens=None, sampling_topk=1, sampling_topp=1.0, sampling_temperature=1.0,
@@ -157,22 +171,32 @@ class Engine:
     def _loop(self):
         while True:
             with self._lock:
-                while not self._closed and self._native.idle:
+                while not self._closed and self._idle():
                     self._lock.wait()
                 if self._closed:
                     return
-                # The step in its two halves: the first tokens of newly prefilled requests
-                # reach their streams before the decode pass runs.
-                for half in (1, 2):
-                    try:
+            # The step in its two halves: the first tokens of newly prefilled requests
+            # reach their streams before the decode pass runs. A request submitted during a
+            # half joins at the next admission; its stream is registered before its first
+            # event can be delivered (submit() registers it under _lock, before which the
+            # native engine cannot have it).
+            for half in (1, 2):
+                try:
+                    with self._stepping:
                         events = self._native.step(half)
-                    except Exception as e:  # a step failed: every request in it ends with the error
+                except Exception as e:  # a step failed: every request in it ends with the error
+                    with self._lock:
                         for s in self._streams.values():
                             s._error = e
                             s._put(_END)
                         self._streams.clear()
-                        break
+                    break
+                with self._lock:
                     self._deliver(events)
+
+    def _idle(self):
+        with self._stepping:
+            return self._native.idle
 
     def _deliver(self, events):
         ended = []

@@ -24,7 +24,9 @@
 // its sampling generator is the one of batch row 0 with its seed (generation.h), and a
 // row's arithmetic depends neither on its neighbours, nor on where its blocks are, nor on
 // how its prompt was cut (tests/generation/engine_alone.cpp).
-// Not thread-safe: one thread calls submit / cancel / step (the Python engine's loop).
+// submit() and cancel() may be called from any thread, also while a step runs (they hand
+// over to the next step and never wait for one); the rest from one thread at a time, the
+// one that steps (the Python engine's loop).
 #pragma once
 
 #include <cstdint>
