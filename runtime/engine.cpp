@@ -315,7 +315,9 @@ void admit_prompts(EngineState& s, Stack& stack, const Weights& w, std::vector<E
       for (int blk : table) pool.release(blk);  // wait for blocks (first come, first served) or budget
       break;
     }
-    if (source > 0) {  // into the free slot's place, before the slot changes: a failure leaves the request queued as it was
+    // The source into the free slot's place in the slab, before the slot changes: a failure
+    // leaves the request queued as it was.
+    if (source > 0) {
       try {
         s.sources->place(stack, b, encode_source(stack, w, p.req.source));
       } catch (...) {

@@ -25,7 +25,9 @@ replaying the same trace:
 Per server and rate: output tokens/s (all tokens / the time from the first arrival to the
 last token), time to first token p50/p99, time per output token p50/p99 (a request's
 (last - first token time) / (tokens - 1)), the process's peak RSS and its RSS once the
-model was loaded (weights included), and for the engine its cache budget.
+model was loaded (weights included), for the engine its cache budget, and for batching
+its rows_per_step (tokens / decode steps: an engine that keeps all --max-batch rows busy
+makes at most --max-batch / rows_per_step times its tokens per step at equal step cost).
 """
 import argparse
 import json
@@ -123,7 +125,7 @@ def run_batching(model, requests, max_batch, kv_cache_mb):
     max_len, enc_dec = model.config["max_len"], model.config["arch"] == "encoder_decoder"
     first, times = [None] * len(requests), [[] for _ in requests]
     t0 = time.perf_counter()
-    done = 0
+    done = steps = 0
     while done < len(requests):
         now = time.perf_counter() - t0
         if requests[done][0] > now:
@@ -154,7 +156,10 @@ def run_batching(model, requests, max_batch, kv_cache_mb):
             if first[i] is None:
                 first[i] = stamp
         done = batch[-1] + 1
-    return t0, first, times, {}
+        steps += n
+    # Rows with a token per decode step: an engine always full makes at most
+    # max_batch / rows_per_step times batching's tokens per step (at equal step cost).
+    return t0, first, times, {"rows_per_step": sum(len(t) for t in times) / steps}
 
 
 RUNNERS = {"engine": run_engine, "batch": run_batching, "alone": run_alone}

@@ -6,13 +6,17 @@
 // lengths and lengths of answer, and end by eos, length or a stop sequence -- also with a
 // pool of blocks so small that sequences are preempted and recomputed, and with prompts
 // that share prefixes (their blocks shared). Also: every block is back in the pool after
-// each run; cancellation of queued and running requests frees their slots and blocks,
+// each run; submit and cancel from another thread while one steps; cancellation of queued
+// and running requests frees their slots and blocks,
 // 1,000 queued requests drain, and bad requests / models are refused by name. Two models: gpt-tiny (fp32,
 // learned positions) and the GGUF test model gguf-q8 (rotary, grouped-query attention,
 // q8_0 weights, bf16 cache). Compiled at test time against both libraries
 // (tests/generation/CMakeLists.txt).
 //   usage: engine_alone GPT_TINY_WEIGHTS GGUF_Q8_WEIGHTS REVERSE_TINY_WEIGHTS
 #include <unistd.h>
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -247,6 +251,58 @@ void check_cancel_and_queue(const halformer::Model& m) {
   check(ended == 1000, "1000 queued requests: " + std::to_string(ended) + " ended");
 }
 
+// submit() and cancel() from another thread while this one steps (engine.h): every
+// request ends exactly once, those not cancelled with their tokens alone.
+void check_submit_while_stepping(const halformer::Model& m) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> id(3, m.config().tgt_vocab - 1), len(1, 12), new_tokens(1, 10);
+  std::vector<Job> jobs(40);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    for (int i = len(rng); i > 0; --i) jobs[j].prompt.push_back(id(rng));
+    jobs[j].options.max_new_tokens = new_tokens(rng);
+    if (j % 2) jobs[j].options.sampling_topk = 10, jobs[j].options.seed = 500 + j;
+  }
+  const std::vector<Answer> want = alone(m, jobs);
+  halformer::EngineOptions eo;
+  eo.max_sequences = 4;
+  halformer::Engine engine(m, eo);
+  std::vector<int64_t> ids(jobs.size(), 0);
+  std::vector<bool> cancel_asked(jobs.size(), false);
+  std::atomic<bool> submitted{false};
+  std::thread submitter([&] {
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      ids[j] = engine.submit(jobs[j].prompt, jobs[j].options);
+      if (j % 9 == 4) cancel_asked[j] = engine.cancel(ids[j]);  // true unless it ended already
+      std::this_thread::sleep_for(std::chrono::microseconds(50 * (j % 4)));
+    }
+    submitted = true;
+  });
+  std::map<int64_t, Answer> got;
+  std::map<int64_t, std::vector<std::string>> endings;
+  for (int steps = 0; (!submitted || !engine.idle()) && steps < 100000; ++steps)
+    for (const auto& e : engine.step()) {
+      if (e.token >= 0) got[e.id].tokens.push_back(e.token);
+      if (e.finished) endings[e.id].push_back(e.reason);
+    }
+  submitter.join();
+  int cancelled = 0;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const std::vector<std::string>& end = endings[ids[j]];
+    check(end.size() == 1, "submit while stepping: request " + std::to_string(j) + " ended " + std::to_string(end.size()) + " times");
+    if (end.size() != 1) continue;
+    if (end[0] == "cancelled") {
+      check(cancel_asked[j], "submit while stepping: request " + std::to_string(j) + " cancelled unasked");
+      ++cancelled;
+    } else {
+      check(got[ids[j]].tokens == want[j].tokens, "submit while stepping: request " + std::to_string(j) + " engine " +
+                                                      str(got[ids[j]].tokens) + ", alone " + str(want[j].tokens));
+    }
+  }
+  std::printf("submit and cancel from another thread while stepping: %zu requests, %d cancelled, the rest as alone\n",
+              jobs.size(), cancelled);
+  check(engine.stats().blocks_in_use == 0, "submit while stepping: blocks still in use");
+}
+
 template <typename F>
 void expect_error(const std::string& what, const std::string& needle, F f) {
   try {
@@ -277,6 +333,7 @@ int main(int argc, char** argv) {
     check_model(q8, "gguf-q8", {3, q8.config().tgt_vocab - 1}, 12, 1e-5f);
     check_model(rev, "reverse-tiny", {1, 13}, 40);  // digits 1-13 (14, 15: bos, eos)
     check_cancel_and_queue(gpt);
+    check_submit_while_stepping(gpt);
     halformer::Engine e(gpt);
     halformer::GenerationOptions o;
     expect_error("empty prompt", "empty", [&] { e.submit({}, o); });
