@@ -111,7 +111,10 @@ class LinearBlocks : public Generator<LinearBlocks<kEpilogue, kBits>> {
     Expr pair_bits = reinterpret<uint32_t>(b(n % kBlockPanel, P + panel * pairs + rb / 2));
     Expr scale_w = cast<float>(reinterpret<float16_t>(cast<uint16_t>(pair_bits >> (16 * (rb % 2)))));
     acc(n, m) = 0.0f;
-    acc(n, m) += cast<float>(bsum(n, m, rb) - kFormat.zero * xsum(rb, mc)) * (scale_w * dx(rb, mc));
+    // strict: with LLVM's fused multiply-adds chosen per unrolled row, a row's float sum
+    // came out an ulp apart in the several-row tiles from the one-row one (so a request
+    // alone and in a batch differed, docs/engine.md); products and sums as written.
+    acc(n, m) += strict_float(cast<float>(bsum(n, m, rb) - kFormat.zero * xsum(rb, mc)) * (scale_w * dx(rb, mc)));
 
     Expr bias = b(n % kBlockPanel, panel);
     Expr y = apply_epilogue(kEpilogue, apply_pointwise(activation, acc(n, m) + bias),

@@ -6,6 +6,7 @@
 // multiple of the block). The packing (halformer/packed_blocks.h) is checked against the
 // reference's own quantization, and the error of each format against the fp32 linear is
 // stated. CPU only.
+#include <cstring>
 #include <gtest/gtest.h>
 #include <HalideBuffer.h>
 
@@ -170,3 +171,27 @@ TEST(LinearInt4, IntegerSumsExact) { check_integer_sums(KERNEL(test_linear_int4_
 TEST(LinearQ8_0, IntegerSumsExact) { check_integer_sums(KERNEL(test_linear_q8_0_residual), kQ8); }
 
 }  // namespace
+
+// A row's output is the same bits at any row count (the engine's decode rows against a
+// request alone, docs/engine.md): each row of an M-row call against that row alone.
+template <typename Fn>
+void check_rows_alike(Fn fn, const hf::BlockFormat& f, int K, int N) {
+  Vec w = random_vec(size_t(N) * K, 2, 0.2f), b = random_vec(N, 3);
+  BlockWeights kw(f, w, b, K, N);
+  for (int M : {2, 5, 8, 13}) {
+    layer_checks::QuantizedLinearCall many(M, K, N, random_vec(size_t(M) * K, 1), random_vec(size_t(M) * N, 4));
+    ASSERT_EQ(many.run(fn, kw.w, kw.b, false), 0);
+    for (int m = 0; m < M; ++m) {
+      Vec x(many.x.begin() + m * K, many.x.begin() + (m + 1) * K), sec(many.second.begin() + m * N, many.second.begin() + (m + 1) * N);
+      layer_checks::QuantizedLinearCall one(1, K, N, x, sec);
+      one.x = x;  // as given (the constructor zeroes the first element)
+      ASSERT_EQ(one.run(fn, kw.w, kw.b, false), 0);
+      int differ = 0;
+      for (int n = 0; n < N; ++n) differ += std::memcmp(&one.out[size_t(n)], &many.out[size_t(m) * N + n], sizeof(float)) != 0;
+      EXPECT_EQ(differ, 0) << "M=" << M << " row " << m << ": " << differ << " of " << N << " outputs differ from the row alone";
+    }
+  }
+}
+TEST(LinearInt4, RowsAlikeAtAnyCount) { check_rows_alike(KERNEL(test_linear_int4_wide), kI4, 1024, 512); }
+TEST(LinearQ8_0, RowsAlikeAtAnyCount) { check_rows_alike(KERNEL(test_linear_q8_0_wide), kQ8, 1024, 512); }
+TEST(LinearQ8_0, RowsAlikeAtAnyCountResidual) { check_rows_alike(KERNEL(test_linear_q8_0_residual), kQ8, 96, 36); }
