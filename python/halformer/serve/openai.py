@@ -221,8 +221,10 @@ def create_app(api, on_ready=None):
     async def ready():
         return {"ready": True, "models": list(api.served)}
 
-    @app.get("/halformer/stats")  # each engine's sequences running, requests waiting, and its cache
-    async def stats():
+    # Each engine's sequences running, requests waiting, and its cache. A plain def (FastAPI's
+    # thread pool): reading an engine waits for its step in progress, which must not hold the loop.
+    @app.get("/halformer/stats")
+    def stats():
         return {s.name: {"running": s.engine.running, "waiting": s.engine.waiting, **s.engine.stats()}
                 for s in api.served.values()}
 
