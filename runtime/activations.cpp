@@ -136,10 +136,11 @@ View Array::flat() const {
   if (head_major_hd) throw Error("internal: a row view of a head-major activation");
   return view2(*this, 0, C, T * B, C);
 }
-View Array::heads(int hd) const {
-  if (!head_major_hd) return view4(*this, 0, hd, C / hd, T, B, C, int64_t(C) * T);
+View Array::heads(int hd, int batches) const {
+  const int nb = batches < 0 ? B : batches;
+  if (!head_major_hd) return view4(*this, 0, hd, C / hd, T, nb, C, int64_t(C) * T);
   if (hd != head_major_hd) throw Error("internal: a head-major activation viewed with another head size");
-  return view4(*this, 0, hd, C / hd, T, B, hd, int64_t(C) * T, int64_t(T) * hd);
+  return view4(*this, 0, hd, C / hd, T, nb, hd, int64_t(C) * T, int64_t(T) * hd);
 }
 
 }  // namespace halformer

@@ -120,7 +120,7 @@ struct Array {
     return reinterpret_cast<uint16_t*>(const_cast<Buf&>(mem).data());
   }
   View flat() const;
-  View heads(int hd) const;
+  View heads(int hd, int batches = -1) const;  // batches: the first ones (-1: all B)
 };
 
 // A kernel argument over an activation: `dims` from element `offset`. On the CPU a

@@ -319,10 +319,9 @@ void admit_prompts(EngineState& s, Stack& stack, const Weights& w, std::vector<E
     // leaves the request queued as it was.
     if (source > 0) {
       try {
-        s.sources->place(stack, b, encode_source(stack, w, p.req.source));
+        s.sources->place(stack, w, b, p.req.source);
       } catch (...) {
         for (int blk : table) pool.release(blk);
-        s.sources->len[size_t(b)] = 0;
         throw;
       }
     }

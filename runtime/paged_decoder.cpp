@@ -29,14 +29,6 @@ PagedCache::PagedCache(Stack& stack, const Weights& w, int count) : blocks(count
   }
 }
 
-EncodedSource encode_source(Stack& stack, const Weights& w, const Sequence& src) {
-  EncodedSource e;
-  IBuf s = stack.pad_batch({src}, stack.cfg.src_vocab, "source");
-  e.mask = stack.key_mask({src}, s.dim(0).extent());
-  e.kv = stack.cross_kvs(w, stack.run_encoder(w, s, e.mask));
-  return e;
-}
-
 namespace {
 
 // Positions [0, n) of sequence fb of `from` into sequence tb of `to` (arrays alike but for
@@ -52,13 +44,15 @@ void copy_positions(Stack& stack, const Array& from, int fb, Array& to, int tb, 
 
 }  // namespace
 
-void SourceSlab::place(Stack& stack, int slot, const EncodedSource& src) {
-  const int S = src.kv.at(0).T, slots = int(len.size());
+void SourceSlab::place(Stack& stack, const Weights& w, int slot, const Sequence& source) {
+  IBuf s = stack.pad_batch({source}, stack.cfg.src_vocab, "source");
+  const std::vector<Array> src = stack.cross_kvs(w, stack.run_encoder(w, s, stack.key_mask({source}, s.dim(0).extent())));
+  const int S = src.at(0).T, slots = int(len.size());
   if (S > cap) {  // grow: every placed source into arrays of the new cap
     const int grown = (S + kKvBlockSize - 1) / kKvBlockSize * kKvBlockSize;
     std::vector<Array> wider;
-    for (size_t l = 0; l < src.kv.size(); ++l) {
-      const Array& like = src.kv[l];
+    for (size_t l = 0; l < src.size(); ++l) {
+      const Array& like = src[l];
       // Device memory is not zeroed and masked keys are still read (times a zero weight).
       Array a = stack.iface ? stack.make_input(like.C, grown, slots, [](float*) {})
                             : Array(like.C, grown, slots, nullptr, like.bf16);
@@ -69,7 +63,7 @@ void SourceSlab::place(Stack& stack, int slot, const EncodedSource& src) {
     }
     kv = std::move(wider), cap = grown;
   }
-  for (size_t l = 0; l < kv.size(); ++l) copy_positions(stack, src.kv[l], 0, kv[l], slot, S);
+  for (size_t l = 0; l < kv.size(); ++l) copy_positions(stack, src[l], 0, kv[l], slot, S);
   len[size_t(slot)] = S;
 }
 
@@ -81,11 +75,8 @@ Array SourceSlab::mask(Stack& stack, int rows) const {
 }
 
 void SourceSlab::cross_block(Stack& stack, Array& x, const LayerWeights& L, size_t l, const Array& mask) const {
-  const Array& a = kv[l];
-  const int hd = stack.cfg.d_model / stack.cfg.heads, B = x.B, C = a.C;
-  // a.heads(hd) over rows [0, B) of the slots.
-  const View keys = a.head_major_hd ? view4(a, 0, hd, C / hd, cap, B, hd, int64_t(C) * cap, int64_t(cap) * hd)
-                                    : view4(a, 0, hd, C / hd, cap, B, C, int64_t(C) * cap);
+  const int hd = stack.cfg.d_model / stack.cfg.heads;
+  const View keys = kv[l].heads(hd, x.B);  // slots [0, x.B): the rows' own
   stack.cross_sublayer(x, L, [&](const Array& q, Array& out) {
     stack.attention(stack.kt.cross_attention, "cross_attention", q.heads(hd), keys, mask.flat(),
                     stack.position_bias({}), out.heads(hd));

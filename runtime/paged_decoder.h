@@ -23,15 +23,6 @@ struct PagedCache {
   static int64_t bytes_per_block(const Stack& stack, const Weights& w);
 };
 
-// An encoder-decoder request's source, encoded once when it is admitted: per decoder layer
-// its cross-attention keys and values, and its key mask -- a batch of one, as the request
-// alone computes them.
-struct EncodedSource {
-  std::vector<Array> kv;
-  Array mask;
-};
-EncodedSource encode_source(Stack& stack, const Weights& w, const Sequence& src);
-
 // The running requests' sources side by side: per decoder layer every slot's cross-
 // attention keys/values in one array, slot b's as sequence b of `cap` positions, masked
 // past its own length, so that one cross-attention call per layer serves every decode row
@@ -43,7 +34,9 @@ struct SourceSlab {
   std::vector<int> len;   // per slot: its source's positions (0: none)
   int cap = 0;
   explicit SourceSlab(int slots) : len(size_t(slots), 0) {}
-  void place(Stack& stack, int slot, const EncodedSource& src);
+  // An admitted request's source through the encoder (a batch of one, as the request alone
+  // computes it) into slot `slot`, which is free; on failure that slot stays empty.
+  void place(Stack& stack, const Weights& w, int slot, const Sequence& source);
   // The key mask of slots [0, rows): 0 over a slot's source, kMasked past it.
   Array mask(Stack& stack, int rows) const;
   // Layer l's cross-attention sublayer for rows [0, x.B), row b over slot b's source.
