@@ -234,9 +234,9 @@ Array Stack::parallel_input(const Array& x, const LayerWeights& L, bool last_row
 void Stack::feed_forward(Array& x, const LayerWeights& L, const Array& parallel_in) {
   const Array* normed = cfg.parallel_residual ? &parallel_in : nullptr;
   residual_block(x, L.ff_norm, [&](const Array& h, const Array& res, Array& y) {
-    Array mid(L.ff1.out, h.T, h.B, iface);
+    Array mid(L.ff1.out, h.T, h.B, iface, false, /*zeroed=*/false);
     if (cfg.gated_ff) {  // SwiGLU / GeGLU: mid = act(h W_gate) * (h W_up)
-      Array gate(L.ff_gate.out, h.T, h.B, iface);
+      Array gate(L.ff_gate.out, h.T, h.B, iface, false, /*zeroed=*/false);
       if (!gated_on_blas(h, L, gate, mid)) {
         linear(kt.ff1, "ff_gate", h.flat(), L.ff_gate, gate.flat(), cfg.ff_activation);
         linear_residual(kt.ff_up, "ff_up", h.flat(), L.ff1, gate.flat(), mid.flat());
@@ -305,7 +305,7 @@ void Stack::self_attention_block(Array& x, const LayerWeights& L, const Array& m
   const int d = cfg.d_model, hd = d / cfg.heads, W = qkv_width(), heads = W / hd;
   const bool bf16 = decoder && self_cache_bf16();
   residual_block(x, L.self_norm, [&](const Array& h, const Array& res, Array& y) {
-    Array qkv(W, h.T, h.B, iface, bf16), a(d, y.T, h.B, iface);
+    Array qkv(W, h.T, h.B, iface, bf16, /*zeroed=*/false), a(d, y.T, h.B, iface, false, /*zeroed=*/false);
     IBuf positions = row_positions(h.T * h.B, [&](int m) { return m % h.T; });  // row (t, b): position t
     qkv_projection(h.flat(), L, qkv.flat(), bf16, positions);
     if (decoder && last_row) {
@@ -378,7 +378,7 @@ void Stack::cross_block(Array& x, const LayerWeights& L, const Array& kv, const 
 void Stack::cross_sublayer(Array& x, const LayerWeights& L, const std::function<void(const Array& q, Array& a)>& attend) {
   const int d = cfg.d_model;
   residual_block(x, L.cross_norm, [&](const Array& h, const Array& res, Array& y) {
-    Array q(d, h.T, h.B, iface), a(d, h.T, h.B, iface);
+    Array q(d, h.T, h.B, iface, false, /*zeroed=*/false), a(d, h.T, h.B, iface, false, /*zeroed=*/false);
     linear(kt.cross_q, "cross_q", h.flat(), L.cross_q, q.flat());
     attend(q, a);
     linear_residual(kt.attention_out, "cross_out", a.flat(), L.cross_out, res.flat(), y.flat());

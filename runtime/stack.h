@@ -139,18 +139,18 @@ template <typename F>
 void Stack::residual_block(Array& x, const NormWeights& n, F sublayer, const Array* normed, bool last_row) {
   Array last = last_row ? last_positions(x) : Array();
   const Array& res = last_row ? last : x;
-  Array y(x.C, res.T, x.B, iface);
+  Array y(x.C, res.T, x.B, iface, false, /*zeroed=*/false);
   if (cfg.pre_norm && normed) {
     sublayer(*normed, res, y);
     x = std::move(y);
   } else if (cfg.pre_norm) {
-    Array h(x.C, x.T, x.B, iface);
+    Array h(x.C, x.T, x.B, iface, false, /*zeroed=*/false);
     layer_norm(x, n, h);
     sublayer(h, res, y);
     x = std::move(y);
   } else {
     sublayer(x, res, y);
-    if (last_row) x = Array(y.C, y.T, y.B, iface);
+    if (last_row) x = Array(y.C, y.T, y.B, iface, false, /*zeroed=*/false);
     layer_norm(y, n, x);
   }
 }
