@@ -274,11 +274,16 @@ void check_submit_while_stepping(const halformer::Model& m) {
   });
   std::map<int64_t, Answer> got;
   std::map<int64_t, std::vector<std::string>> endings;
-  for (int steps = 0; (!submitted || !engine.idle()) && steps < 100000; ++steps)
+  // Bounded by time, not by steps: on a loaded machine the submitter may start late, and
+  // a cap of 100,000 idle steps once ran out before its first submit (40 "ended 0 times").
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while ((!submitted || !engine.idle()) && std::chrono::steady_clock::now() < deadline) {
+    if (engine.idle()) std::this_thread::yield();
     for (const auto& e : engine.step()) {
       if (e.token >= 0) got[e.id].tokens.push_back(e.token);
       if (e.finished) endings[e.id].push_back(e.reason);
     }
+  }
   submitter.join();
   int cancelled = 0;
   for (size_t j = 0; j < jobs.size(); ++j) {
