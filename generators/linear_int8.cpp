@@ -137,7 +137,12 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
     Expr panel = overhang ? min(n / kInt8Panel, P - 1) : n / kInt8Panel;
     Expr wv = w(j, n % kInt8Panel, panel * groups + k);
     wf(j, n, k) = quads ? wv : cast<int16_t>(wv);
-    acc(n, m) = 0;
+    // Quads: the zero point's correction, zp(m) * sum_k wq(n, k), starts the sum rather than
+    // ending it (the same integer). A zero start was stored to the stack by a memset call
+    // per register tile: 5% of a 1024 x 512 x 2048 call on Zen 4 (docs/performance-log.md#linear-int8).
+    Expr nc = overhang ? min(n, N - 1) : n, mc = min(m, M - 1);
+    Expr zp_sum = quads ? zp(mc) * cast<int32_t>(b(nc, 2)) : Expr(0);
+    acc(n, m) = -zp_sum;
     acc(n, m) += cast<int32_t>(xq(r.x, r.y, m)) * cast<int32_t>(wf(r.x, n, r.y));
 
     // AMX: the same sum over k = 0 .. groups * 4 (one flat reduction, as the tile matcher
@@ -151,11 +156,10 @@ class LinearInt8 : public Generator<LinearInt8<kEpilogue>> {
                        cast<int32_t>(w(ra % G, n % kInt8Panel, (n / kInt8Panel) * groups + ra / G));
       acc_block(n, m) = acc_amx(n, m);
     }
-    Expr acc_nm = use_amx ? select(amx_rows, acc_block(n, m), acc(n, m)) : acc(n, m);
-
-    Expr nc = overhang ? min(n, N - 1) : n, mc = min(m, M - 1);
-    Expr sum = quads ? acc_nm - zp(mc) * cast<int32_t>(b(nc, 2)) : acc_nm;
-    Expr scale = substitute(m.name(), mc, scale_x) * b(nc, 1);
+    Expr sum = use_amx ? select(amx_rows, acc_block(n, m) - zp_sum, acc(n, m)) : acc(n, m);
+    // In source order ((hi - lo) / 255 first, then the channel's scale): left to LLVM, the
+    // product was reassociated differently from one kernel version to the next.
+    Expr scale = strict_float(substitute(m.name(), mc, scale_x) * b(nc, 1));
     Expr y = apply_epilogue(kEpilogue, apply_pointwise(activation, cast<float>(sum) * scale + b(nc, 0)),
                             kResidual ? (*residual)(n, m) : Expr());
     out(n, m) = out_bf16 ? to_half_bits(y, half) : y;
