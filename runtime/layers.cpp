@@ -231,21 +231,48 @@ Array Stack::parallel_input(const Array& x, const LayerWeights& L, bool last_row
   return h;
 }
 
+// Large CPU calls (a batch of long sequences) go through the feed-forward and the encoder's
+// self-attention block in chunks of about kChunkRows rows, so that a chunk's intermediate
+// (the feed-forward's middle, the QKV rows) is still in cache when the next kernel reads it:
+// at 1,024 rows the middle alone is 8 MB. Every row's arithmetic is unchanged (rows are
+// alike at any count), so the output is the same bits (docs/performance-log.md#runtime-row-chunks).
+constexpr int kChunkRows = 256;
+
+// Chunks of `unit`-row pieces (rows / unit of them) of about kChunkRows rows each, balanced;
+// 0 where one call is better: a GPU device, or fewer than two chunks' rows.
+int Stack::chunk_units(int units, int unit) const {
+  if (iface || int64_t(units) * unit < 2 * kChunkRows) return 0;
+  const int per = std::max(1, kChunkRows / unit), chunks = (units + per - 1) / per;
+  return (units + chunks - 1) / chunks;
+}
+
 void Stack::feed_forward(Array& x, const LayerWeights& L, const Array& parallel_in) {
   const Array* normed = cfg.parallel_residual ? &parallel_in : nullptr;
   residual_block(x, L.ff_norm, [&](const Array& h, const Array& res, Array& y) {
-    Array mid(L.ff1.out, h.T, h.B, iface, false, /*zeroed=*/false);
-    if (cfg.gated_ff) {  // SwiGLU / GeGLU: mid = act(h W_gate) * (h W_up)
-      Array gate(L.ff_gate.out, h.T, h.B, iface, false, /*zeroed=*/false);
-      if (!gated_on_blas(h, L, gate, mid)) {
-        linear(kt.ff1, "ff_gate", h.flat(), L.ff_gate, gate.flat(), cfg.ff_activation);
-        linear_residual(kt.ff_up, "ff_up", h.flat(), L.ff1, gate.flat(), mid.flat());
-      }
-    } else {
-      linear(kt.ff1, "ff1", h.flat(), L.ff1, mid.flat(), cfg.ff_activation);
+    const int rows = h.T * h.B, per = h.T == y.T ? chunk_units(rows, 1) : 0;
+    if (per == 0) return feed_forward_rows(h.flat(), res.flat(), y.flat(), rows, L, &h);
+    for (int r0 = 0; r0 < rows; r0 += per) {
+      const int n = std::min(per, rows - r0);
+      const int64_t at = int64_t(r0) * h.C;
+      feed_forward_rows(view2(h, at, h.C, n, h.C), view2(res, at, res.C, n, res.C), view2(y, at, y.C, n, y.C), n, L);
     }
-    linear_residual(kt.ff2, "ff2", mid.flat(), L.ff2, res.flat(), y.flat());
   }, normed);
+}
+
+// y = ff2(act(ff1 h)) + res over `rows` rows (views of them). whole: the activation h when
+// the views cover all of it (a GPU may then take cuBLASLt for a gated middle).
+void Stack::feed_forward_rows(View h, View res, View y, int rows, const LayerWeights& L, const Array* whole) {
+  Array mid(L.ff1.out, rows, 1, iface, false, /*zeroed=*/false);
+  if (cfg.gated_ff) {  // SwiGLU / GeGLU: mid = act(h W_gate) * (h W_up)
+    Array gate(L.ff_gate.out, rows, 1, iface, false, /*zeroed=*/false);
+    if (!whole || !gated_on_blas(*whole, L, gate, mid)) {
+      linear(kt.ff1, "ff_gate", h, L.ff_gate, gate.flat(), cfg.ff_activation);
+      linear_residual(kt.ff_up, "ff_up", h, L.ff1, gate.flat(), mid.flat());
+    }
+  } else {
+    linear(kt.ff1, "ff1", h, L.ff1, mid.flat(), cfg.ff_activation);
+  }
+  linear_residual(kt.ff2, "ff2", mid.flat(), L.ff2, res, y);
 }
 
 // A gated feed-forward's middle with both projections on cuBLASLt (gpu_blas.h), which
@@ -305,6 +332,23 @@ void Stack::self_attention_block(Array& x, const LayerWeights& L, const Array& m
   const int d = cfg.d_model, hd = d / cfg.heads, W = qkv_width(), heads = W / hd;
   const bool bf16 = decoder && self_cache_bf16();
   residual_block(x, L.self_norm, [&](const Array& h, const Array& res, Array& y) {
+    // An encoder's sequences in chunks (kChunkRows above): QKV rows, attention and output
+    // projection per chunk. (Rotary encoders are not chunked: their row positions are untested there.)
+    const int seqs = !decoder && !keep && !kt.rotary ? chunk_units(h.B, h.T) : 0;
+    if (seqs > 0) {
+      Array qkv(W, h.T, seqs, iface, bf16, /*zeroed=*/false), a(d, h.T, seqs, iface, false, /*zeroed=*/false);
+      IBuf positions = row_positions(h.T * seqs, [&](int m) { return m % h.T; });
+      for (int b0 = 0; b0 < h.B; b0 += seqs) {
+        const int nb = std::min(seqs, h.B - b0), rows = nb * h.T;
+        const int64_t at = int64_t(b0) * h.T * h.C;
+        qkv_projection(view2(h, at, h.C, rows, h.C), L, view2(qkv, 0, W, rows, W), bf16, positions);
+        attention(kt.encoder_self_attention, "encoder_self_attention", qkv.heads(hd, nb), qkv.heads(hd, nb),
+                  view2(mask, int64_t(b0) * h.T, h.T, nb, h.T), bias, a.heads(hd, nb));
+        linear_residual(kt.attention_out, "attention_out", view2(a, 0, d, rows, d), L.attn_out,
+                        view2(res, at, res.C, rows, res.C), view2(y, at, y.C, rows, y.C));
+      }
+      return;
+    }
     Array qkv(W, h.T, h.B, iface, bf16, /*zeroed=*/false), a(d, y.T, h.B, iface, false, /*zeroed=*/false);
     IBuf positions = row_positions(h.T * h.B, [&](int m) { return m % h.T; });  // row (t, b): position t
     qkv_projection(h.flat(), L, qkv.flat(), bf16, positions);

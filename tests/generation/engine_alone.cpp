@@ -316,6 +316,27 @@ void expect_error(const std::string& what, const std::string& needle, F f) {
 
 }  // namespace
 
+// A batch large enough that the runtime takes its feed-forward and encoder self-attention
+// blocks in chunks of rows (runtime/layers.cpp kChunkRows: 40 sequences of 16 rows, 640 rows,
+// go in three chunks) encodes every sequence to the bits it gets alone.
+void check_encoder_chunks(const halformer::Model& m) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> id(1, 13);
+  std::vector<Sequence> src(40);
+  for (Sequence& s : src)
+    for (int t = 0; t < 16; ++t) s.push_back(id(rng));
+  const halformer::Tensor all = m.encode(src);
+  const size_t per = all.data.size() / src.size();
+  int differ = 0;
+  for (size_t b = 0; b < src.size(); ++b) {
+    const halformer::Tensor one = m.encode({src[b]});
+    check(one.data.size() == per, "encoder chunks: sequence " + std::to_string(b) + " has another size alone");
+    if (one.data.size() == per && std::memcmp(one.data.data(), all.data.data() + b * per, per * sizeof(float)) != 0) ++differ;
+  }
+  check(differ == 0, "encoder chunks: " + std::to_string(differ) + " of 40 sequences differ from their encoding alone");
+  std::printf("encoder in chunks: 40 sequences of 16 tokens, each bit for bit as alone\n");
+}
+
 int main(int argc, char** argv) {
   if (argc != 4) {
     std::fprintf(stderr, "usage: %s GPT_TINY_WEIGHTS GGUF_Q8_WEIGHTS REVERSE_TINY_WEIGHTS\n", argv[0]);
@@ -330,6 +351,7 @@ int main(int argc, char** argv) {
     check_model(rev, "reverse-tiny", {1, 13}, 40);  // digits 1-13 (14, 15: bos, eos)
     check_cancel_and_queue(gpt);
     check_submit_while_stepping(gpt);
+    check_encoder_chunks(rev);
     halformer::Engine e(gpt);
     halformer::GenerationOptions o;
     expect_error("empty prompt", "empty", [&] { e.submit({}, o); });
