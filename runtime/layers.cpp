@@ -249,8 +249,8 @@ int Stack::chunk_units(int units, int unit) const {
 void Stack::feed_forward(Array& x, const LayerWeights& L, const Array& parallel_in) {
   const Array* normed = cfg.parallel_residual ? &parallel_in : nullptr;
   residual_block(x, L.ff_norm, [&](const Array& h, const Array& res, Array& y) {
-    const int rows = h.T * h.B, per = h.T == y.T ? chunk_units(rows, 1) : 0;
-    if (per == 0) return feed_forward_rows(h.flat(), res.flat(), y.flat(), rows, L, &h);
+    const int rows = h.T * h.B, per = chunk_units(rows, 1);
+    if (per == 0) return feed_forward_rows(h.flat(), res.flat(), y.flat(), rows, L);
     for (int r0 = 0; r0 < rows; r0 += per) {
       const int n = std::min(per, rows - r0);
       const int64_t at = int64_t(r0) * h.C;
@@ -259,13 +259,12 @@ void Stack::feed_forward(Array& x, const LayerWeights& L, const Array& parallel_
   }, normed);
 }
 
-// y = ff2(act(ff1 h)) + res over `rows` rows (views of them). whole: the activation h when
-// the views cover all of it (a GPU may then take cuBLASLt for a gated middle).
-void Stack::feed_forward_rows(View h, View res, View y, int rows, const LayerWeights& L, const Array* whole) {
+// y = ff2(act(ff1 h)) + res over `rows` rows (views of them).
+void Stack::feed_forward_rows(View h, View res, View y, int rows, const LayerWeights& L) {
   Array mid(L.ff1.out, rows, 1, iface, false, /*zeroed=*/false);
   if (cfg.gated_ff) {  // SwiGLU / GeGLU: mid = act(h W_gate) * (h W_up)
     Array gate(L.ff_gate.out, rows, 1, iface, false, /*zeroed=*/false);
-    if (!whole || !gated_on_blas(*whole, L, gate, mid)) {
+    if (!gated_on_blas(h, L, gate, mid)) {
       linear(kt.ff1, "ff_gate", h, L.ff_gate, gate.flat(), cfg.ff_activation);
       linear_residual(kt.ff_up, "ff_up", h, L.ff1, gate.flat(), mid.flat());
     }
@@ -278,9 +277,9 @@ void Stack::feed_forward_rows(View h, View res, View y, int rows, const LayerWei
 // A gated feed-forward's middle with both projections on cuBLASLt (gpu_blas.h), which
 // fuses no SiLU: gate and up as plain matmuls, then gate_act. false: not taken (the Halide
 // kernels run), decided before anything ran.
-bool Stack::gated_on_blas(const Array& h, const LayerWeights& L, Array& gate, Array& mid) {
+bool Stack::gated_on_blas(View x, const LayerWeights& L, Array& gate, Array& mid) {
   if (!kt.gate_act) return false;
-  View x = h.flat(), g = gate.flat(), u = mid.flat();
+  View g = gate.flat(), u = mid.flat();
   if (!linear_on_blas(x, L.ff_gate, nullptr, "none", g)) return false;
   if (!linear_on_blas(x, L.ff1, nullptr, "none", u)) return false;  // the Halide kernels redo the gate too
   KernelTimer timer("gate_act", iface);
@@ -332,12 +331,14 @@ void Stack::self_attention_block(Array& x, const LayerWeights& L, const Array& m
   const int d = cfg.d_model, hd = d / cfg.heads, W = qkv_width(), heads = W / hd;
   const bool bf16 = decoder && self_cache_bf16();
   residual_block(x, L.self_norm, [&](const Array& h, const Array& res, Array& y) {
-    // An encoder's sequences in chunks (kChunkRows above): QKV rows, attention and output
-    // projection per chunk. (Rotary encoders are not chunked: their row positions are untested there.)
-    const int seqs = !decoder && !keep && !kt.rotary ? chunk_units(h.B, h.T) : 0;
-    if (seqs > 0) {
+    if (!decoder) {
+      // An encoder's whole sequences, in chunks of about kChunkRows rows where there are many
+      // (chunk_units): QKV rows, attention and output projection per chunk. Not with rotary
+      // positions: qkv_projection sizes its rotated rows by the positions' count, which a
+      // last, shorter chunk would not match.
+      const int chunk = kt.rotary ? 0 : chunk_units(h.B, h.T), seqs = chunk > 0 ? chunk : h.B;
       Array qkv(W, h.T, seqs, iface, bf16, /*zeroed=*/false), a(d, h.T, seqs, iface, false, /*zeroed=*/false);
-      IBuf positions = row_positions(h.T * seqs, [&](int m) { return m % h.T; });
+      IBuf positions = row_positions(h.T * seqs, [&](int m) { return m % h.T; });  // row (t, b): position t
       for (int b0 = 0; b0 < h.B; b0 += seqs) {
         const int nb = std::min(seqs, h.B - b0), rows = nb * h.T;
         const int64_t at = int64_t(b0) * h.T * h.C;
@@ -352,18 +353,16 @@ void Stack::self_attention_block(Array& x, const LayerWeights& L, const Array& m
     Array qkv(W, h.T, h.B, iface, bf16, /*zeroed=*/false), a(d, y.T, h.B, iface, false, /*zeroed=*/false);
     IBuf positions = row_positions(h.T * h.B, [&](int m) { return m % h.T; });  // row (t, b): position t
     qkv_projection(h.flat(), L, qkv.flat(), bf16, positions);
-    if (decoder && last_row) {
+    if (last_row) {
       // The last query against every key; its row copied out (a view of it would not
       // start aligned on a device).
       Array q = last_positions(qkv);
       attention(kt.decoder_self_attention, "decoder_self_attention", view4(q, 0, hd, heads, 1, h.B, W, W),
                 view4(qkv, 0, hd, heads, h.T, h.B, W, int64_t(W) * h.T), view2(mask, 0, h.T, h.B, h.T), bias,
                 a.heads(hd));
-    } else if (decoder)
+    } else {
       decoder_self_attention(qkv, 0, h.T, h.B, W, int64_t(W) * h.T, mask, h.T, bias, a);
-    else
-      attention(kt.encoder_self_attention, "encoder_self_attention", qkv.heads(hd), qkv.heads(hd), mask.flat(), bias,
-                a.heads(hd));
+    }
     if (keep) keep(qkv);
     linear_residual(kt.attention_out, "attention_out", a.flat(), L.attn_out, res.flat(), y.flat());
   }, nullptr, last_row);

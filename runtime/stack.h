@@ -84,9 +84,9 @@ struct Stack : DeviceContext {
   void residual_block(Array& x, const NormWeights& n, F sublayer, const Array* normed = nullptr, bool last_row = false);
   Array parallel_input(const Array& x, const LayerWeights& L, bool last_row = false);
   void feed_forward(Array& x, const LayerWeights& L, const Array& parallel_in = Array());
-  void feed_forward_rows(View h, View res, View y, int rows, const LayerWeights& L, const Array* whole = nullptr);
+  void feed_forward_rows(View h, View res, View y, int rows, const LayerWeights& L);
   int chunk_units(int units, int unit) const;
-  bool gated_on_blas(const Array& h, const LayerWeights& L, Array& gate, Array& mid);
+  bool gated_on_blas(View x, const LayerWeights& L, Array& gate, Array& mid);
   bool positions_in_attention() const;
   int qkv_width() const;
   // The fused QKV rows of x into out, rotary positions turned (row m at positions(m); from

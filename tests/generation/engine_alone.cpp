@@ -314,8 +314,6 @@ void expect_error(const std::string& what, const std::string& needle, F f) {
   }
 }
 
-}  // namespace
-
 // A batch large enough that the runtime takes its feed-forward and encoder self-attention
 // blocks in chunks of rows (runtime/layers.cpp kChunkRows: 40 sequences of 16 rows, 640 rows,
 // go in three chunks) encodes every sequence to the bits it gets alone.
@@ -336,6 +334,8 @@ void check_encoder_chunks(const halformer::Model& m) {
   check(differ == 0, "encoder chunks: " + std::to_string(differ) + " of 40 sequences differ from their encoding alone");
   std::printf("encoder in chunks: 40 sequences of 16 tokens, each bit for bit as alone\n");
 }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 4) {
