@@ -78,10 +78,10 @@ void Stack::attention(AttentionFn fn, const char* name, View q, View kv, View ma
   KernelTimer timer(name, iface);
   check_kernel(fn(q.raw(), kv.raw(), mask.raw(), bias, out.raw()), name);
 }
-// The decoder's self-attention of T new positions after `len` earlier ones. `kv` holds the fused
-// QKV rows (qkv_width() features) of positions [0, len + T) of B sequences,
-// `t_stride` floats apart, `b_stride` per sequence; the queries are positions
-// [len, len + T). mask: (len + T, B), `m_stride` per sequence; out: (d, T, B).
+// The decoder's self-attention of T new positions after `len` earlier ones: `q` holds the
+// new positions' fused QKV rows (their queries), `keys` views the keys and values of
+// positions [0, len + T) of B sequences. mask: (len + T, B), `m_stride` per sequence;
+// out: (d, T, B).
 // Causal, on the CPU, the queries go in chunks, each reading only the keys it can see,
 // [0, len + q1): a 128-token prompt scores 5/8 of the full square. Bit-identical to one
 // call: a key left out has weight exactly 0 (its masked score's exp underflows) and lies
@@ -93,17 +93,15 @@ void Stack::attention(AttentionFn fn, const char* name, View q, View kv, View ma
 // attention's cycles; docs/performance-log.md#runtime-causal-chunks).
 int Stack::causal_chunk(int keys) { return kCausalChunk * std::clamp(keys / 256, 1, 8); }
 
-void Stack::decoder_self_attention(const Array& kv, int len, int T, int B, int64_t t_stride, int64_t b_stride,
-                            const Array& mask, int64_t m_stride, halide_buffer_t* bias, Array& out) {
+void Stack::decoder_self_attention(const QkvRows& q, const KeyView& keys, int len, int T, int B, const Array& mask,
+                                   int64_t m_stride, halide_buffer_t* bias, Array& out) {
   const int d = cfg.d_model, hd = d / cfg.heads, heads = qkv_width() / hd;
   const int chunk = iface || !cfg.causal ? T : causal_chunk(len + T);  // device views must start aligned: one call
   for (int q0 = 0, q1; q0 < T; q0 = q1) {
     q1 = std::min(T, q0 + chunk);
     if (T - q1 == 1) q1 = T;
-    attention(kt.decoder_self_attention, "decoder_self_attention",
-              view4(kv, (len + q0) * t_stride, hd, heads, q1 - q0, B, t_stride, b_stride),
-              view4(kv, 0, hd, heads, len + q1, B, t_stride, b_stride), view2(mask, 0, len + q1, B, m_stride),
-              bias, view4(out, int64_t(q0) * d, hd, d / hd, q1 - q0, B, d, int64_t(d) * T));
+    attention(kt.decoder_self_attention, "decoder_self_attention", q.view(hd, heads, q0, q1 - q0, 0, B), keys(len + q1),
+              view2(mask, 0, len + q1, B, m_stride), bias, view4(out, int64_t(q0) * d, hd, d / hd, q1 - q0, B, d, int64_t(d) * T));
   }
 }
 // The (2 * relative_table_distance + 1, heads) table of a stack's self-attention (T5), or for
@@ -361,7 +359,9 @@ void Stack::self_attention_block(Array& x, const LayerWeights& L, const Array& m
                 view4(qkv, 0, hd, heads, h.T, h.B, W, int64_t(W) * h.T), view2(mask, 0, h.T, h.B, h.T), bias,
                 a.heads(hd));
     } else {
-      decoder_self_attention(qkv, 0, h.T, h.B, W, int64_t(W) * h.T, mask, h.T, bias, a);
+      const QkvRows rows{qkv, 0, W, int64_t(W) * h.T};
+      decoder_self_attention(rows, [&](int n) { return rows.view(hd, heads, 0, n, 0, h.B); }, 0, h.T, h.B, mask, h.T,
+                             bias, a);
     }
     if (keep) keep(qkv);
     linear_residual(kt.attention_out, "attention_out", a.flat(), L.attn_out, res.flat(), y.flat());

@@ -22,10 +22,12 @@ PagedCache::PagedCache(Stack& stack, const Weights& w, int count) : blocks(count
   for (size_t l = 0; l < w.decoder.size(); ++l) {
     // Host memory is zeroed; device memory is not, and masked keys are still read (times a
     // zero weight), so it is uploaded as zeros.
-    if (!stack.iface)
+    if (!stack.iface) {  // head by head in each block, as the decoder's own cache (stack.h DecoderState)
       pool.emplace_back(kv_row, kKvBlockSize, count, nullptr, stack.self_cache_bf16());
-    else
+      pool.back().head_major_hd = hd;
+    } else {
       pool.push_back(stack.make_input(kv_row, kKvBlockSize, count, [](float*) {}));
+    }
   }
 }
 
@@ -90,7 +92,7 @@ Array paged_forward(Stack& stack, const Weights& w, PagedCache& cache, const IBu
   const int Tq = tokens.dim(0).extent(), B = tokens.dim(1).extent();
   if (Tq > 1 && B > 1) throw Error("internal: several positions of several sequences");
   const int d = cfg.d_model, H = cfg.heads, hd = d / H, W = stack.qkv_width(), kv_row = cache.kv_row;
-  const int BS = kKvBlockSize, blocks = cache.pool.empty() ? 0 : cache.pool[0].B;
+  const int BS = kKvBlockSize;
   int keys = 0;
   for (int b = 0; b < B; ++b) keys = std::max(keys, start[size_t(b)] + Tq);
   // Each sequence's table, padded with the null block; its keys visible up to its own end.
@@ -115,7 +117,7 @@ Array paged_forward(Stack& stack, const Weights& w, PagedCache& cache, const IBu
   for (size_t l = 0; l < w.decoder.size(); ++l) {
     const auto& L = w.decoder[l];
     Array& pool = cache.pool[l];
-    View pool_view = view4(pool, 0, hd, kv_row / hd, BS, blocks, kv_row, int64_t(BS) * kv_row);
+    View pool_view = pool.heads(hd);
     auto call = [&](View q, View m, IBuf& tbl, View out) {
       KernelTimer timer("paged_self_attention", stack.iface);
       check_kernel(stack.kt.paged_self_attention(q.raw(), pool_view.raw(), m.raw(), bias, tbl.raw_buffer(), out.raw()),
@@ -131,8 +133,13 @@ Array paged_forward(Stack& stack, const Weights& w, PagedCache& cache, const IBu
         if (!write[size_t(b)]) continue;
         for (int i = 0; i < Tq; ++i) {
           const int p = start[size_t(b)] + i;
-          const int64_t block = (*tables[size_t(b)])[size_t(p / BS)];
-          stack.copy_elems(qkv, (int64_t(b) * Tq + i) * W + H * hd, pool, (block * BS + p % BS) * kv_row, kv_row);
+          const int64_t block = (*tables[size_t(b)])[size_t(p / BS)], from = (int64_t(b) * Tq + i) * W + H * hd;
+          if (!pool.head_major_hd) {
+            stack.copy_elems(qkv, from, pool, (block * BS + p % BS) * kv_row, kv_row);
+            continue;
+          }
+          for (int s = 0; s < kv_row / hd; ++s)
+            stack.copy_elems(qkv, from + int64_t(s) * hd, pool, (block * kv_row + int64_t(s) * hd) * BS + int64_t(p % BS) * hd, hd);
         }
       }
       if (y.T == 1 && Tq > 1) {

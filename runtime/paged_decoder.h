@@ -13,9 +13,11 @@
 namespace halformer {
 
 struct PagedCache {
-  std::vector<Array> pool;  // per decoder layer: (kv_row, kKvBlockSize, blocks), bf16 with self_cache_bf16
+  // Per decoder layer: (kv_row, kKvBlockSize, blocks), bf16 with self_cache_bf16; on the CPU
+  // head by head in each block (Array::head_major_hd), as the decoder's own cache.
+  std::vector<Array> pool;
   KvBlockPool blocks;
-  int kv_row = 0;           // features of a pool row: the keys, then the values
+  int kv_row = 0;           // features of a pool position: the keys, then the values
   int64_t block_bytes = 0;  // one block of every layer
   // A pool of `count` blocks (block 0 the null block, zeros).
   PagedCache(Stack& stack, const Weights& w, int count);

@@ -22,7 +22,6 @@ void prefill(Stack& stack, DecoderState& st, const Weights& w, const std::vector
     stack.head(stack.decode_step(st, w, tok, true), w, logits, out);
     return;
   }
-  const int64_t bstride = int64_t(st.row) * st.Tmax;
   // Masked positions before a row's shift are still read (times a zero weight): on a
   // device, whose memory is not zeroed, they must not hold NaNs.
   const int max_shift = *std::max_element(st.shift.begin(), st.shift.end());
@@ -36,10 +35,9 @@ void prefill(Stack& stack, DecoderState& st, const Weights& w, const std::vector
     Array x = stack.decoder_hidden(w, group, {}, Array(), "prompt", [&](size_t l, const Array& qkv) {
       for (int g = 0; g < G; ++g) {
         const int b = rows[g];
-        stack.copy_rows(qkv, int64_t(g) * P * W, W, st.cache[l], int64_t(b) * bstride + int64_t(st.shift[b]) * st.row,
-                  st.row, W, P);
+        stack.cache_store(st, l, qkv, int64_t(g) * P * W, b, st.shift[b], P);
         if (stack.iface && st.shift[b] > 0)
-          stack.copy_elems(zeros, 0, st.cache[l], int64_t(b) * bstride, int64_t(st.shift[b]) * st.row);
+          stack.copy_elems(zeros, 0, st.cache[l], int64_t(b) * st.b_stride(), int64_t(st.shift[b]) * st.row);
       }
     }, true);
     Array lg(V, 1, G, stack.iface), og(V, 1, G, stack.iface);

@@ -2,8 +2,9 @@
 // feed-forward block, cross-attention, the head -- each a call of a kernel from the
 // model's KernelTable on activations (activations.h) -- and the stacks built of them: the
 // encoder, the decoder over whole sequences and the decoder step over its KV cache
-// (DecoderState). Definitions: layers.cpp (blocks), stacks.cpp (stacks, cache, encode /
-// pooled / score). Decoding (token choice, prefill, greedy, sampling, beam) is decoding.h.
+// (DecoderState). Definitions: layers.cpp (blocks), self_cache.cpp (the decoder's cache),
+// stacks.cpp (stacks, encode / pooled / score). Decoding (token choice, prefill, greedy,
+// sampling, beam) is decoding.h.
 #pragma once
 
 #include <algorithm>
@@ -22,17 +23,21 @@ namespace halformer {
 // caches are refused up front rather than left to the overcommitting allocator.
 void refuse_beyond_memory(double bytes, const std::string& what, const std::string& advice);
 
-// Decoder state for incremental decoding over B rows: per layer, the QKV rows of every
-// position so far ([B][Tmax][3d], the self-attention KV cache; on a GPU device each
-// row padded to `row` = a multiple of kDeviceAlignFloats so that the rows of a step
-// start aligned) and, for an encoder-decoder, the cross-attention keys/values of the
-// memory.
+// Decoder state for incremental decoding over B rows: per layer the self-attention cache
+// (keys and values of every position so far; self_cache.cpp) and, for an
+// encoder-decoder, the cross-attention keys/values of the memory.
+// The cache's layout: on the CPU the keys and values alone, head by head
+// ([B][2 * kv_heads][Tmax][hd], Array::head_major_hd; keys then values), so that a decode
+// step streams each head's keys as one contiguous run (docs/performance-log.md#self-cache-apart);
+// on a GPU device the fused QKV rows, queries included ([B][Tmax][row], each row padded to
+// `row` = a multiple of kDeviceAlignFloats so that the rows of a step start aligned), which
+// the QKV projection writes in place.
 // A batch of decoder-only prompts of different lengths is left-aligned: row b's prompt
 // fills cache positions [shift[b], Pmax), so every step writes one cache position for
 // all rows at once; row b's token at cache position t sits at sequence position
 // t - shift[b], and self_mask hides positions before shift[b].
 struct DecoderState {
-  int B = 0, Tmax = 0, len = 0, row = 0;
+  int B = 0, Tmax = 0, len = 0, row = 0;  // row: a cache row's elements (head-major: 2 * kv_heads * hd)
   std::vector<Array> cache, cross;
   Array src_mask;   // (S, B) additive, encoder-decoder only
   Array self_mask;  // (Tmax, B): 0, or kMasked before a row's shift
@@ -40,6 +45,19 @@ struct DecoderState {
   Array zero_mask;  // (Tmax, 1) zeros: one row's own positions (rotary attention per row)
   std::vector<uint8_t> reorder_scratch;  // beam search: the parents' cache rows (CPU)
   bool shifted() const { return std::any_of(shift.begin(), shift.end(), [](int s) { return s != 0; }); }
+  bool apart() const { return !cache.empty() && cache[0].head_major_hd > 0; }  // keys and values apart from queries
+  int64_t b_stride() const { return int64_t(row) * Tmax; }
+};
+
+// Fused QKV rows of B sequences (a step's new positions, or whole sequences): position t
+// of sequence b at element at + t * t_stride + b * b_stride of `a`.
+struct QkvRows {
+  const Array& a;
+  int64_t at, t_stride, b_stride;
+  // (hd, heads, n, nb): positions [t0, t0 + n) of sequences [b0, b0 + nb).
+  View view(int hd, int heads, int t0, int n, int b0, int nb) const {
+    return view4(a, at + t0 * t_stride + b0 * b_stride, hd, heads, n, nb, t_stride, b_stride);
+  }
 };
 
 // One call into a Model: its config, kernels, weight buffers and device, passed to
@@ -66,8 +84,9 @@ struct Stack : DeviceContext {
   // The decoder's self-attention of T new positions after `len` earlier ones (layers.cpp).
   static constexpr int kCausalChunk = 32;  // queries per call, causal, CPU: a multiple of this
   static int causal_chunk(int keys);       // the chunk for a call reading `keys` keys
-  void decoder_self_attention(const Array& kv, int len, int T, int B, int64_t t_stride, int64_t b_stride,
-                              const Array& mask, int64_t m_stride, halide_buffer_t* bias, Array& out);
+  using KeyView = std::function<View(int keys)>;  // the keys and values of positions [0, keys)
+  void decoder_self_attention(const QkvRows& q, const KeyView& keys, int len, int T, int B, const Array& mask,
+                              int64_t m_stride, halide_buffer_t* bias, Array& out);
   halide_buffer_t* position_bias(const WeightVector<float>& table);
   // Validates ids and lengths, then right-pads with pad_id into a (T, B) buffer.
   IBuf pad_batch(const std::vector<Sequence>& seqs, int vocab, const std::string& what);
@@ -111,13 +130,21 @@ struct Stack : DeviceContext {
   // Row-wise argmax of `rows` into `next`, which is then read on the host.
   void argmax(const Array& rows, IBuf& next);
 
+  // ---- the decoder's self-attention cache (self_cache.cpp)
+  DecoderState decoder_state(const Weights& w, int B, int Tmax, std::vector<int> shift = {});
+  // Layer l's keys and values of positions [from, from + n) of rows [b, b + nb), as the
+  // decoder_self_attention kernel reads them (key head h at k_head + h = heads + h).
+  View cache_keys(const DecoderState& st, size_t l, int b, int nb, int from, int n);
+  // Sequence b's T new rows (fused QKV rows of `rows`, from element `at`, rows.C apart)
+  // into layer l's cache at positions [pos, pos + T).
+  void cache_store(DecoderState& st, size_t l, const Array& rows, int64_t at, int b, int pos, int T);
+  // Beam search: row b continues from row parent[b].
+  void reorder(DecoderState& st, const std::vector<int>& parent);
+
   // ---- stacks (stacks.cpp)
   Array run_encoder(const Weights& w, const IBuf& src, const Array& src_mask);
   Tensor to_tensor(const Array& a);
-  DecoderState decoder_state(const Weights& w, int B, int Tmax, std::vector<int> shift = {});
   Array decode_step(DecoderState& st, const Weights& w, const IBuf& tokens, bool last_row = false);
-  // Beam search: row b continues from row parent[b].
-  void reorder(DecoderState& st, const std::vector<int>& parent);
   Array last_rows(const Array& x, const std::vector<int>& last);
   Array last_positions(const Array& x);
   Array decoder_hidden(const Weights& w, const std::vector<Sequence>& tgt, const std::vector<Array>& cross,

@@ -32,32 +32,13 @@ Array Stack::run_encoder(const Weights& w, const IBuf& src, const Array& src_mas
 
 Tensor Stack::to_tensor(const Array& a) { return Tensor{{a.B, a.T, a.C}, to_host(a)}; }
 
-DecoderState Stack::decoder_state(const Weights& w, int B, int Tmax, std::vector<int> shift) {
-  DecoderState st;
-  st.B = B, st.Tmax = Tmax;
-  st.shift = shift.empty() ? std::vector<int>(B, 0) : std::move(shift);
-  st.self_mask = make_input(Tmax, B, 1, [&](float* m) {
-    for (int b = 0; b < B; ++b) std::fill_n(m + int64_t(b) * Tmax, st.shift[b], kMasked);
-  });
-  if (st.shifted() && positions_in_attention()) st.zero_mask = make_input(Tmax, 1, 1, [](float*) {});
-  const int w3 = qkv_width();
-  st.row = iface ? int((w3 + kDeviceAlignFloats - 1) / kDeviceAlignFloats * kDeviceAlignFloats) : w3;
-  const double bytes = double(w.decoder.size()) * st.row * double(Tmax) * B * (self_cache_bf16() ? 2 : 4);
-  if (!iface)
-    refuse_beyond_memory(bytes, "the key/value cache for " + std::to_string(B) + " sequence(s) of " +
-                                    std::to_string(Tmax) + " positions",
-                         "fewer sequences per call, or shorter prompts / --max-new-tokens");
-  for (size_t l = 0; l < w.decoder.size(); ++l) st.cache.emplace_back(st.row, Tmax, B, iface, self_cache_bf16());
-  return st;
-}
-
 // Runs the decoder on `tokens` (T new positions; T > 1 only with B == 1, whose rows are
 // then contiguous) and returns the last decoder hidden rows (d, T, B); with last_row only
 // the last position's, (d, 1, B): the last layer then needs the other positions' keys and
 // values alone (a prompt's).
 Array Stack::decode_step(DecoderState& st, const Weights& w, const IBuf& tokens, bool last_row) {
   const int d = cfg.d_model, hd = d / cfg.heads, T = tokens.dim(0).extent();
-  const int B = st.B, row = st.row, len = st.len;
+  const int B = st.B, len = st.len;
   if (len + T > st.Tmax) throw Error("decoder cache overflow (internal)");
   if (T > 1 && B > 1) throw Error("internal: several rows of several positions");
   const bool shifted = st.shifted();
@@ -75,31 +56,37 @@ Array Stack::decode_step(DecoderState& st, const Weights& w, const IBuf& tokens,
   // are turned at their sequence positions when written: one call serves the batch.)
   const bool per_row = shifted && positions_in_attention();
   halide_buffer_t* bias = position_bias(w.decoder_position_bias);
-  const int64_t bstride = int64_t(row) * st.Tmax, at = int64_t(len) * row;
   // The new rows' positions, one upload for every layer: T rows of one sequence, or row b
   // at its own.
   IBuf positions = row_positions(T * B, [&](int m) { return T > 1 ? len + m : len - st.shift[m]; });
+  const int W = qkv_width(), heads = W / hd;
+  // The new QKV rows: apart from the cache (which then takes their keys and values), or on
+  // a device straight into its fused rows at position len.
+  Array fresh = st.apart() ? Array(W, T, B, iface, self_cache_bf16(), /*zeroed=*/false) : Array();
   for (size_t l = 0; l < w.decoder.size(); ++l) {
     const auto& L = w.decoder[l];
-    const Array& c = st.cache[l];
     const bool tail = last_row && T > 1 && l + 1 == w.decoder.size();
     Array ff_in = parallel_input(x, L, tail);
     residual_block(x, L.self_norm, [&](const Array& h, const Array& res, Array& y) {
       Array a(d, y.T, B, iface);
-      // New QKV rows go straight into the cache: T rows of one sequence, or one row each of B.
-      const int W = qkv_width(), heads = W / hd;
-      View out = T > 1 ? view2(c, at, W, T * B, row) : view2(c, at, W, B, bstride);
-      qkv_projection(h.flat(), L, out, self_cache_bf16(), positions);
+      const QkvRows q = st.apart() ? QkvRows{fresh, 0, W, int64_t(W) * T}
+                                   : QkvRows{st.cache[l], int64_t(len) * st.row, st.row, st.b_stride()};
+      qkv_projection(h.flat(), L, T > 1 ? view2(q.a, q.at, W, T, q.t_stride) : view2(q.a, q.at, W, B, q.b_stride),
+                     self_cache_bf16(), positions);
+      if (st.apart())
+        for (int b = 0; b < B; ++b) cache_store(st, l, fresh, b * q.b_stride, b, len, T);
       if (!per_row) {
-        decoder_self_attention(c, len + T - y.T, y.T, B, row, bstride, st.self_mask, st.Tmax, bias, a);
+        // Queries from position T - y.T on (a prompt's last layer: its last position).
+        const QkvRows queries{q.a, q.at + (T - y.T) * q.t_stride, q.t_stride, q.b_stride};
+        decoder_self_attention(queries, [&](int n) { return cache_keys(st, l, 0, B, 0, n); }, len + T - y.T, y.T, B,
+                               st.self_mask, st.Tmax, bias, a);
       } else {
         Array one = iface ? Array(d, 1, 1, iface) : Array();  // device: an aligned output, then copied
         for (int b = 0; b < B; ++b) {
-          const int64_t base = b * bstride, n = len + 1 - st.shift[b];
+          const int n = len + 1 - st.shift[b];
           View o = iface ? one.heads(hd) : view4(a, int64_t(b) * d, hd, d / hd, 1, 1, d, d);
-          attention(kt.decoder_self_attention, "decoder_self_attention", view4(c, base + at, hd, heads, 1, 1, row, row),
-                    view4(c, base + int64_t(st.shift[b]) * row, hd, heads, int(n), 1, row, row),
-                    view2(st.zero_mask, 0, int(n), 1, st.Tmax), bias, o);
+          attention(kt.decoder_self_attention, "decoder_self_attention", q.view(hd, heads, 0, 1, b, 1),
+                    cache_keys(st, l, b, 1, st.shift[b], n), view2(st.zero_mask, 0, n, 1, st.Tmax), bias, o);
           if (iface) copy_elems(one, 0, a, int64_t(b) * d, d);
         }
       }
@@ -111,33 +98,6 @@ Array Stack::decode_step(DecoderState& st, const Weights& w, const IBuf& tokens,
   final_norm(x, w.decoder_norm);
   st.len += T;
   return x;
-}
-
-// Beam search: row b continues from row parent[b].
-void Stack::reorder(DecoderState& st, const std::vector<int>& parent) {
-  const int64_t bstride = int64_t(st.row) * st.Tmax, used = int64_t(st.len) * st.row;
-  bool moved = false;
-  for (int b = 0; b < st.B; ++b) moved |= parent[b] != b;
-  if (!moved) return;
-  for (auto& c : st.cache) {
-    if (!iface) {
-      // The used positions of every parent row, set aside once, then copied into the rows
-      // that change (a copy of the whole cache per layer and step, allocated afresh, was
-      // most of a beam step's host time).
-      const size_t elem = c.bf16 ? sizeof(uint16_t) : sizeof(float), piece = size_t(used) * elem;
-      uint8_t* data = c.bf16 ? reinterpret_cast<uint8_t*>(c.bits()) : reinterpret_cast<uint8_t*>(c.host());
-      st.reorder_scratch.resize(size_t(st.B) * piece);
-      for (int b = 0; b < st.B; ++b)
-        if (parent[b] != b) std::memcpy(st.reorder_scratch.data() + size_t(parent[b]) * piece, data + size_t(parent[b] * bstride) * elem, piece);
-      for (int b = 0; b < st.B; ++b)
-        if (parent[b] != b) std::memcpy(data + size_t(b * bstride) * elem, st.reorder_scratch.data() + size_t(parent[b]) * piece, piece);
-      continue;
-    }
-    // Device: gather the rows into a fresh cache, device to device.
-    Array fresh(c.C, c.T, c.B, iface);
-    for (int b = 0; b < st.B; ++b) copy_elems(c, parent[b] * bstride, fresh, b * bstride, used);
-    c = std::move(fresh);
-  }
 }
 
 // Rows of the last position of x (d, T, B) -> (d, 1, B).

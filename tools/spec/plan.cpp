@@ -328,7 +328,9 @@ Plan make_plan(const Spec& spec) { return Planner(spec).build(); }
 
 std::string memory_summary(const Spec& s) {
   if (s.architecture == Architecture::Encoder) return "";
-  const int64_t elem = s.half_cache() ? 2 : 4, per_position = s.decoder_layers * qkv_width(s) * elem;
+  // The CPU's cache holds each layer's keys and values (runtime/stack.h DecoderState).
+  const int64_t kv_features = qkv_width(s) - s.d_model;
+  const int64_t elem = s.half_cache() ? 2 : 4, per_position = s.decoder_layers * kv_features * elem;
   const bool cross = s.architecture == Architecture::EncoderDecoder;
   const int64_t cross_per_position = cross ? s.decoder_layers * 2 * s.d_model * elem : 0;
   auto size = [](double bytes) {
@@ -341,8 +343,8 @@ std::string memory_summary(const Spec& s) {
   };
   std::ostringstream o;
   o << "key/value cache per sequence: " << size(double(per_position)) << " per position ("
-    << s.decoder_layers << " layers x " << qkv_width(s) << " " << enum_name(s.cache_precision())
-    << " features: the fused query/key/value row), " << size(double(per_position) * double(s.max_len))
+    << s.decoder_layers << " layers x " << kv_features << " " << enum_name(s.cache_precision())
+    << " features: the keys and values of " << s.kv_heads << " heads), " << size(double(per_position) * double(s.max_len))
     << " at max_len " << s.max_len;
   if (cross)
     o << "; cross-attention " << size(double(cross_per_position)) << " per source position, "

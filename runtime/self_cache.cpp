@@ -1,0 +1,90 @@
+// The decoder's self-attention cache (see DecoderState in stack.h): made for a call, views
+// of its keys and values for the attention kernel, new rows stored into it, and rows
+// reordered for beam search.
+#include <cstring>
+#include <string>
+
+#include "stack.h"
+
+namespace halformer {
+
+DecoderState Stack::decoder_state(const Weights& w, int B, int Tmax, std::vector<int> shift) {
+  DecoderState st;
+  st.B = B, st.Tmax = Tmax;
+  st.shift = shift.empty() ? std::vector<int>(B, 0) : std::move(shift);
+  st.self_mask = make_input(Tmax, B, 1, [&](float* m) {
+    for (int b = 0; b < B; ++b) std::fill_n(m + int64_t(b) * Tmax, st.shift[b], kMasked);
+  });
+  if (st.shifted() && positions_in_attention()) st.zero_mask = make_input(Tmax, 1, 1, [](float*) {});
+  const int hd = cfg.d_model / cfg.heads, w3 = qkv_width();
+  st.row = iface ? int((w3 + kDeviceAlignFloats - 1) / kDeviceAlignFloats * kDeviceAlignFloats) : w3 - cfg.d_model;
+  const double bytes = double(w.decoder.size()) * st.row * double(Tmax) * B * (self_cache_bf16() ? 2 : 4);
+  if (!iface)
+    refuse_beyond_memory(bytes, "the key/value cache for " + std::to_string(B) + " sequence(s) of " +
+                                    std::to_string(Tmax) + " positions",
+                         "fewer sequences per call, or shorter prompts / --max-new-tokens");
+  for (size_t l = 0; l < w.decoder.size(); ++l) {
+    st.cache.emplace_back(st.row, Tmax, B, iface, self_cache_bf16());
+    if (!iface) st.cache.back().head_major_hd = hd;
+  }
+  return st;
+}
+
+View Stack::cache_keys(const DecoderState& st, size_t l, int b, int nb, int from, int n) {
+  const Array& c = st.cache[l];
+  const int hd = cfg.d_model / cfg.heads;
+  const int64_t at = int64_t(b) * st.b_stride();
+  if (!c.head_major_hd) return view4(c, at + int64_t(from) * st.row, hd, qkv_width() / hd, n, nb, st.row, st.b_stride());
+  // Head slots [heads, heads + 2 * kv_heads) of the kernel's view are the cache's [0, 2 * kv_heads).
+  halide_dimension_t dims[4] = {{0, hd, 1},
+                                {cfg.heads, st.row / hd, int32_t(int64_t(st.Tmax) * hd)},
+                                {0, n, hd},
+                                {0, nb, int32_t(st.b_stride())}};
+  return make_view(c, at + int64_t(from) * hd, 4, dims);
+}
+
+void Stack::cache_store(DecoderState& st, size_t l, const Array& rows, int64_t at, int b, int pos, int T) {
+  Array& c = st.cache[l];
+  const int64_t base = int64_t(b) * st.b_stride();
+  if (!c.head_major_hd) return copy_rows(rows, at, rows.C, c, base + int64_t(pos) * st.row, st.row, qkv_width(), T);
+  const int hd = c.head_major_hd;
+  for (int s = 0; s < st.row / hd; ++s)  // the key and value heads follow the queries in a fused row
+    copy_rows(rows, at + int64_t(cfg.d_model) + int64_t(s) * hd, rows.C, c, base + int64_t(s) * st.Tmax * hd + int64_t(pos) * hd,
+              hd, hd, T);
+}
+
+// Beam search: row b continues from row parent[b].
+void Stack::reorder(DecoderState& st, const std::vector<int>& parent) {
+  bool moved = false;
+  for (int b = 0; b < st.B; ++b) moved |= parent[b] != b;
+  if (!moved) return;
+  const int64_t bstride = st.b_stride();
+  // A row's used positions: one run on a device (fused rows), a run per head on the CPU.
+  const int hd = st.apart() ? st.cache[0].head_major_hd : 0, runs = hd ? st.row / hd : 1;
+  const int64_t run = int64_t(st.len) * (hd ? hd : st.row), gap = int64_t(st.Tmax) * hd;
+  for (auto& c : st.cache) {
+    if (!iface) {
+      // The used positions of every parent row, set aside once, then copied into the rows
+      // that change (a copy of the whole cache per layer and step, allocated afresh, was
+      // most of a beam step's host time).
+      const size_t elem = c.bf16 ? sizeof(uint16_t) : sizeof(float), piece = size_t(run) * elem, used = piece * runs;
+      uint8_t* data = c.bf16 ? reinterpret_cast<uint8_t*>(c.bits()) : reinterpret_cast<uint8_t*>(c.host());
+      auto at = [&](int b, int r) { return data + size_t(b * bstride + r * gap) * elem; };
+      st.reorder_scratch.resize(size_t(st.B) * used);
+      uint8_t* scratch = st.reorder_scratch.data();
+      for (int b = 0; b < st.B; ++b)
+        if (parent[b] != b)
+          for (int r = 0; r < runs; ++r) std::memcpy(scratch + parent[b] * used + r * piece, at(parent[b], r), piece);
+      for (int b = 0; b < st.B; ++b)
+        if (parent[b] != b)
+          for (int r = 0; r < runs; ++r) std::memcpy(at(b, r), scratch + parent[b] * used + r * piece, piece);
+      continue;
+    }
+    // Device: gather the rows into a fresh cache, device to device.
+    Array fresh(c.C, c.T, c.B, iface);
+    for (int b = 0; b < st.B; ++b) copy_elems(c, parent[b] * bstride, fresh, b * bstride, run);
+    c = std::move(fresh);
+  }
+}
+
+}  // namespace halformer
