@@ -30,6 +30,7 @@
 #include <functional>
 
 #include "common.h"
+#include "halformer/packed_layout.h"
 #include "rotary_math.h"
 #include "schedules/cpu_rows.h"
 #include "schedules/gpu.h"
@@ -149,9 +150,12 @@ class Attention : public Generator<Attention> {
       Expr e = q(dd, hh, ii, bb);
       return bf16_q() ? from_half_bits(e, half) : e;
     };
+    auto kv_raw = [&](Expr dd, Expr hh, Expr jj, Expr bb) -> Expr {  // as stored (bf16: its bits)
+      return BS > 0 ? kv(dd, hh, jj % BS, clamp((*block_table)(jj / BS, bb), 0, kv.dim(3).extent() - 1))
+                    : kv(dd, hh, jj, bb);
+    };
     auto kvf = [&](Expr dd, Expr hh, Expr jj, Expr bb) -> Expr {
-      Expr e = BS > 0 ? kv(dd, hh, jj % BS, clamp((*block_table)(jj / BS, bb), 0, kv.dim(3).extent() - 1))
-                      : kv(dd, hh, jj, bb);
+      Expr e = kv_raw(dd, hh, jj, bb);
       return bf16_kv() ? from_half_bits(e, half) : e;
     };
 
@@ -212,12 +216,27 @@ class Attention : public Generator<Attention> {
     Func q1("q1"), k1("k1");
     q1(d, h, b) = rotate([&](Expr e) { return qf(e, q_head + h, 0, b); }, d, Tk - 1);
     k1(d, j, h, b) = rotate([&](Expr e) { return kvf(e, k_head + h, j, b); }, d, j);
+    // bf16 queries and keys on a CPU with a bf16 dot product (AVX-512 BF16), not turned on
+    // read: each fp32 lane sums a pair of bf16 products per instruction (vdpbf16ps), the
+    // pairs adjacent in the rows as stored; the products are exact, only the order of the
+    // sum differs from the widened path (docs/performance-log.md#self-cache-apart).
+    const bool dot_pairs = bf16_q() && bf16_kv() && half == Precision::Bf16 && R == 0 && D % 16 == 0 &&
+                           bf16_dot_product(get_target().to_string()) && !using_autoscheduler();
+    RDom rp(0, 2, 0, D / 2, "rp");  // rp.x: the pair's element, rp.y: the pair
     dot(j, h, b) = 0.0f;
-    dot(j, h, b) += q1(rd1, h, b) * k1(rd1, j, kv_h, b);
+    if (dot_pairs) {
+      auto bf = [](Expr bits) { return cast<float>(reinterpret(BFloat(16), bits)); };
+      Expr dd = 2 * rp.y + rp.x;
+      dot(j, h, b) += bf(q(dd, q_head + h, 0, b)) * bf(kv_raw(dd, k_head + kv_h, j, b));
+    } else {
+      dot(j, h, b) += q1(rd1, h, b) * k1(rd1, j, kv_h, b);
+    }
     s1(j, h, b) = dot(j, h, b) * score_scale + key_mask(j, b) + bias(j, Tk - 1, h);  // causal: every key j < Tk is visible
-    max1(h, b) = maximum(s1(rj, h, b));
+    max1(h, b) = Float(32).min();
+    max1(h, b) = max(max1(h, b), s1(rj, h, b));
     p1(j, h, b) = exp(s1(j, h, b) - max1(h, b));
-    sum1(h, b) = sum(p1(rj, h, b));
+    sum1(h, b) = 0.0f;
+    sum1(h, b) += p1(rj, h, b);
     acc1(d, h, b) = 0.0f;
     acc1(d, h, b) += p1(rj, h, b) * kvf(d, v_head + kv_h, rj, b);
     Expr one_row = acc1(d, h, b) / sum1(h, b);
@@ -457,7 +476,7 @@ class Attention : public Generator<Attention> {
       dot.compute_at(out, hb);
       // The query row widened (and rotated) once; with rotary_dim the group's keys rotated
       // once too, else read as they are in the score loop (one pass over the cache).
-      vectorize_rotated(q1.compute_at(out, hb));
+      if (!dot_pairs) vectorize_rotated(q1.compute_at(out, hb));
       if (R > 0) vectorize_rotated(k1.compute_at(out, hb));
       // Per key and head: dvec-wide partial sums along d, then one horizontal add. Keys
       // (and below, values) decode_prefetch rows ahead are prefetched: in rows that hold
@@ -465,19 +484,27 @@ class Attention : public Generator<Attention> {
       // apart, which the hardware prefetchers did not follow. Head by head (the CPU's
       // cross-attention cache) the same prefetches slowed it: decode_prefetch 0 there
       // (docs/performance-log.md#attention).
-      Func partial = dot.update().split(rd1.x, rdo, rdi, dvec).rfactor(rdi, lane);
+      // bf16 pairs (dot_pairs): lane l sums pairs l, l + L, ... (L lanes), a vdpbf16ps each.
+      const int pair_lanes = pow2_divisor(D / 2, vec_);
+      Func partial = dot_pairs ? dot.update().split(rp.y, rdo, rdi, pair_lanes).rfactor(rdi, lane)
+                               : dot.update().split(rd1.x, rdo, rdi, dvec).rfactor(rdi, lane);
       dot.update().reorder(rdi, h, j);
       // Paged: a block's rows are contiguous, and a row decode_prefetch ahead may be in
       // another block (the prefetch would span the pool).
       const int prefetch = BS > 0 ? 0 : int(decode_prefetch);
       if (prefetch > 0) dot.update().prefetch(kv, j, j, prefetch);
       partial.compute_at(dot, h).vectorize(lane);
-      partial.update().vectorize(lane);
+      if (dot_pairs)
+        partial.update().reorder(rp.x, lane, rdo).atomic().vectorize(rp.x).vectorize(lane);
+      else
+        partial.update().vectorize(lane);
       dot.update().atomic().vectorize(rdi);
       s1.compute_at(out, hb).vectorize(j, vec_, TailStrategy::GuardWithIf);
-      max1.compute_at(out, hb);
       p1.compute_at(out, hb).vectorize(j, vec_, TailStrategy::GuardWithIf);
-      sum1.compute_at(out, hb);
+      // Each head's max and sum in vec lanes, then one horizontal step: walked key by key,
+      // each was a chain of dependent scalar adds as long as the context
+      // (docs/performance-log.md#self-cache-apart).
+      for (Func f : {max1, sum1}) schedule_cpu_row_reduction(f, LoopLevel(out, hb), rj.x, h, vec_);
       acc1.compute_at(out, hb).vectorize(d, dvec);
       acc1.update().reorder(d, h, rj).vectorize(d, dvec).unroll(d).unroll(h);
       if (prefetch > 0) acc1.update().prefetch(kv, rj, rj, prefetch);

@@ -100,7 +100,9 @@ void Stack::decoder_self_attention(const QkvRows& q, const KeyView& keys, int le
   for (int q0 = 0, q1; q0 < T; q0 = q1) {
     q1 = std::min(T, q0 + chunk);
     if (T - q1 == 1) q1 = T;
-    attention(kt.decoder_self_attention, "decoder_self_attention", q.view(hd, heads, q0, q1 - q0, 0, B), keys(len + q1),
+    // One query per row (a decode step) reads the kernel's other path: its own line in the profile.
+    attention(kt.decoder_self_attention, T == 1 ? "decode_self_attention" : "decoder_self_attention",
+              q.view(hd, heads, q0, q1 - q0, 0, B), keys(len + q1),
               view2(mask, 0, len + q1, B, m_stride), bias, view4(out, int64_t(q0) * d, hd, d / hd, q1 - q0, B, d, int64_t(d) * T));
   }
 }

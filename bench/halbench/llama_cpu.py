@@ -14,8 +14,9 @@ at fp32 and bf16, or int8, per-channel). Rows: prompt of
 `--prompt-len` tokens (tokens/s), decode at batch 1 after a 16-token prompt (ms per
 token, the mean of `--new-tokens` greedy steps; median over rounds), decode after a
 `--context`-token prompt, peak RSS, the weight bytes a decode step reads and the time
-that takes at the measured read bandwidth (halformer_peak: the bound), ratios against
-llama.cpp on the same file. Checks on the Q4_0 and Q8_0 files: 5 prompts, the last
+that takes at the measured read bandwidth (halformer_peak: the bound; after the long
+prompt the bound counts the key/value cache a step reads too), ratios against llama.cpp on
+the same file (`--llama ""`: halformer's rows alone). Checks on the Q4_0 and Q8_0 files: 5 prompts, the last
 position's logits (max difference over their scale) and 32 greedy tokens.
 """
 from __future__ import annotations
@@ -119,6 +120,14 @@ def halformer_step_bytes(s: Dict[str, Any], precision: str) -> int:
     per = {"fp32": 4.0, "bf16": 2.0, "int8": 1.0, "q8_0": 34 / 32, "int4": 18 / 32}[precision]
     out = {"fp32": 4.0, "bf16": 2.0, "int8": 1.0, "q8_0": 34 / 32, "int4": 34 / 32}[precision]
     return int(s["layers"] * (layer * per + 2 * d * 4) + s["vocab"] * d * out + d * 4)
+
+
+def cache_step_bytes(s: Dict[str, Any], precision: str, context: int) -> int:
+    """Key/value cache bytes a decode step reads at `context` positions: every layer's keys
+    and values, 2 bytes each (llama.cpp's default F16 cache; halformer's bf16 cache of its
+    reduced-precision builds), 4 in halformer's fp32 builds."""
+    kvd = s["kv_heads"] * s["d"] // s["heads"]
+    return s["layers"] * context * 2 * kvd * (4 if precision == "fp32" else 2)
 
 
 def halformer_row(a, cfg, files, s, source: str, precision: str, work: str, prompts: Dict[str, str]) -> Dict:
@@ -248,7 +257,7 @@ def main(argv=None) -> int:
         with open(prompts[key], "w") as f:
             f.write("".join(" ".join(map(str, r)) + "\n" for r in rows))
     rows = []
-    for source in a.llama.split(","):
+    for source in filter(None, a.llama.split(",")):
         log(f"llama.cpp on {source}")
         rows.append(llama_row(a, files, source, work, prompt, checks))
     for pair in a.halformer.split(","):
@@ -257,17 +266,21 @@ def main(argv=None) -> int:
         rows.append(halformer_row(a, cfg, files, s, source, precision, work, prompts))
     lines = [f"{a.shape}: {s}; {a.threads} threads; read bandwidth {peak['gbs']:.1f} GB/s (halformer_peak, best)",
              "| engine | precision (file) | prompt %d tok/s | decode ms/token | tok/s | vs llama.cpp same file | "
-             "bytes/step MB | bound ms | x bound | decode@%d ms | peak RSS GB |" % (a.prompt_len, a.context),
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "bytes/step MB | bound ms | x bound | decode@%d ms | x bound@%d | peak RSS GB |"
+             % (a.prompt_len, a.context, a.context),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     llama = {r["file"]: r for r in rows if r["engine"] == "llama.cpp"}
     for r in rows:
         bound = r["step_bytes"] / (peak["gbs"] * 1e9) * 1e3
+        # At the long context the bound counts the cache too (weights + keys and values).
+        long_bound = (r["step_bytes"] + cache_step_bytes(s, r["precision"], a.context)) / (peak["gbs"] * 1e9) * 1e3
         peer = llama.get(r["file"]) if r["engine"] == "halformer" else None  # absent: no ratio
         ratio = (f"decode {peer['decode_ms'] / r['decode_ms']:.2f}x, prompt {peer['prompt_ms'] / r['prompt_ms']:.2f}x"
                  if peer else "")
         lines.append(f"| {r['engine']} | {r['precision']} ({r['file']}) | {a.prompt_len / r['prompt_ms'] * 1e3:.1f} | "
                      f"{r['decode_ms']:.2f} | {1e3 / r['decode_ms']:.1f} | {ratio} | {r['step_bytes'] / 1e6:.0f} | "
                      f"{bound:.1f} | {r['decode_ms'] / bound:.2f} | {r.get('context_decode_ms', float('nan')):.2f} | "
+                     f"{r.get('context_decode_ms', float('nan')) / long_bound:.2f} | "
                      f"{r['max_rss_bytes'] / 1e9:.2f} |")
     for r in rows:
         if r["engine"] == "halformer" and r["file"] in llama:

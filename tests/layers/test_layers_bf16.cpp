@@ -132,10 +132,10 @@ TEST(KvCacheBf16, CrossAttentionReadsBf16Head20) {
 // grouped-query) stored as bf16, queries included; causal, over a whole sequence and as
 // decode rows after a cache (the query rows are the cache's last ones).
 template <typename Fn>
-void check_self_cache(Fn kernel, const layer_checks::HalfFormat& format) {
-  const int H = 4, KVH = 2, D = 20, C = (H + 2 * KVH) * D;
+void check_self_cache(Fn kernel, const layer_checks::HalfFormat& format, int D = 20) {
+  const int H = 4, KVH = 2, C = (H + 2 * KVH) * D;
   struct Shape { int B, Tq, Tk; };
-  for (Shape s : {Shape{1, 1, 1}, Shape{2, 7, 7}, Shape{1, 1, 9}, Shape{8, 1, 37}, Shape{2, 35, 35}}) {
+  for (Shape s : {Shape{1, 1, 1}, Shape{2, 7, 7}, Shape{1, 1, 9}, Shape{8, 1, 37}, Shape{2, 35, 35}, Shape{1, 1, 300}}) {
     SCOPED_TRACE("B=" + std::to_string(s.B) + " Tq=" + std::to_string(s.Tq) + " Tk=" + std::to_string(s.Tk));
     Vec rows = ref::random_vec(size_t(s.B) * s.Tk * C, 7);
     std::vector<uint16_t> bits = layer_checks::round_to_half(rows, format);
@@ -158,6 +158,10 @@ void check_self_cache(Fn kernel, const layer_checks::HalfFormat& format) {
 }
 TEST(KvCacheBf16, SelfAttentionReadsBf16RowsGqaCausal) {
   check_self_cache(KERNEL(test_attention_self_cache_bf16), layer_checks::kBf16);
+}
+// Head size 48: the decode rows' scores as bf16 pair dot products where the CPU has them.
+TEST(KvCacheBf16, SelfAttentionReadsBf16RowsHead48) {
+  check_self_cache(KERNEL(test_attention_self_cache_bf16_d48), layer_checks::kBf16, 48);
 }
 TEST(KvCacheFp16, SelfAttentionReadsFp16RowsGqaCausal) {
   check_self_cache(KERNEL(test_attention_self_cache_fp16), layer_checks::kFp16);
