@@ -223,11 +223,20 @@ class Attention : public Generator<Attention> {
     const bool dot_pairs = bf16_q() && bf16_kv() && half == Precision::Bf16 && R == 0 && D % 16 == 0 &&
                            bf16_dot_product(get_target().to_string()) && !using_autoscheduler();
     RDom rp(0, 2, 0, D / 2, "rp");  // rp.x: the pair's element, rp.y: the pair
+    // Grouped-query heads as lanes: a task's heads are the G query heads of one key/value
+    // head (an even number of such groups, as below), a key's G scores one vector (each
+    // pair of the key broadcast against the G heads' pairs, a vdpbf16ps per pair), with no
+    // horizontal add per (key, head).
+    const bool heads_as_lanes = dot_pairs && G % 4 == 0 && G <= 16 && (H / G) % 2 == 0;
+    Func q_pairs("q_pairs");  // (pair element, head, pair, b): the heads of a pair adjacent
+    q_pairs(d, h, j, b) = q(2 * j + d, q_head + h, 0, b);
+    auto bf16_value = [](Expr bits) { return cast<float>(reinterpret(BFloat(16), bits)); };
+    Expr pair_d = 2 * rp.y + rp.x;
     dot(j, h, b) = 0.0f;
-    if (dot_pairs) {
-      auto bf = [](Expr bits) { return cast<float>(reinterpret(BFloat(16), bits)); };
-      Expr dd = 2 * rp.y + rp.x;
-      dot(j, h, b) += bf(q(dd, q_head + h, 0, b)) * bf(kv_raw(dd, k_head + kv_h, j, b));
+    if (heads_as_lanes) {
+      dot(j, h, b) += bf16_value(q_pairs(rp.x, h, rp.y, b)) * bf16_value(kv_raw(pair_d, k_head + kv_h, j, b));
+    } else if (dot_pairs) {
+      dot(j, h, b) += bf16_value(q(pair_d, q_head + h, 0, b)) * bf16_value(kv_raw(pair_d, k_head + kv_h, j, b));
     } else {
       dot(j, h, b) += q1(rd1, h, b) * k1(rd1, j, kv_h, b);
     }
@@ -459,8 +468,8 @@ class Attention : public Generator<Attention> {
       // is its own contiguous stream.
       // An even number of groups where one exists, so that a single sequence's groups
       // split evenly over 2 (or 4) threads: 12 heads go in 4 groups of 3, not 3 of 4
-      // (docs/performance-log.md#attention).
-      int hg = 0;
+      // (docs/performance-log.md#attention). Heads as lanes: the G heads of a key/value head.
+      int hg = heads_as_lanes ? G : 0;
       for (int even = 1; even >= 0 && hg == 0; --even)
         for (int c = std::min(4, H); c >= 1 && hg == 0; --c)
           if (H % c == 0 && (!even || (H / c) % 2 == 0)) hg = c;
@@ -484,21 +493,31 @@ class Attention : public Generator<Attention> {
       // apart, which the hardware prefetchers did not follow. Head by head (the CPU's
       // cross-attention cache) the same prefetches slowed it: decode_prefetch 0 there
       // (docs/performance-log.md#attention).
-      // bf16 pairs (dot_pairs): lane l sums pairs l, l + L, ... (L lanes), a vdpbf16ps each.
-      const int pair_lanes = pow2_divisor(D / 2, vec_);
-      Func partial = dot_pairs ? dot.update().split(rp.y, rdo, rdi, pair_lanes).rfactor(rdi, lane)
-                               : dot.update().split(rd1.x, rdo, rdi, dvec).rfactor(rdi, lane);
-      dot.update().reorder(rdi, h, j);
       // Paged: a block's rows are contiguous, and a row decode_prefetch ahead may be in
       // another block (the prefetch would span the pool).
       const int prefetch = BS > 0 ? 0 : int(decode_prefetch);
-      if (prefetch > 0) dot.update().prefetch(kv, j, j, prefetch);
-      partial.compute_at(dot, h).vectorize(lane);
-      if (dot_pairs)
-        partial.update().reorder(rp.x, lane, rdo).atomic().vectorize(rp.x).vectorize(lane);
-      else
-        partial.update().vectorize(lane);
-      dot.update().atomic().vectorize(rdi);
+      if (heads_as_lanes) {
+        // Keys in groups of 8 (independent sums in flight), the G heads a vector.
+        Var jo1("jo1"), ji1("ji1");
+        q_pairs.compute_at(out, hb);
+        dot.align_bounds(h, G).reorder_storage(h, j);  // a key's G scores adjacent
+        dot.update().split(j, jo1, ji1, 8, TailStrategy::GuardWithIf).reorder(rp.x, h, ji1, rp.y, jo1).atomic()
+            .vectorize(rp.x).vectorize(h).unroll(ji1);
+        if (prefetch > 0) dot.update().prefetch(kv, jo1, jo1, 1);
+      } else {
+        // bf16 pairs (dot_pairs): lane l sums pairs l, l + L, ... (L lanes), a vdpbf16ps each.
+        const int pair_lanes = pow2_divisor(D / 2, vec_);
+        Func partial = dot_pairs ? dot.update().split(rp.y, rdo, rdi, pair_lanes).rfactor(rdi, lane)
+                                 : dot.update().split(rd1.x, rdo, rdi, dvec).rfactor(rdi, lane);
+        dot.update().reorder(rdi, h, j);
+        if (prefetch > 0) dot.update().prefetch(kv, j, j, prefetch);
+        partial.compute_at(dot, h).vectorize(lane);
+        if (dot_pairs)
+          partial.update().reorder(rp.x, lane, rdo).atomic().vectorize(rp.x).vectorize(lane);
+        else
+          partial.update().vectorize(lane);
+        dot.update().atomic().vectorize(rdi);
+      }
       s1.compute_at(out, hb).vectorize(j, vec_, TailStrategy::GuardWithIf);
       p1.compute_at(out, hb).vectorize(j, vec_, TailStrategy::GuardWithIf);
       // Each head's max and sum in vec lanes, then one horizontal step: walked key by key,

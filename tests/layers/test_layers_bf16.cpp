@@ -132,8 +132,8 @@ TEST(KvCacheBf16, CrossAttentionReadsBf16Head20) {
 // grouped-query) stored as bf16, queries included; causal, over a whole sequence and as
 // decode rows after a cache (the query rows are the cache's last ones).
 template <typename Fn>
-void check_self_cache(Fn kernel, const layer_checks::HalfFormat& format, int D = 20) {
-  const int H = 4, KVH = 2, C = (H + 2 * KVH) * D;
+void check_self_cache(Fn kernel, const layer_checks::HalfFormat& format, int D = 20, int H = 4, int KVH = 2) {
+  const int C = (H + 2 * KVH) * D;
   struct Shape { int B, Tq, Tk; };
   for (Shape s : {Shape{1, 1, 1}, Shape{2, 7, 7}, Shape{1, 1, 9}, Shape{8, 1, 37}, Shape{2, 35, 35}, Shape{1, 1, 300}}) {
     SCOPED_TRACE("B=" + std::to_string(s.B) + " Tq=" + std::to_string(s.Tq) + " Tk=" + std::to_string(s.Tk));
@@ -159,9 +159,16 @@ void check_self_cache(Fn kernel, const layer_checks::HalfFormat& format, int D =
 TEST(KvCacheBf16, SelfAttentionReadsBf16RowsGqaCausal) {
   check_self_cache(KERNEL(test_attention_self_cache_bf16), layer_checks::kBf16);
 }
-// Head size 48: the decode rows' scores as bf16 pair dot products where the CPU has them.
+// Head sizes 48 and 32: the decode rows' scores as bf16 pair dot products where the CPU has
+// them, per head (2 query heads per key/value head) or the group's heads as lanes (4, 8).
 TEST(KvCacheBf16, SelfAttentionReadsBf16RowsHead48) {
   check_self_cache(KERNEL(test_attention_self_cache_bf16_d48), layer_checks::kBf16, 48);
+}
+TEST(KvCacheBf16, SelfAttentionReadsBf16RowsHead48Group4) {
+  check_self_cache(KERNEL(test_attention_self_cache_bf16_d48_g4), layer_checks::kBf16, 48, 8, 2);
+}
+TEST(KvCacheBf16, SelfAttentionReadsBf16RowsHead32Group8) {
+  check_self_cache(KERNEL(test_attention_self_cache_bf16_d32_g8), layer_checks::kBf16, 32, 16, 2);
 }
 TEST(KvCacheFp16, SelfAttentionReadsFp16RowsGqaCausal) {
   check_self_cache(KERNEL(test_attention_self_cache_fp16), layer_checks::kFp16);
