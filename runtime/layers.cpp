@@ -102,8 +102,8 @@ void Stack::decoder_self_attention(const QkvRows& q, const KeyView& keys, int le
     if (T - q1 == 1) q1 = T;
     // One query per row (a decode step) reads the kernel's other path: its own line in the profile.
     attention(kt.decoder_self_attention, T == 1 ? "decode_self_attention" : "decoder_self_attention",
-              q.view(hd, heads, q0, q1 - q0, 0, B), keys(len + q1),
-              view2(mask, 0, len + q1, B, m_stride), bias, view4(out, int64_t(q0) * d, hd, d / hd, q1 - q0, B, d, int64_t(d) * T));
+              q.view(hd, heads, q0, q1 - q0, 0, B), keys(len + q1), view2(mask, 0, len + q1, B, m_stride), bias,
+              view4(out, int64_t(q0) * d, hd, d / hd, q1 - q0, B, d, int64_t(d) * T));
   }
 }
 // The (2 * relative_table_distance + 1, heads) table of a stack's self-attention (T5), or for

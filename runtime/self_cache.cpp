@@ -34,7 +34,8 @@ View Stack::cache_keys(const DecoderState& st, size_t l, int b, int nb, int from
   const Array& c = st.cache[l];
   const int hd = cfg.d_model / cfg.heads;
   const int64_t at = int64_t(b) * st.b_stride();
-  if (!c.head_major_hd) return view4(c, at + int64_t(from) * st.row, hd, qkv_width() / hd, n, nb, st.row, st.b_stride());
+  if (!c.head_major_hd)
+    return view4(c, at + int64_t(from) * st.row, hd, qkv_width() / hd, n, nb, st.row, st.b_stride());
   // Head slots [heads, heads + 2 * kv_heads) of the kernel's view are the cache's [0, 2 * kv_heads).
   halide_dimension_t dims[4] = {{0, hd, 1},
                                 {cfg.heads, st.row / hd, int32_t(int64_t(st.Tmax) * hd)},
@@ -48,9 +49,10 @@ void Stack::cache_store(DecoderState& st, size_t l, const Array& rows, int64_t a
   const int64_t base = int64_t(b) * st.b_stride();
   if (!c.head_major_hd) return copy_rows(rows, at, rows.C, c, base + int64_t(pos) * st.row, st.row, qkv_width(), T);
   const int hd = c.head_major_hd;
-  for (int s = 0; s < st.row / hd; ++s)  // the key and value heads follow the queries in a fused row
-    copy_rows(rows, at + int64_t(cfg.d_model) + int64_t(s) * hd, rows.C, c, base + int64_t(s) * st.Tmax * hd + int64_t(pos) * hd,
-              hd, hd, T);
+  for (int s = 0; s < st.row / hd; ++s) {  // the key and value heads follow the queries in a fused row
+    const int64_t from = at + cfg.d_model + int64_t(s) * hd, to = base + (int64_t(s) * st.Tmax + pos) * hd;
+    copy_rows(rows, from, rows.C, c, to, hd, hd, T);
+  }
 }
 
 // Beam search: row b continues from row parent[b].
