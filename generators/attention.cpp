@@ -176,13 +176,33 @@ class Attention : public Generator<Attention> {
     }
     kt(j, d, h, b) = kc(d, j, h, b);
 
+    // bf16 queries and keys on a CPU with a bf16 dot product (AVX-512 BF16), not turned on
+    // read: each fp32 lane sums a pair of bf16 products per instruction (vdpbf16ps), the
+    // pairs adjacent in the rows as stored; the products are exact, only the order of the
+    // sum differs from the widened path (docs/performance-log.md#self-cache-apart).
+    const bool bf16_pairs = bf16_q() && bf16_kv() && half == Precision::Bf16 && R == 0 && D % 2 == 0 &&
+                            bf16_dot_product(get_target().to_string()) && !using_autoscheduler();
+    RDom rp(0, 2, 0, D / 2, "rp");  // rp.x: the pair's element, rp.y: the pair
+    auto bf16_value = [](Expr bits) { return cast<float>(reinterpret(BFloat(16), bits)); };
+    Expr pair_d = 2 * rp.y + rp.x;
+
     RDom rd(0, D, "rd");
     // qk: the dot products; score: their values as the softmax reads them (inlined but on a
     // GPU with gpu_score_queries, where qk sums in registers and score is the shared row).
     Func qk("qk"), score("score");
     qk(j, i, h, b) = 0.0f;
     qk(j, i, h, b) += qc(rd, h, i, b) * kt(j, rd, h, b);
-    score(j, i, h, b) = qk(j, i, h, b);
+    // Many queries in bf16 pairs (CPU): a vector of queries are the lanes -- each key's pair
+    // broadcast against the queries' pairs, a vdpbf16ps per pair -- so the keys are read as
+    // the cache holds them, neither widened nor transposed (docs/performance-log.md#queries-as-lanes).
+    Func q_lanes("q_lanes"), qk_lanes("qk_lanes");  // (pair element, query, pair, head, b); (query, key, ...)
+    if (bf16_pairs) {
+      q_lanes(d, i, j, h, b) = q(2 * j + d, q_head + h, min(i, Tq - 1), b);
+      qk_lanes(i, j, h, b) = 0.0f;
+      qk_lanes(i, j, h, b) += bf16_value(q_lanes(rp.x, i, rp.y, h, b)) *
+                              bf16_value(kv_raw(pair_d, k_head + kv_h, min(j, Tk - 1), b));
+    }
+    score(j, i, h, b) = bf16_pairs ? qk_lanes(i, j, h, b) : qk(j, i, h, b);
     Expr s = score(j, i, h, b) * score_scale + key_mask(j, b) + bias(j, Tk - Tq + i, h);
     // Added rather than selected: a select would let bounds inference skip the scores of
     // hidden keys, which breaks the fixed-size score blocks of the CPU schedule.
@@ -216,13 +236,7 @@ class Attention : public Generator<Attention> {
     Func q1("q1"), k1("k1");
     q1(d, h, b) = rotate([&](Expr e) { return qf(e, q_head + h, 0, b); }, d, Tk - 1);
     k1(d, j, h, b) = rotate([&](Expr e) { return kvf(e, k_head + h, j, b); }, d, j);
-    // bf16 queries and keys on a CPU with a bf16 dot product (AVX-512 BF16), not turned on
-    // read: each fp32 lane sums a pair of bf16 products per instruction (vdpbf16ps), the
-    // pairs adjacent in the rows as stored; the products are exact, only the order of the
-    // sum differs from the widened path (docs/performance-log.md#self-cache-apart).
-    const bool dot_pairs = bf16_q() && bf16_kv() && half == Precision::Bf16 && R == 0 && D % 16 == 0 &&
-                           bf16_dot_product(get_target().to_string()) && !using_autoscheduler();
-    RDom rp(0, 2, 0, D / 2, "rp");  // rp.x: the pair's element, rp.y: the pair
+    const bool dot_pairs = bf16_pairs && D % 16 == 0;  // the one-query path's pairs: whole vectors of them
     // Grouped-query heads as lanes: a task's heads are the G query heads of one key/value
     // head (an even number of such groups, as below), a key's G scores one vector (each
     // pair of the key broadcast against the G heads' pairs, a vdpbf16ps per pair), with no
@@ -230,8 +244,6 @@ class Attention : public Generator<Attention> {
     const bool heads_as_lanes = dot_pairs && G % 4 == 0 && G <= 16 && (H / G) % 2 == 0;
     Func q_pairs("q_pairs");  // (pair element, head, pair, b): the heads of a pair adjacent
     q_pairs(d, h, j, b) = q(2 * j + d, q_head + h, 0, b);
-    auto bf16_value = [](Expr bits) { return cast<float>(reinterpret(BFloat(16), bits)); };
-    Expr pair_d = 2 * rp.y + rp.x;
     dot(j, h, b) = 0.0f;
     if (heads_as_lanes) {
       dot(j, h, b) += bf16_value(q_pairs(rp.x, h, rp.y, b)) * bf16_value(kv_raw(pair_d, k_head + kv_h, j, b));
@@ -454,7 +466,9 @@ class Attention : public Generator<Attention> {
       int tile_q, v_queries, v_features;  // v_features 0: the whole head
     };
     const Blocks target_blocks = get_target().has_feature(Target::AVX512) ? Blocks{8, 4, 0} : Blocks{6, 6, 16};
-    const int vec_ = vec > 0 ? int(vec) : 16, tile_q_ = tile_q > 0 ? int(tile_q) : target_blocks.tile_q;
+    const int vec_ = vec > 0 ? int(vec) : 16;
+    // Queries as lanes (bf16 pairs): a tile is one vector of queries.
+    const int tile_q_ = bf16_pairs ? vec_ : tile_q > 0 ? int(tile_q) : target_blocks.tile_q;
     const int dvec = pow2_divisor(D, vec_);
     rope.schedule_per_call();  // one table per call: Tk positions x R/2 frequencies
     auto vectorize_rotated = [&](Func f) { return rope.vectorize(f, d, vec_); };
@@ -538,26 +552,48 @@ class Attention : public Generator<Attention> {
         .fuse(h, b, hb)
         .parallel(hb)
         .vectorize(d, dvec);
-    // Keys compacted (and rotated) once per task; queries widened (and rotated) once per query
-    // tile, not per key block.
-    vectorize_rotated(kc.compute_at(out, hb));
-    vectorize_rotated(qc.compute_at(out, io));
-    kt.compute_at(out, hb).vectorize(j, vec_, TailStrategy::GuardWithIf);
     Var jo("jo"), ji("ji"), iq("iq"), iqi("iqi");
-    // Per block of vec keys, the vec x tile_q score block lives in registers over d (a
-    // fixed-size allocation; one sized by Tk stayed in memory: 2x slower).
-    masked.compute_at(out, io)
-        .bound_extent(i, tile_q_)
-        .split(j, jo, ji, vec_, TailStrategy::GuardWithIf)
-        .reorder(ji, i, jo)
-        .vectorize(ji)
-        .unroll(i);
+    if (bf16_pairs) {
+      // Queries as lanes: per block of 8 keys (independent sums in flight) the tile's
+      // scores, a vector each, over the pairs; the softmax statistics then need no
+      // horizontal step (each lane is a query).
+      q_lanes.compute_at(out, io).bound_extent(i, tile_q_);
+      masked.compute_at(out, io)
+          .bound_extent(i, tile_q_)
+          .reorder_storage(i, j)
+          .split(j, jo, ji, 8, TailStrategy::GuardWithIf)
+          .reorder(i, ji, jo)
+          .vectorize(i)
+          .unroll(ji);
+      qk_lanes.compute_at(masked, jo).bound_extent(i, tile_q_).bound_extent(j, 8).reorder_storage(i, j)
+          .vectorize(i).unroll(j);
+      qk_lanes.update().reorder(rp.x, i, j, rp.y).atomic().vectorize(rp.x).vectorize(i).unroll(j);
+      for (Func f : {row_max, row_sum}) {
+        f.compute_at(out, io).bound_extent(i, tile_q_).vectorize(i);
+        f.update().reorder(i, rj).vectorize(i);
+      }
+      p.compute_at(out, io).reorder_storage(i, j).reorder(i, j).vectorize(i);
+    } else {
+      // Keys compacted (and rotated) once per task; queries widened (and rotated) once per
+      // query tile, not per key block.
+      vectorize_rotated(kc.compute_at(out, hb));
+      vectorize_rotated(qc.compute_at(out, io));
+      kt.compute_at(out, hb).vectorize(j, vec_, TailStrategy::GuardWithIf);
+      // Per block of vec keys, the vec x tile_q score block lives in registers over d (a
+      // fixed-size allocation; one sized by Tk stayed in memory: 2x slower).
+      masked.compute_at(out, io)
+          .bound_extent(i, tile_q_)
+          .split(j, jo, ji, vec_, TailStrategy::GuardWithIf)
+          .reorder(ji, i, jo)
+          .vectorize(ji)
+          .unroll(i);
+      qk.compute_at(masked, jo).bound_extent(j, vec_).bound_extent(i, tile_q_).vectorize(j).unroll(i);
+      qk.update().reorder(j, i, rd).vectorize(j).unroll(i);
+      // Row max and sum: vec lanes of partial results per row, then one horizontal step.
+      for (Func f : {row_max, row_sum}) schedule_cpu_row_reduction(f, LoopLevel(out, io), rj.x, i, vec_);
+      p.compute_at(out, io).vectorize(j, vec_, TailStrategy::GuardWithIf);
+    }
     score.compute_inline();
-    qk.compute_at(masked, jo).bound_extent(j, vec_).bound_extent(i, tile_q_).vectorize(j).unroll(i);
-    qk.update().reorder(j, i, rd).vectorize(j).unroll(i);
-    // Row max and sum: vec lanes of partial results per row, then one horizontal step.
-    for (Func f : {row_max, row_sum}) schedule_cpu_row_reduction(f, LoopLevel(out, io), rj.x, i, vec_);
-    p.compute_at(out, io).vectorize(j, vec_, TailStrategy::GuardWithIf);
     vc.compute_at(out, hb).vectorize(d, dvec);
     // Whole blocks of the tile: the split below rounds up within acc's fixed extent.
     int q_block = std::min(v_queries > 0 ? int(v_queries) : target_blocks.v_queries, int(tile_q_));

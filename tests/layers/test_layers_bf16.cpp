@@ -135,7 +135,7 @@ template <typename Fn>
 void check_self_cache(Fn kernel, const layer_checks::HalfFormat& format, int D = 20, int H = 4, int KVH = 2) {
   const int C = (H + 2 * KVH) * D;
   struct Shape { int B, Tq, Tk; };
-  for (Shape s : {Shape{1, 1, 1}, Shape{2, 7, 7}, Shape{1, 1, 9}, Shape{8, 1, 37}, Shape{2, 35, 35}, Shape{1, 1, 300}}) {
+  for (Shape s : {Shape{1, 1, 1}, Shape{2, 7, 7}, Shape{1, 1, 9}, Shape{8, 1, 37}, Shape{2, 35, 35}, Shape{2, 20, 45}, Shape{1, 1, 300}}) {
     SCOPED_TRACE("B=" + std::to_string(s.B) + " Tq=" + std::to_string(s.Tq) + " Tk=" + std::to_string(s.Tk));
     Vec rows = ref::random_vec(size_t(s.B) * s.Tk * C, 7);
     std::vector<uint16_t> bits = layer_checks::round_to_half(rows, format);
