@@ -12,8 +12,8 @@ own process), halformer through `halformer import FILE.gguf` and `halformer buil
 (the Q4_0 and Q8_0 files' blocks kept as they are: precisions int4 and q8_0; the F16 file
 at fp32 and bf16, or int8, per-channel). Rows: prompt of
 `--prompt-len` tokens (tokens/s), decode at batch 1 after a 16-token prompt (ms per
-token, the mean of `--new-tokens` greedy steps; median over rounds), decode after a
-`--context`-token prompt, peak RSS, the weight bytes a decode step reads and the time
+token, the mean of `--new-tokens` greedy steps; median over rounds), a `--context`-token
+prompt (seconds, its prefill and first token) and the decode after it, peak RSS, the weight bytes a decode step reads and the time
 that takes at the measured read bandwidth (halformer_peak: the bound; after the long
 prompt the bound counts the key/value cache a step reads too), ratios against llama.cpp on
 the same file (`--llama ""`: halformer's rows alone). Checks on the Q4_0 and Q8_0 files: 5 prompts, the last
@@ -138,15 +138,16 @@ def halformer_row(a, cfg, files, s, source: str, precision: str, work: str, prom
     weights = os.path.join(work, f"{name}.safetensors")
     if not os.path.exists(spec):
         run([cfg["halformer"], "import", files[source], "-o", spec, "--weights-out", weights, "--force"])
-        # The importer caps max_len at 4,096 and says to raise it for longer text: the
-        # long-context rows need the file's context (--context + 512).
-        with open(spec) as f:
-            text = f.read()
-        need = max(a.context, a.prompt_len) + max(a.new_tokens, 17) + 16
-        m = re.search(r"^  max_len: (\d+)", text, re.M)
-        if m and int(m.group(1)) < need:
-            with open(spec, "w") as f:
-                f.write(text[: m.start(1)] + str(need) + text[m.end(1):])
+    # The importer caps max_len at 4,096 and says to raise it for longer text: the
+    # long-context rows need --context (checked on every run: an earlier run's spec may
+    # have been made for a shorter one).
+    with open(spec) as f:
+        text = f.read()
+    need = max(a.context, a.prompt_len) + max(a.new_tokens, 17) + 16
+    m = re.search(r"^  max_len: (\d+)", text, re.M)
+    if m and int(m.group(1)) < need:
+        with open(spec, "w") as f:
+            f.write(text[: m.start(1)] + str(need) + text[m.end(1):])
     driver = build_model(cfg, spec, name, os.path.join(work, name), None, precision)
     common = [driver, "--weights", weights, "--threads", str(a.threads)]
     r = json.loads(run(common + ["--src-file", prompts["short"], "--warmup", "1", "--repeat", str(a.rounds),
@@ -162,6 +163,8 @@ def halformer_row(a, cfg, files, s, source: str, precision: str, work: str, prom
         rc = json.loads(run(common + ["--src-file", prompts["long"], "--warmup", "1", "--repeat", "1",
                                       "--new-tokens", "17"]).stdout)
         row["context_decode_ms"] = median([sum(d["step_ms"]) / len(d["step_ms"]) for d in rc["decode"]])
+        row["context_prompt_ms"] = median([d["prompt_ms"] for d in rc["decode"]])  # the prefill + first token
+        row["max_rss_bytes"] = max(row["max_rss_bytes"], rc["max_rss_bytes"])
     from safetensors.numpy import load_file
 
     row["dump"] = {}
@@ -190,8 +193,9 @@ def llama_row(a, files, source: str, work: str, prompt: List[int], checks: List[
            "prompt_ms": median(res["prompt_ms"]), "max_rss_bytes": res["max_rss_bytes"],
            "step_bytes": gguf_step_bytes(files[source]), "checks": res.get("checks", []),
            "version": res.get("versions", {})}
-    if res.get("context_decode_ms"):
-        row["context_decode_ms"] = median(res["context_decode_ms"])
+    for key in ("context_decode_ms", "context_prompt_ms"):
+        if res.get(key):
+            row[key] = median(res[key])
     return row
 
 
@@ -266,9 +270,9 @@ def main(argv=None) -> int:
         rows.append(halformer_row(a, cfg, files, s, source, precision, work, prompts))
     lines = [f"{a.shape}: {s}; {a.threads} threads; read bandwidth {peak['gbs']:.1f} GB/s (halformer_peak, best)",
              "| engine | precision (file) | prompt %d tok/s | decode ms/token | tok/s | vs llama.cpp same file | "
-             "bytes/step MB | bound ms | x bound | decode@%d ms | x bound@%d | peak RSS GB |"
-             % (a.prompt_len, a.context, a.context),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "bytes/step MB | bound ms | x bound | prompt %d s | decode@%d ms | x bound@%d | peak RSS GB |"
+             % (a.prompt_len, a.context, a.context, a.context),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     llama = {r["file"]: r for r in rows if r["engine"] == "llama.cpp"}
     for r in rows:
         bound = r["step_bytes"] / (peak["gbs"] * 1e9) * 1e3
@@ -279,7 +283,8 @@ def main(argv=None) -> int:
                  if peer else "")
         lines.append(f"| {r['engine']} | {r['precision']} ({r['file']}) | {a.prompt_len / r['prompt_ms'] * 1e3:.1f} | "
                      f"{r['decode_ms']:.2f} | {1e3 / r['decode_ms']:.1f} | {ratio} | {r['step_bytes'] / 1e6:.0f} | "
-                     f"{bound:.1f} | {r['decode_ms'] / bound:.2f} | {r.get('context_decode_ms', float('nan')):.2f} | "
+                     f"{bound:.1f} | {r['decode_ms'] / bound:.2f} | {r.get('context_prompt_ms', float('nan')) / 1e3:.2f} | "
+                     f"{r.get('context_decode_ms', float('nan')):.2f} | "
                      f"{r.get('context_decode_ms', float('nan')) / long_bound:.2f} | "
                      f"{r['max_rss_bytes'] / 1e9:.2f} |")
     for r in rows:

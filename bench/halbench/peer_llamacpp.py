@@ -7,7 +7,7 @@ TASK: {"model": PATH, "threads": 2, "rounds": 3, "prompt_len": 512, "new_tokens"
        "context": 4096 (0: skip), "prompt": [ids], "check_prompts": [[ids]...], "check_new": 32}
 RESULT: {"system": "llama.cpp", "status": "ok" | "error", "versions": {...},
          "prompt_ms": [per round], "decode_ms": [per round: mean ms per token],
-         "context_decode_ms": [...], "max_rss_bytes": N,
+         "context_decode_ms": [...], "context_prompt_ms": [...], "max_rss_bytes": N,
          "checks": [{"prompt": [...], "greedy": [...], "last_logits": [...]}]}
 
 Timing: a prompt is evaluated as llama.cpp's own `llama-bench` does (one llama_decode of
@@ -81,7 +81,7 @@ def main(task_path: str, result_path: str) -> int:
             return out, steps
 
         prompt = task["prompt"][: task["prompt_len"]]
-        res["prompt_ms"], res["decode_ms"], res["context_decode_ms"] = [], [], []
+        res["prompt_ms"], res["decode_ms"], res["context_decode_ms"], res["context_prompt_ms"] = [], [], [], []
         for r in range(task["rounds"] + 1):  # round 0 warms up
             llm.reset()
             t0 = time.perf_counter()
@@ -95,7 +95,9 @@ def main(task_path: str, result_path: str) -> int:
             long = (task["prompt"] * (task["context"] // len(task["prompt"]) + 1))[: task["context"]]
             for _ in range(2):
                 llm.reset()
+                t0 = time.perf_counter()
                 llm.eval(long)
+                res["context_prompt_ms"].append((time.perf_counter() - t0) * 1e3)
                 steps = []
                 for _ in range(16):
                     t0 = time.perf_counter()
