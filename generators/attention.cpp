@@ -33,7 +33,7 @@
 #include "halformer/packed_layout.h"
 #include "rotary_math.h"
 #include "schedules/cpu_rows.h"
-#include "schedules/gpu.h"
+#include "attention_stages.h"
 
 namespace halformer {
 using namespace Halide;
@@ -125,7 +125,8 @@ class Attention : public Generator<Attention> {
 
   void generate() {
     const int H = heads, D = head_dim, G = kv_group, R = rotary_dim;
-    Var d("d"), h("h"), i("i"), j("j"), b("b");
+    AttentionStages st;  // the stages the GPU schedules share (copies below name the same ones)
+    Var d = st.d, h = st.h, i = st.i, j = st.j, b = st.b;
     const int BS = block_size;
     if (BS < 0) throw std::invalid_argument("attention: block_size must be >= 0");
     Expr Tq = q.dim(2).extent(), Tk = BS > 0 ? key_mask.dim(0).extent() : kv.dim(2).extent();
@@ -160,7 +161,7 @@ class Attention : public Generator<Attention> {
     };
 
     // Query rows past Tq belong to a partial tile and are discarded: clamp reads.
-    Func qc("q_clamped");
+    Func qc = st.qc;
     {
       Expr ic = min(i, Tq - 1);
       qc(d, h, i, b) = rotate([&](Expr e) { return qf(e, q_head + h, ic, b); }, d, Tk - Tq + ic);
@@ -169,7 +170,7 @@ class Attention : public Generator<Attention> {
     // CPU they are first copied to a compact (d, j) block: gathering straight from kv's
     // rows, 3 * d_model floats apart, hits one cache set per row (4-KiB aliasing;
     // docs/performance-log.md#attention).
-    Func kc("k_compact"), kt("k_transposed");
+    Func kc = st.kc, kt = st.kt;
     {
       Expr jc = min(j, Tk - 1);  // whole key blocks: clamp reads
       kc(d, j, h, b) = rotate([&](Expr e) { return kvf(e, k_head + kv_h, jc, b); }, d, jc);
@@ -186,10 +187,10 @@ class Attention : public Generator<Attention> {
     auto bf16_value = [](Expr bits) { return cast<float>(reinterpret(BFloat(16), bits)); };
     Expr pair_d = 2 * rp.y + rp.x;
 
-    RDom rd(0, D, "rd");
+    RDom rd = st.rd = RDom(0, D, "rd");
     // qk: the dot products; score: their values as the softmax reads them (inlined but on a
     // GPU with gpu_score_queries, where qk sums in registers and score is the shared row).
-    Func qk("qk"), score("score");
+    Func qk = st.qk, score = st.score;
     qk(j, i, h, b) = 0.0f;
     qk(j, i, h, b) += qc(rd, h, i, b) * kt(j, rd, h, b);
     // Many queries in bf16 pairs (CPU): a vector of queries are the lanes -- each key's pair
@@ -207,21 +208,21 @@ class Attention : public Generator<Attention> {
     // Added rather than selected: a select would let bounds inference skip the scores of
     // hidden keys, which breaks the fixed-size score blocks of the CPU schedule.
     if (causal) s += select(j > i + (Tk - Tq), -1e30f, 0.0f);
-    Func masked("masked");
+    Func masked = st.masked;
     masked(j, i, h, b) = s;
 
-    RDom rj(0, Tk, "rj");
-    Func row_max("row_max"), row_sum("row_sum"), p("p");
+    RDom rj = st.rj = RDom(0, Tk, "rj");
+    Func row_max = st.row_max, row_sum = st.row_sum, p = st.p;
     row_max(i, h, b) = Float(32).min();
     row_max(i, h, b) = max(row_max(i, h, b), masked(rj, i, h, b));
     p(j, i, h, b) = exp(masked(j, i, h, b) - row_max(i, h, b));
     row_sum(i, h, b) = 0.0f;
     row_sum(i, h, b) += p(rj, i, h, b);
 
-    Func acc("acc");
+    Func acc = st.acc;
     acc(d, h, i, b) = 0.0f;
     // Values, like keys, copied per (head, batch) into a compact block on the CPU.
-    Func vc("v_compact");
+    Func vc = st.vc;
     vc(d, j, h, b) = kvf(d, v_head + kv_h, j, b);
     acc(d, h, i, b) += p(rj, i, h, b) * vc(d, rj, h, b);
     Expr all_rows = acc(d, h, i, b) / row_sum(i, h, b);
@@ -277,10 +278,10 @@ class Attention : public Generator<Attention> {
                          : max_keys > 0 && whole_row_bytes(max_keys) <= 48 * 1024 ? 0 : 32;
     const bool key_tiles = get_target().has_gpu_feature() && key_tile > 0 && !using_autoscheduler();
     const int Bk = std::max(key_tile, 1);
-    Var jj("jj"), t("t");
-    Func tile_score("tile_score"), tile_max("tile_max"), tile_p("tile_p"), tile_sum("tile_sum"),
-        tile_acc("tile_acc"), online("online");
-    RDom rk(0, Bk, "rk"), rt(0, (Tk + Bk - 1) / Bk, "rt");
+    Var jj = st.jj, t("t");
+    Func tile_score = st.tile_score, tile_max = st.tile_max, tile_p = st.tile_p, tile_sum = st.tile_sum,
+         tile_acc = st.tile_acc, online = st.online;
+    RDom rk = st.rk = RDom(0, Bk, "rk"), rt = st.rt = RDom(0, (Tk + Bk - 1) / Bk, "rt");
     if (key_tiles) {
       const float beyond = -1.7e38f;  // below any masked score (-1e30 per mask)
       Expr key = t * Bk + jj;
@@ -330,131 +331,11 @@ class Attention : public Generator<Attention> {
       out.set_estimates({{0, D}, {0, H}, {0, 128}, {0, 1}});
       return;
     }
-    if (key_tiles) {
-      // One block per (query tile, head, batch); per key tile, in turn: the keys staged in
-      // shared memory (padded rows, as below), the scores and their weights (threads over
-      // keys x groups of gpu_score_queries queries, summed in registers), each query's max,
-      // then per (feature, group of gpu_v_queries queries) thread the tile's sums and V
-      // products in registers and the running state's update. Shared memory: a tile's keys,
-      // scores and weights and the block's running state, whatever Tk is.
-      const int tq = gpu_tile_q, vq = std::clamp(int(gpu_v_queries), 1, tq), sq = std::clamp(int(gpu_score_queries), 1, tq);
-      if (D * ((tq + vq - 1) / vq) > 1024 || Bk * ((tq + sq - 1) / sq) > 1024 || D * 8 > 1024)
-        throw std::invalid_argument("attention: gpu_tile_q / gpu_v_queries / gpu_score_queries / gpu_key_tile "
-                                    "make a block of more than 1024 threads");
-      Var io("io"), ii("ii"), iq("iq"), iqi("iqi"), jo2("jo2"), ji2("ji2");
-      // Per-block Funcs cover the block's whole query tile (align_bounds): where n divides
-      // tq, Halide otherwise aligned the groups to absolute multiples of n and sized the
-      // thread loop for every block's range at once (threads growing with Tq).
-      for (Func f : {online, tile_score, tile_p, tile_max}) f.align_bounds(i, tq);
-      // Threads over (x, groups of n queries), each group's queries unrolled in the thread.
-      auto query_groups = [&](Stage st, const VarOrRVar& x, int n) {
-        st.split(i, iq, iqi, n, TailStrategy::GuardWithIf).reorder(iqi, x, iq).gpu_threads(x, iq).unroll(iqi);
-      };
-      out.split(i, io, ii, tq, TailStrategy::GuardWithIf)
-          .split(ii, iq, iqi, vq, TailStrategy::GuardWithIf)
-          .reorder(iqi, d, iq, io, h, b)
-          .gpu_blocks(io, h, b)
-          .gpu_threads(d, iq)
-          .unroll(iqi);
-      online.compute_at(out, io).store_in(MemoryType::GPUShared);
-      query_groups(online, d, vq);
-      online.update().split(i, iq, iqi, vq, TailStrategy::GuardWithIf).reorder(iqi, d, iq, rt).gpu_threads(d, iq)
-          .unroll(iqi);
-      const LoopLevel per_tile(online, rt);
-      // Queries read straight from q (each thread's few, reused across the block's key
-      // threads through L1): staged before the tile loop, Halide 21 pooled their shared
-      // bytes with tile_max's (an allocation read inside a serial loop but made before it;
-      // seen in the lowered statement, wrong results on PoCL).
-      for (Func f : {qc, kc, masked, score, vc}) f.compute_inline();
-      kt.compute_at(per_tile).store_in(MemoryType::GPUShared).bound_storage(j, Bk + 1).reorder(d, j)
-          .split(j, jo2, ji2, 8, TailStrategy::GuardWithIf).gpu_threads(d, ji2);
-      tile_score.compute_at(per_tile).store_in(MemoryType::GPUShared);
-      query_groups(tile_score, jj, sq);
-      qk.compute_at(tile_score, jj).bound_extent(i, sq).unroll(i);
-      qk.update().reorder(i, rd).unroll(i);
-      tile_p.compute_at(per_tile).store_in(MemoryType::GPUShared);
-      query_groups(tile_p, jj, sq);
-      tile_max.compute_at(per_tile).store_in(MemoryType::GPUShared).gpu_threads(i);
-      tile_max.update().gpu_threads(i);
-      // The tile's sums and V products of a thread's queries in registers (each value row
-      // read once for them), inside the state update that consumes them.
-      for (Func f : {tile_sum, tile_acc}) {
-        f.compute_at(online, d).bound_extent(i, vq).unroll(i);
-        f.update().reorder(i, rk).unroll(i);
-      }
-      return;
-    }
     if (get_target().has_gpu_feature()) {
-      // One block per (query tile, head, batch). Score rows, softmax statistics and the
-      // V product live in shared memory; threads span keys (scores) or features (V). With
-      // gpu_score_queries / gpu_v_queries the products are summed in registers instead,
-      // each thread for a group of queries, and stored once.
-      Var io("io"), ii("ii"), jo("jo"), ji("ji"), iq("iq"), iqi("iqi");
-      const int vq = std::min(int(gpu_v_queries), int(gpu_tile_q));
-      out.split(i, io, ii, gpu_tile_q, TailStrategy::GuardWithIf);
-      if (vq > 0) {
-        out.split(ii, iq, iqi, vq, TailStrategy::GuardWithIf)
-            .reorder(iqi, d, iq, io, h, b)
-            .gpu_blocks(io, h, b)
-            .gpu_threads(d, iq)
-            .unroll(iqi);
-      } else {
-        out.reorder(d, ii, io, h, b).gpu_blocks(io, h, b).gpu_threads(d, ii);
-      }
-      // Keys of the current chunk of gpu_key_lanes staged in shared memory, read from kv
-      // with threads along the head features (coalesced) and stored key-major with one
-      // float of padding per row, so that the score loop's lanes (one key each) and the
-      // staging stores both hit distinct banks. Read straight from kv, each lane walked
-      // its own key row 3 * d_model floats from its neighbour's
-      // (docs/performance-log.md#attention).
-      kc.compute_inline();
-      masked.compute_inline();
-      const int sq = std::min(int(gpu_score_queries), int(gpu_tile_q));
-      Func scores = sq > 0 ? score : qk;  // the Func whose rows live in shared memory
-      if (sq == 0) score.compute_inline();
-      Var jo2("jo2"), ji2("ji2");
-      kt.compute_at(scores, jo).store_in(MemoryType::GPUShared).bound_storage(j, gpu_key_lanes + 1)
-          .reorder(d, j).split(j, jo2, ji2, gpu_tile_q, TailStrategy::GuardWithIf).gpu_threads(d, ji2);
-      for (Func f : {scores, p}) {
-        f.compute_at(out, io).store_in(MemoryType::GPUShared)
-            .split(j, jo, ji, gpu_key_lanes, TailStrategy::GuardWithIf).reorder(ji, i, jo);
-      }
-      p.gpu_threads(ji, i);
-      if (sq > 0) {
-        // Whole groups of sq queries per thread (clamped query reads past Tq; not stored).
-        Var iq2("iq2"), iqi2("iqi2");
-        score.split(i, iq2, iqi2, sq, TailStrategy::GuardWithIf).reorder(iqi2, ji, iq2, jo).gpu_threads(ji, iq2)
-            .unroll(iqi2);
-        qk.compute_at(score, ji).bound_extent(i, sq).unroll(i);
-        qk.update().reorder(i, rd).unroll(i);
-        // The tile's queries in shared memory: every key's thread reads all of them.
-        qc.compute_at(out, io).store_in(MemoryType::GPUShared).gpu_threads(d, i);
-      } else {
-        qk.gpu_threads(ji, i);
-        qk.update().split(j, jo, ji, gpu_key_lanes, TailStrategy::GuardWithIf).reorder(ji, i, rd, jo)
-            .gpu_threads(ji, i);
-      }
-      vc.compute_inline();
-      for (Func f : {row_max, row_sum}) {
-        f.compute_at(out, io).gpu_threads(i);
-        if (gpu_reduce_lanes > 0) {
-          RVar ro("ro"), ri("ri");
-          Var u("u");
-          Func lanes = f.update().split(rj, ro, ri, gpu_reduce_lanes, TailStrategy::GuardWithIf).rfactor(ri, u);
-          // u the innermost thread dimension (x), as keys and features are elsewhere.
-          lanes.compute_at(out, io).reorder(u, i).gpu_threads(u, i);
-          lanes.update().reorder(ro, u, i).gpu_threads(u, i);
-        }
-        f.update().gpu_threads(i);
-      }
-      if (vq > 0) {
-        // Whole groups of vq queries (rows past Tq read clamped queries; not stored).
-        acc.compute_at(out, d).bound_extent(i, vq).unroll(i);
-        acc.update().reorder(i, rj).unroll(i);
-      } else {
-        acc.compute_at(out, io).gpu_threads(d, i);
-        acc.update().reorder(d, i, rj).gpu_threads(d, i);
-      }
+      schedule_attention_gpu(st, out,
+                             {gpu_tile_q, gpu_key_lanes, gpu_reduce_lanes, gpu_v_queries, gpu_score_queries,
+                              key_tiles ? Bk : 0},
+                             D);
       return;
     }
     // The score block (vec keys x tile_q queries) stays in registers over d, and so does the
