@@ -413,12 +413,25 @@ class Attention : public Generator<Attention> {
           partial.update().vectorize(lane);
         dot.update().atomic().vectorize(rdi);
       }
-      s1.compute_at(out, hb).vectorize(j, vec_, TailStrategy::GuardWithIf);
-      p1.compute_at(out, hb).vectorize(j, vec_, TailStrategy::GuardWithIf);
-      // Each head's max and sum in vec lanes, then one horizontal step: walked key by key,
-      // each was a chain of dependent scalar adds as long as the context
-      // (docs/performance-log.md#self-cache-apart).
-      for (Func f : {max1, sum1}) schedule_cpu_row_reduction(f, LoopLevel(out, hb), rj.x, h, vec_);
+      if (heads_as_lanes) {
+        // The softmax over the scores as dot stores them (head-minor): max, weights and sum
+        // a vector of the G heads per key, the scaled and masked scores not stored; turned
+        // key-minor for the lanes below, each (16 keys, head) block was a transpose
+        // (docs/performance-log.md#self-cache-apart).
+        s1.compute_inline();
+        p1.compute_at(out, hb).align_bounds(h, G).reorder_storage(h, j).reorder(h, j).vectorize(h, G);
+        for (Func f : {max1, sum1}) {
+          f.compute_at(out, hb).align_bounds(h, G).vectorize(h, G);
+          f.update().reorder(h, rj).vectorize(h, G);
+        }
+      } else {
+        s1.compute_at(out, hb).vectorize(j, vec_, TailStrategy::GuardWithIf);
+        p1.compute_at(out, hb).vectorize(j, vec_, TailStrategy::GuardWithIf);
+        // Each head's max and sum in vec lanes, then one horizontal step: walked key by key,
+        // each was a chain of dependent scalar adds as long as the context
+        // (docs/performance-log.md#self-cache-apart).
+        for (Func f : {max1, sum1}) schedule_cpu_row_reduction(f, LoopLevel(out, hb), rj.x, h, vec_);
+      }
       acc1.compute_at(out, hb).vectorize(d, dvec);
       acc1.update().reorder(d, h, rj).vectorize(d, dvec).unroll(d).unroll(h);
       if (prefetch > 0) acc1.update().prefetch(kv, rj, rj, prefetch);
