@@ -72,7 +72,7 @@ class Attention : public Generator<Attention> {
   // Schedule knobs.
   // 0: the target's (below): AVX-512 16 keys x 8 queries, AVX2 16 keys x 6 queries.
   GeneratorParam<int> vec{"vec", 0};
-  GeneratorParam<int> tile_q{"tile_q", 0};  // queries per tile
+  GeneratorParam<int> tile_q{"tile_q", 0};  // queries per tile (bf16 pairs: one vector of them)
   // The V product's register block: v_features head features x v_queries queries (0: the
   // target's, below).
   GeneratorParam<int> v_features{"v_features", 0};
@@ -436,7 +436,8 @@ class Attention : public Generator<Attention> {
       acc1.update().reorder(d, h, rj).vectorize(d, dvec).unroll(d).unroll(h);
       if (prefetch > 0) acc1.update().prefetch(kv, rj, rj, prefetch);
     }
-    // Tq > 1: per (head, batch) task K is transposed once; then per tile of tile_q
+    // Tq > 1: per (head, batch) task K is transposed once (not with bf16 pairs, whose tile
+    // is one vector of queries read against the keys as stored); then per tile of tile_q
     // queries a register-blocked score block (a key vector x tile_q queries, accumulated
     // over d), the softmax statistics, and a register-blocked V product (v_features head
     // features x v_queries queries). Per-tile Funcs cover whole tiles (bound_extent; query
