@@ -105,11 +105,14 @@ def make_files(a, s: Dict[str, Any], work: str) -> Dict[str, str]:
 
 
 def gguf_step_bytes(path: str) -> int:
-    """Bytes a llama.cpp decode step reads: every tensor but the token table (one row)."""
+    """Bytes a llama.cpp decode step reads: every tensor but the token table (one row) --
+    unless the output projection is tied to it (no output.weight: Qwen2-0.5B), when the
+    table is that projection and every step reads it whole."""
     import gguf
 
     r = gguf.GGUFReader(path)
-    return sum(int(t.n_bytes) for t in r.tensors if t.name != "token_embd.weight")
+    tied = not any(t.name == "output.weight" for t in r.tensors)
+    return sum(int(t.n_bytes) for t in r.tensors if tied or t.name != "token_embd.weight")
 
 
 def halformer_step_bytes(s: Dict[str, Any], precision: str) -> int:
