@@ -1,8 +1,10 @@
-// Threads: every model's calls share Halide's one thread pool (sized for the largest
-// request); a call of a model loaded with `threads` = k splits each parallel loop into at
-// most k contiguous chunks, so it never runs on more than k threads at once. The limit
-// belongs to the call (CallThreads, on the calling thread), not to the process.
-// parallel_for runs the runtime's own host loops on the same pool, within that limit.
+// Threads: every model's calls share one pool of spinning workers (threads.cpp; sized
+// for the largest request), which Halide's parallel loops run on; a call of a model loaded
+// with `threads` = k lets at most k - 1 workers join each loop, so it never runs on more
+// than k threads at once. The limit belongs to the call (CallThreads, on the calling
+// thread), not to the process. A second caller's loop, while one holds the pool, runs on
+// Halide's own pool, split into at most k chunks. parallel_for runs the runtime's own host
+// loops the same way, within that limit.
 #pragma once
 
 #include <HalideRuntime.h>
