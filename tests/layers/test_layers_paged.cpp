@@ -23,9 +23,11 @@ namespace {
 using Buf = Halide::Runtime::Buffer<float>;
 using ref::Vec;
 
-constexpr int H = 4, KVH = 2, D = 20, BS = 4;
-constexpr int Ckv = 2 * KVH * D;  // a pool row: the keys, then the values
-constexpr int Cq = H * D;
+constexpr int BS = 4;
+// The kernels' heads: query heads, key/value heads, head size (tests/layers/CMakeLists.txt).
+struct Heads {
+  int H = 4, KVH = 2, D = 20;
+};
 
 struct Shape {
   int B, Tq;
@@ -34,7 +36,11 @@ struct Shape {
 
 // Elem: float, or uint16_t (16-bit cache bits).
 template <typename Elem, typename Paged, typename Contiguous>
-void check(Paged paged, Contiguous contiguous, const Shape& s, const layer_checks::HalfFormat* half) {
+void check(Paged paged, Contiguous contiguous, const Shape& s, const layer_checks::HalfFormat* half,
+           Heads heads = {}) {
+  const int H = heads.H, KVH = heads.KVH, D = heads.D;
+  const int Ckv = 2 * KVH * D;  // a pool row: the keys, then the values
+  const int Cq = H * D;
   const int Tk = *std::max_element(s.keys.begin(), s.keys.end()), per_seq = (Tk + BS - 1) / BS;
   const int blocks = s.B * per_seq + 3;  // more than needed: unused blocks hold noise
   Vec pool = ref::random_vec(size_t(blocks) * BS * Ckv, 11);
@@ -102,6 +108,19 @@ TEST(PagedAttention, Bf16EqualsContiguousGqaCausal) {
     SCOPED_TRACE("B=" + std::to_string(s.B) + " Tq=" + std::to_string(s.Tq));
     check<uint16_t>(KERNEL(test_attention_paged_bf16), KERNEL(test_attention_paged_bf16_twin), s,
                     &layer_checks::kBf16);
+  }
+}
+
+// 8 query heads over 2 key/value heads of size 32: where the CPU has a bf16 dot product the
+// decode rows take the group's heads as lanes (heads_as_lanes), keys in groups of 8 across
+// blocks of 4.
+TEST(PagedAttention, Bf16HeadsAsLanes) {
+  std::vector<Shape> shapes = kShapes;
+  shapes.push_back({3, 1, {37, 5, 20}});
+  for (const Shape& s : shapes) {
+    SCOPED_TRACE("B=" + std::to_string(s.B) + " Tq=" + std::to_string(s.Tq));
+    check<uint16_t>(KERNEL(test_attention_paged_lanes), KERNEL(test_attention_paged_lanes_twin), s,
+                    &layer_checks::kBf16, Heads{8, 2, 32});
   }
 }
 
