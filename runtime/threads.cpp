@@ -14,7 +14,6 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
-#include <vector>
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -139,8 +138,8 @@ Pool& pool() {
   return *p;
 }
 
-// A second caller's loop on Halide's pool, within its limit: at most `chunks` contiguous
-// chunks of tasks.
+// A loop in at most `chunks` contiguous chunks of tasks: a second caller's loop on Halide's
+// pool, within its limit, or (one chunk) a loop run in order on its caller.
 struct Chunks {
   halide_task_t f;
   uint8_t* closure;
@@ -155,13 +154,12 @@ int run_chunk(void* user_context, int i, uint8_t* closure) {
 }
 
 int pool_par_for(void* user_context, halide_task_t f, int min, int size, uint8_t* closure) {
-  const int limit = t_call_threads > 0 ? t_call_threads : pool().threads();
-  const int helpers = std::min({limit, pool().threads(), size}) - 1;
+  const int threads = pool().threads(), limit = t_call_threads > 0 ? t_call_threads : threads;
+  const int helpers = std::min({limit, threads, size}) - 1;
   if (helpers <= 0 || t_in_pool_loop) {
-    // One thread, or a loop nested in one of ours: in order, here.
-    for (int i = 0; i < size; ++i)
-      if (int s = f(user_context, min + i, closure)) return s;
-    return 0;
+    // One thread, or a loop nested in one of ours: in order, here (one chunk).
+    Chunks all{f, closure, min, size, 1};
+    return run_chunk(user_context, 0, reinterpret_cast<uint8_t*>(&all));
   }
   Loop loop{f, user_context, closure, min, size, helpers};
   if (pool().run(loop)) return loop.status.load();
@@ -178,10 +176,8 @@ void reserve_threads(int threads) {
   (void)installed;
   static std::mutex lock;
   std::lock_guard<std::mutex> guard(lock);
-  static int reserved = 0;
   const int want = std::max({threads, int(std::thread::hardware_concurrency()), 1});
-  if (want > reserved) {
-    reserved = want;
+  if (want > pool().threads()) {
     pool().grow(want);
     halide_set_num_threads(want);  // Halide's pool serves a second caller's loop meanwhile
   }
