@@ -30,6 +30,7 @@
 #include <functional>
 
 #include "common.h"
+#include "halformer/kv_int8.h"
 #include "halformer/packed_layout.h"
 #include "rotary_math.h"
 #include "schedules/cpu_rows.h"
@@ -64,6 +65,11 @@ class Attention : public Generator<Attention> {
   GeneratorParam<bool> q_bf16{"q_bf16", false};
   // The 16-bit format of the *_bf16 flags (common.h kHalfNames): bf16, or fp16 (an fp16 cache).
   GeneratorParam<Precision> half{"half", Precision::Bf16, kHalfNames};
+  // true: keys and values arrive as int8 rows on the CPU (an int8 cache,
+  // halformer/kv_int8.h: each head's features, then their fp32 scale in 4 bytes), instead
+  // of kv_bf16. The integers are read exactly (as bf16 bits where the pair products take
+  // them); a key's scale multiplies its score, a value's its softmax weight. GPU: fp32.
+  GeneratorParam<bool> kv_int8{"kv_int8", false};
   // How many key / value rows ahead the one-query (decode) path prefetches on the CPU; 0:
   // none. For caches whose rows hold every head (self-attention's fused rows); the CPU's
   // cross-attention cache is stored head by head (Model::cross_kv), streams the hardware
@@ -109,7 +115,7 @@ class Attention : public Generator<Attention> {
   GeneratorParam<int> block_size{"block_size", 0};
 
   Input<Buffer<void, 4>> q{"q"};                 // float, or uint16 (bf16 bits) with q_bf16
-  Input<Buffer<void, 4>> kv{"kv"};               // float, or uint16 (bf16 bits) with kv_bf16
+  Input<Buffer<void, 4>> kv{"kv"};               // float, uint16 (bf16 bits) with kv_bf16, int8 rows with kv_int8
   Input<Buffer<float, 2>> key_mask{"key_mask"};  // (Tk, B)
   Input<Buffer<float, 2>> position_bias{"position_bias"};  // (2M + 1, heads); read only when M > 0
   Output<Buffer<float, 4>> out{"out"};           // (head_dim, heads, Tq, B)
@@ -117,9 +123,11 @@ class Attention : public Generator<Attention> {
 
   bool bf16_kv() const { return kv_bf16 && !get_target().has_gpu_feature(); }
   bool bf16_q() const { return q_bf16 && !get_target().has_gpu_feature(); }
+  bool int8_kv() const { return kv_int8 && !get_target().has_gpu_feature(); }
   void configure() {
+    if (kv_int8 && kv_bf16) throw std::invalid_argument("attention: kv_int8 and kv_bf16 are exclusive");
     q.set_type(bf16_q() ? UInt(16) : Float(32));
-    kv.set_type(bf16_kv() ? UInt(16) : Float(32));
+    kv.set_type(int8_kv() ? Int(8) : bf16_kv() ? UInt(16) : Float(32));
     if (block_size > 0) block_table = add_input<Buffer<int32_t, 2>>("block_table");
   }
 
@@ -155,9 +163,23 @@ class Attention : public Generator<Attention> {
       return BS > 0 ? kv(dd, hh, jj % BS, clamp((*block_table)(jj / BS, bb), 0, kv.dim(3).extent() - 1))
                     : kv(dd, hh, jj, bb);
     };
+    // A key or value feature as fp32; int8: the integer, its row's scale applied apart.
     auto kvf = [&](Expr dd, Expr hh, Expr jj, Expr bb) -> Expr {
       Expr e = kv_raw(dd, hh, jj, bb);
-      return bf16_kv() ? from_half_bits(e, half) : e;
+      return int8_kv() ? cast<float>(e) : bf16_kv() ? from_half_bits(e, half) : e;
+    };
+    // A key feature as bf16 bits for the pair products (int8: exactly, |v| <= 128).
+    auto kv_bits = [&](Expr dd, Expr hh, Expr jj, Expr bb) -> Expr {
+      Expr e = kv_raw(dd, hh, jj, bb);
+      return int8_kv() ? cast<uint16_t>(reinterpret<uint32_t>(cast<float>(e)) >> 16) : e;
+    };
+    // int8: a row's scale, the fp32 in the 4 bytes after its features; the factor `x` times it.
+    auto scaled = [&](Expr x, Expr hh, Expr jj, Expr bb) -> Expr {
+      if (!int8_kv()) return x;
+      Expr u = cast<uint32_t>(0);
+      for (int k = 0; k < kKvInt8ScaleBytes; ++k)
+        u = u | (cast<uint32_t>(cast<uint8_t>(kv_raw(D + k, hh, jj, bb))) << (8 * k));
+      return x * reinterpret<float>(u);
     };
 
     // Query rows past Tq belong to a partial tile and are discarded: clamp reads.
@@ -181,7 +203,7 @@ class Attention : public Generator<Attention> {
     // read: each fp32 lane sums a pair of bf16 products per instruction (vdpbf16ps), the
     // pairs adjacent in the rows as stored; the products are exact, only the order of the
     // sum differs from the widened path (docs/performance-log.md#self-cache-apart).
-    const bool bf16_pairs = bf16_q() && bf16_kv() && half == Precision::Bf16 && R == 0 && D % 2 == 0 &&
+    const bool bf16_pairs = bf16_q() && (bf16_kv() || int8_kv()) && half == Precision::Bf16 && R == 0 && D % 2 == 0 &&
                             bf16_dot_product(get_target().to_string()) && !using_autoscheduler();
     RDom rp(0, 2, 0, D / 2, "rp");  // rp.x: the pair's element, rp.y: the pair
     auto bf16_value = [](Expr bits) { return cast<float>(reinterpret(BFloat(16), bits)); };
@@ -197,14 +219,22 @@ class Attention : public Generator<Attention> {
     // broadcast against the queries' pairs, a vdpbf16ps per pair -- so the keys are read as
     // the cache holds them, neither widened nor transposed (docs/performance-log.md#queries-as-lanes).
     Func q_lanes("q_lanes"), qk_lanes("qk_lanes");  // (pair element, query, pair, head, b); (query, key, ...)
+    // int8: per task, each key/value head's keys as bf16 bits for the pair products (k_bits),
+    // and its keys' and values' scales (key_scale times the score scale), each made once,
+    // not at every query tile or head (kvh: a key/value head).
+    Var kvh("kvh");
+    Func k_bits("k_bits"), key_scale("key_scale"), value_scale("value_scale");
+    k_bits(d, j, kvh, b) = kv_bits(d, k_head + kvh, min(j, Tk - 1), b);
+    key_scale(j, kvh, b) = scaled(score_scale, k_head + kvh, min(j, Tk - 1), b);
+    value_scale(j, kvh, b) = scaled(1.0f, v_head + kvh, min(j, Tk - 1), b);
+    const Expr score_factor = int8_kv() ? key_scale(j, kv_h, b) : Expr(score_scale);
     if (bf16_pairs) {
       q_lanes(d, i, j, h, b) = q(2 * j + d, q_head + h, min(i, Tq - 1), b);
       qk_lanes(i, j, h, b) = 0.0f;
-      qk_lanes(i, j, h, b) += bf16_value(q_lanes(rp.x, i, rp.y, h, b)) *
-                              bf16_value(kv_raw(pair_d, k_head + kv_h, min(j, Tk - 1), b));
+      qk_lanes(i, j, h, b) += bf16_value(q_lanes(rp.x, i, rp.y, h, b)) * bf16_value(k_bits(pair_d, j, kv_h, b));
     }
     score(j, i, h, b) = bf16_pairs ? qk_lanes(i, j, h, b) : qk(j, i, h, b);
-    Expr s = score(j, i, h, b) * score_scale + key_mask(j, b) + bias(j, Tk - Tq + i, h);
+    Expr s = score(j, i, h, b) * score_factor + key_mask(j, b) + bias(j, Tk - Tq + i, h);
     // Added rather than selected: a select would let bounds inference skip the scores of
     // hidden keys, which breaks the fixed-size score blocks of the CPU schedule.
     if (causal) s += select(j > i + (Tk - Tq), -1e30f, 0.0f);
@@ -223,7 +253,7 @@ class Attention : public Generator<Attention> {
     acc(d, h, i, b) = 0.0f;
     // Values, like keys, copied per (head, batch) into a compact block on the CPU.
     Func vc = st.vc;
-    vc(d, j, h, b) = kvf(d, v_head + kv_h, j, b);
+    vc(d, j, h, b) = kvf(d, v_head + kv_h, j, b) * (int8_kv() ? value_scale(j, kv_h, b) : Expr(1.0f));
     acc(d, h, i, b) += p(rj, i, h, b) * vc(d, rj, h, b);
     Expr all_rows = acc(d, h, i, b) / row_sum(i, h, b);
 
@@ -247,20 +277,23 @@ class Attention : public Generator<Attention> {
     q_pairs(d, h, j, b) = q(2 * j + d, q_head + h, 0, b);
     dot(j, h, b) = 0.0f;
     if (heads_as_lanes) {
-      dot(j, h, b) += bf16_value(q_pairs(rp.x, h, rp.y, b)) * bf16_value(kv_raw(pair_d, k_head + kv_h, j, b));
+      dot(j, h, b) += bf16_value(q_pairs(rp.x, h, rp.y, b)) * bf16_value(k_bits(pair_d, j, kv_h, b));
     } else if (dot_pairs) {
-      dot(j, h, b) += bf16_value(q(pair_d, q_head + h, 0, b)) * bf16_value(kv_raw(pair_d, k_head + kv_h, j, b));
+      dot(j, h, b) += bf16_value(q(pair_d, q_head + h, 0, b)) * bf16_value(k_bits(pair_d, j, kv_h, b));
     } else {
       dot(j, h, b) += q1(rd1, h, b) * k1(rd1, j, kv_h, b);
     }
-    s1(j, h, b) = dot(j, h, b) * score_scale + key_mask(j, b) + bias(j, Tk - 1, h);  // causal: every key j < Tk is visible
+    s1(j, h, b) = dot(j, h, b) * score_factor + key_mask(j, b) + bias(j, Tk - 1, h);  // causal: every key j < Tk is visible
     max1(h, b) = Float(32).min();
     max1(h, b) = max(max1(h, b), s1(rj, h, b));
     p1(j, h, b) = exp(s1(j, h, b) - max1(h, b));
     sum1(h, b) = 0.0f;
     sum1(h, b) += p1(rj, h, b);
     acc1(d, h, b) = 0.0f;
-    acc1(d, h, b) += p1(rj, h, b) * kvf(d, v_head + kv_h, rj, b);
+    // int8: the weights times their values' scales (p1v), the values read as integers.
+    Func p1v("p1v");
+    p1v(j, h, b) = int8_kv() ? p1(j, h, b) * value_scale(j, kv_h, b) : p1(j, h, b);
+    acc1(d, h, b) += p1v(rj, h, b) * kvf(d, v_head + kv_h, rj, b);
     Expr one_row = acc1(d, h, b) / sum1(h, b);
 
     // GPU, keys in tiles (gpu_key_tile): per tile t of Bk keys its own max, exp-weights,
@@ -306,7 +339,8 @@ class Attention : public Generator<Attention> {
 
     // ---- shapes the runtime must honour
     q.dim(0).set_bounds(0, D);
-    kv.dim(0).set_bounds(0, D);
+    const int kv_row = int8_kv() ? kv_int8_row_bytes(D) : D;  // a row's elements (int8: its bytes)
+    kv.dim(0).set_bounds(0, kv_row);
     out.dim(0).set_bounds(0, D).dim(1).set_bounds(0, H);
     out.dim(2).set_min(0).dim(3).set_min(0);
     q.dim(2).set_min(0);
@@ -321,10 +355,10 @@ class Attention : public Generator<Attention> {
     if (using_autoscheduler()) {
       q.set_estimates({{0, D}, {0, 3 * H}, {0, 128}, {0, 1}});
       if (BS > 0) {
-        kv.set_estimates({{0, D}, {0, 2 * H}, {0, BS}, {0, (128 + BS - 1) / BS}});
+        kv.set_estimates({{0, kv_row}, {0, 2 * H}, {0, BS}, {0, (128 + BS - 1) / BS}});
         block_table->set_estimates({{0, (128 + BS - 1) / BS}, {0, 1}});
       } else {
-        kv.set_estimates({{0, D}, {0, 3 * H}, {0, 128}, {0, 1}});
+        kv.set_estimates({{0, kv_row}, {0, 3 * H}, {0, 128}, {0, 1}});
       }
       key_mask.set_estimates({{0, 128}, {0, 1}});
       position_bias.set_estimates({{0, 2 * std::max(M, 1) + 1}, {0, H}});
@@ -354,6 +388,14 @@ class Attention : public Generator<Attention> {
     rope.schedule_per_call();  // one table per call: Tk positions x R/2 frequencies
     auto vectorize_rotated = [&](Func f) { return rope.vectorize(f, d, vec_); };
     Var io("io"), ii("ii"), hb("hb");
+    if (int8_kv()) {
+      // Once per task: the scales in scalar loops (4 bytes each, a row apart), the keys' bf16
+      // bits a vector at a time (the pair products read them as a bf16 cache's; converted per
+      // block of 8 keys inside the decode loop instead they took 1.7x as long).
+      key_scale.compute_at(out, hb);
+      value_scale.compute_at(out, hb);
+      k_bits.compute_at(out, hb).vectorize(d, dvec);
+    }
     {
       // Tq == 1: a task per (group of up to 4 heads, batch): scores, softmax and the V
       // product of the group's heads in one sweep over the keys each, so that each key
@@ -398,14 +440,14 @@ class Attention : public Generator<Attention> {
         dot.align_bounds(h, G).reorder_storage(h, j);  // a key's G scores adjacent
         dot.update().split(j, jo1, ji1, 8, TailStrategy::GuardWithIf).reorder(rp.x, h, ji1, rp.y, jo1).atomic()
             .vectorize(rp.x).vectorize(h).unroll(ji1);
-        if (prefetch > 0) dot.update().prefetch(kv, jo1, jo1, 1);
+        if (prefetch > 0 && !int8_kv()) dot.update().prefetch(kv, jo1, jo1, 1);  // int8: k_bits reads kv
       } else {
         // bf16 pairs (dot_pairs): lane l sums pairs l, l + L, ... (L lanes), a vdpbf16ps each.
         const int pair_lanes = pow2_divisor(D / 2, vec_);
         Func partial = dot_pairs ? dot.update().split(rp.y, rdo, rdi, pair_lanes).rfactor(rdi, lane)
                                  : dot.update().split(rd1.x, rdo, rdi, dvec).rfactor(rdi, lane);
         dot.update().reorder(rdi, h, j);
-        if (prefetch > 0) dot.update().prefetch(kv, j, j, prefetch);
+        if (prefetch > 0 && !int8_kv()) dot.update().prefetch(kv, j, j, prefetch);
         partial.compute_at(dot, h).vectorize(lane);
         if (dot_pairs)
           partial.update().reorder(rp.x, lane, rdo).atomic().vectorize(rp.x).vectorize(lane);
@@ -420,6 +462,7 @@ class Attention : public Generator<Attention> {
         // (docs/performance-log.md#self-cache-apart).
         s1.compute_inline();
         p1.compute_at(out, hb).align_bounds(h, G).reorder_storage(h, j).reorder(h, j).vectorize(h, G);
+        if (int8_kv()) p1v.compute_at(out, hb).align_bounds(h, G).reorder_storage(h, j).reorder(h, j).vectorize(h, G);
         for (Func f : {max1, sum1}) {
           f.compute_at(out, hb).align_bounds(h, G).vectorize(h, G);
           f.update().reorder(h, rj).vectorize(h, G);
@@ -427,6 +470,7 @@ class Attention : public Generator<Attention> {
       } else {
         s1.compute_at(out, hb).vectorize(j, vec_, TailStrategy::GuardWithIf);
         p1.compute_at(out, hb).vectorize(j, vec_, TailStrategy::GuardWithIf);
+        if (int8_kv()) p1v.compute_at(out, hb).vectorize(j, vec_, TailStrategy::GuardWithIf);
         // Each head's max and sum in vec lanes, then one horizontal step: walked key by key,
         // each was a chain of dependent scalar adds as long as the context
         // (docs/performance-log.md#self-cache-apart).

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "halformer/kv_int8.h"
+
 namespace halformer {
 
 namespace {
@@ -88,6 +90,7 @@ void HostBlockCache::give(float* p, size_t bytes) {
 // kernel_arg: the view is passed to a kernel, where OpenCL makes a sub-buffer of it
 // (offset must be aligned); views only copied between need no alignment.
 View make_view(const Array& a, int64_t offset, int dims, const halide_dimension_t* d, bool kernel_arg) {
+  if (a.int8) return View{Buf(), Halide::Runtime::Buffer<void>(halide_type_of<int8_t>(), a.bytes() + offset, dims, d)};
   if (a.bf16 && !a.iface)
     return View{Buf(), Halide::Runtime::Buffer<void>(halide_type_of<uint16_t>(), a.bits() + offset, dims, d)};
   if (a.bf16 && offset != 0) throw Error("internal: a device view inside a bf16 activation");
@@ -136,11 +139,13 @@ View Array::flat() const {
   if (head_major_hd) throw Error("internal: a row view of a head-major activation");
   return view2(*this, 0, C, T * B, C);
 }
+int Array::head_row(int hd) const { return int8 ? kv_int8_row_bytes(hd) : hd; }
 View Array::heads(int hd, int batches) const {
   const int nb = batches < 0 ? B : batches;
   if (!head_major_hd) return view4(*this, 0, hd, C / hd, T, nb, C, int64_t(C) * T);
   if (hd != head_major_hd) throw Error("internal: a head-major activation viewed with another head size");
-  return view4(*this, 0, hd, C / hd, T, nb, hd, int64_t(C) * T, int64_t(T) * hd);
+  const int r = head_row(hd);
+  return view4(*this, 0, r, C / r, T, nb, r, int64_t(C) * T, int64_t(T) * r);
 }
 
 }  // namespace halformer

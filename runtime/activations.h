@@ -82,6 +82,9 @@ class HostBlockCache {
 struct Array {
   int C = 0, T = 0, B = 0;
   bool bf16 = false;
+  // int8 rows (an int8 key/value cache on the CPU, halformer/kv_int8.h): C counts bytes,
+  // each head's row kv_int8_row_bytes(head_major_hd) of them.
+  bool int8 = false;
   // Stored head by head ([B][C / hd heads][T][hd] instead of [B][T][C]): a CPU
   // cross-attention cache (Model::cross_kv); only heads(hd) views it.
   int head_major_hd = 0;
@@ -95,14 +98,15 @@ struct Array {
     const int64_t n = size();
     if (n == 0) return;
     if (!iface) {
-      const int64_t floats = bf16 ? (n + 1) / 2 : n;
-      host_block = HostBlockCache::instance().take(size_t(floats));
-      mem = Buf(host_block.get(), int(floats));
-      if (zeroed) std::memset(mem.data(), 0, size_t(floats) * sizeof(float));
+      host_alloc(bf16 ? (n + 1) / 2 : n, zeroed);
       return;
     }
     mem = Buf(static_cast<float*>(nullptr), int(bf16 ? (n + 1) / 2 : n));  // bf16: cuBLASLt's input (gpu_blas.h)
     check_kernel(mem.device_malloc(iface), "device allocation");
+  }
+  struct Int8Rows {};
+  Array(int c, int t, int b, Int8Rows) : C(c), T(t), B(b), int8(true) {  // host memory, zeroed
+    if (size() > 0) host_alloc((size() + 3) / 4, true);
   }
   Array(Array&&) = default;
   Array& operator=(Array&&) = default;
@@ -112,15 +116,34 @@ struct Array {
   // Host memory: the CPU only.
   float* host() const {
     if (iface) throw Error("internal: host access to a device-resident activation");
-    if (bf16) throw Error("internal: float access to a bf16 activation");
+    if (bf16 || int8) throw Error("internal: float access to a bf16 or int8 activation");
     return const_cast<Buf&>(mem).data();
   }
   uint16_t* bits() const {  // a bf16 activation's elements
     if (!bf16) throw Error("internal: bf16 access to a float activation");
     return reinterpret_cast<uint16_t*>(const_cast<Buf&>(mem).data());
   }
+  int8_t* bytes() const {  // an int8 activation's elements
+    if (!int8) throw Error("internal: int8 access to a float or bf16 activation");
+    return reinterpret_cast<int8_t*>(const_cast<Buf&>(mem).data());
+  }
+  size_t elem_bytes() const { return int8 ? 1 : bf16 ? 2 : 4; }
+  // The elements of a host activation of any type, as bytes.
+  uint8_t* host_bytes() const {
+    if (iface) throw Error("internal: host access to a device-resident activation");
+    return reinterpret_cast<uint8_t*>(const_cast<Buf&>(mem).data());
+  }
+  // A head's row as stored in a head-major activation: hd elements, int8: with its scale.
+  int head_row(int hd) const;
   View flat() const;
   View heads(int hd, int batches = -1) const;  // batches: the first ones (-1: all B)
+
+ private:
+  void host_alloc(int64_t floats, bool zeroed) {  // host storage of `floats` 4-byte units
+    host_block = HostBlockCache::instance().take(size_t(floats));
+    mem = Buf(host_block.get(), int(floats));
+    if (zeroed) std::memset(mem.data(), 0, size_t(floats) * sizeof(float));
+  }
 };
 
 // A kernel argument over an activation: `dims` from element `offset`. On the CPU a

@@ -297,6 +297,7 @@ int Stack::qkv_width() const { return cfg.d_model + 2 * cfg.kv_heads * (cfg.d_mo
 
 // The decoder's self-attention cache is bf16 (its kernels read and write bf16 rows).
 bool Stack::self_cache_bf16() const { return cfg.self_cache_bf16 && !iface; }
+bool Stack::self_cache_int8() const { return cfg.self_cache_int8 && !iface; }
 
 // Each row's position for qkv_projection (on the device where the kernels run), made once
 // per step or stack and shared by its layers; empty without rotary positions.
@@ -353,17 +354,17 @@ void Stack::self_attention_block(Array& x, const LayerWeights& L, const Array& m
     Array qkv(W, h.T, h.B, iface, bf16, /*zeroed=*/false), a(d, y.T, h.B, iface, false, /*zeroed=*/false);
     IBuf positions = row_positions(h.T * h.B, [&](int m) { return m % h.T; });  // row (t, b): position t
     qkv_projection(h.flat(), L, qkv.flat(), bf16, positions);
+    const QkvRows rows{qkv, 0, W, int64_t(W) * h.T};
+    const Array kv8 = self_cache_int8() ? int8_keys(qkv) : Array();
+    auto keys = [&](int n) { return kv8.int8 ? head_major_keys(kv8, 0, n, h.B) : rows.view(hd, heads, 0, n, 0, h.B); };
     if (last_row) {
       // The last query against every key; its row copied out (a view of it would not
       // start aligned on a device).
       Array q = last_positions(qkv);
-      attention(kt.decoder_self_attention, "decoder_self_attention", view4(q, 0, hd, heads, 1, h.B, W, W),
-                view4(qkv, 0, hd, heads, h.T, h.B, W, int64_t(W) * h.T), view2(mask, 0, h.T, h.B, h.T), bias,
-                a.heads(hd));
+      attention(kt.decoder_self_attention, "decoder_self_attention", view4(q, 0, hd, heads, 1, h.B, W, W), keys(h.T),
+                view2(mask, 0, h.T, h.B, h.T), bias, a.heads(hd));
     } else {
-      const QkvRows rows{qkv, 0, W, int64_t(W) * h.T};
-      decoder_self_attention(rows, [&](int n) { return rows.view(hd, heads, 0, n, 0, h.B); }, 0, h.T, h.B, mask, h.T,
-                             bias, a);
+      decoder_self_attention(rows, keys, 0, h.T, h.B, mask, h.T, bias, a);
     }
     if (keep) keep(qkv);
     linear_residual(kt.attention_out, "attention_out", a.flat(), L.attn_out, res.flat(), y.flat());

@@ -6,13 +6,22 @@
 
 #include <algorithm>
 
+#include "halformer/kv_int8.h"
 #include "profile.h"
 
 namespace halformer {
 
-int64_t PagedCache::bytes_per_block(const Stack& stack, const Weights& w) {
+namespace {
+// A pool position's elements as stored: the keys, then the values (int8: head rows with their scales).
+int stored_kv_row(const Stack& stack) {
   const int hd = stack.cfg.d_model / stack.cfg.heads, kv_row = stack.qkv_width() - stack.cfg.heads * hd;
-  return int64_t(w.decoder.size()) * kKvBlockSize * kv_row * (stack.self_cache_bf16() ? 2 : 4);
+  return stack.self_cache_int8() ? kv_row / hd * kv_int8_row_bytes(hd) : kv_row;
+}
+}  // namespace
+
+int64_t PagedCache::bytes_per_block(const Stack& stack, const Weights& w) {
+  const int elem = stack.self_cache_int8() ? 1 : stack.self_cache_bf16() ? 2 : 4;
+  return int64_t(w.decoder.size()) * kKvBlockSize * stored_kv_row(stack) * elem;
 }
 
 PagedCache::PagedCache(Stack& stack, const Weights& w, int count) : blocks(count) {
@@ -23,7 +32,10 @@ PagedCache::PagedCache(Stack& stack, const Weights& w, int count) : blocks(count
     // Host memory is zeroed; device memory is not, and masked keys are still read (times a
     // zero weight), so it is uploaded as zeros.
     if (!stack.iface) {  // head by head in each block, as the decoder's own cache (stack.h DecoderState)
-      pool.emplace_back(kv_row, kKvBlockSize, count, nullptr, stack.self_cache_bf16());
+      if (stack.self_cache_int8())
+        pool.emplace_back(stored_kv_row(stack), kKvBlockSize, count, Array::Int8Rows{});
+      else
+        pool.emplace_back(kv_row, kKvBlockSize, count, nullptr, stack.self_cache_bf16());
       pool.back().head_major_hd = hd;
     } else {
       pool.push_back(stack.make_input(kv_row, kKvBlockSize, count, [](float*) {}));
@@ -138,8 +150,10 @@ Array paged_forward(Stack& stack, const Weights& w, PagedCache& cache, const IBu
             stack.copy_elems(qkv, from, pool, (block * BS + p % BS) * kv_row, kv_row);
             continue;
           }
+          const int r = pool.head_row(hd);  // a head's row as stored
           for (int s = 0; s < kv_row / hd; ++s)
-            stack.copy_elems(qkv, from + int64_t(s) * hd, pool, (block * kv_row + int64_t(s) * hd) * BS + int64_t(p % BS) * hd, hd);
+            stack.store_heads(qkv, from + int64_t(s) * hd, pool, (block * pool.C + int64_t(s) * r) * BS + int64_t(p % BS) * r,
+                              hd, 1);
         }
       }
       if (y.T == 1 && Tq > 1) {

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string>
 
+#include "halformer/kv_int8.h"
+#include "halformer/packed_layout.h"
 #include "stack.h"
 
 namespace halformer {
@@ -17,14 +19,20 @@ DecoderState Stack::decoder_state(const Weights& w, int B, int Tmax, std::vector
   });
   if (st.shifted() && positions_in_attention()) st.zero_mask = make_input(Tmax, 1, 1, [](float*) {});
   const int hd = cfg.d_model / cfg.heads, w3 = qkv_width();
-  st.row = iface ? int((w3 + kDeviceAlignFloats - 1) / kDeviceAlignFloats * kDeviceAlignFloats) : w3 - cfg.d_model;
-  const double bytes = double(w.decoder.size()) * st.row * double(Tmax) * B * (self_cache_bf16() ? 2 : 4);
+  const bool int8 = self_cache_int8();
+  st.head_row = int8 ? kv_int8_row_bytes(hd) : hd;
+  st.row = iface ? int((w3 + kDeviceAlignFloats - 1) / kDeviceAlignFloats * kDeviceAlignFloats)
+                 : (w3 - cfg.d_model) / hd * st.head_row;
+  const double bytes = double(w.decoder.size()) * st.row * double(Tmax) * B * (int8 ? 1 : self_cache_bf16() ? 2 : 4);
   if (!iface)
     refuse_beyond_memory(bytes, "the key/value cache for " + std::to_string(B) + " sequence(s) of " +
                                     std::to_string(Tmax) + " positions",
                          "fewer sequences per call, or shorter prompts / --max-new-tokens");
   for (size_t l = 0; l < w.decoder.size(); ++l) {
-    st.cache.emplace_back(st.row, Tmax, B, iface, self_cache_bf16());
+    if (int8)
+      st.cache.emplace_back(st.row, Tmax, B, Array::Int8Rows{});
+    else
+      st.cache.emplace_back(st.row, Tmax, B, iface, self_cache_bf16());
     if (!iface) st.cache.back().head_major_hd = hd;
   }
   return st;
@@ -36,22 +44,53 @@ View Stack::cache_keys(const DecoderState& st, size_t l, int b, int nb, int from
   const int64_t at = int64_t(b) * st.b_stride();
   if (!c.head_major_hd)
     return view4(c, at + int64_t(from) * st.row, hd, qkv_width() / hd, n, nb, st.row, st.b_stride());
-  // Head slots [heads, heads + 2 * kv_heads) of the kernel's view are the cache's [0, 2 * kv_heads).
-  halide_dimension_t dims[4] = {{0, hd, 1},
-                                {cfg.heads, st.row / hd, int32_t(int64_t(st.Tmax) * hd)},
-                                {0, n, hd},
-                                {0, nb, int32_t(st.b_stride())}};
-  return make_view(c, at + int64_t(from) * hd, 4, dims);
+  return head_major_keys(c, at + int64_t(from) * st.head_row, n, nb);
+}
+
+View Stack::head_major_keys(const Array& c, int64_t at, int n, int nb) {
+  // Head slots [heads, heads + 2 * kv_heads) of the kernel's view are the array's [0, 2 * kv_heads).
+  const int r = c.head_row(c.head_major_hd);
+  halide_dimension_t dims[4] = {{0, r, 1},
+                                {cfg.heads, c.C / r, int32_t(int64_t(c.T) * r)},
+                                {0, n, r},
+                                {0, nb, int32_t(int64_t(c.C) * c.T)}};
+  return make_view(c, at, 4, dims);
+}
+
+Array Stack::int8_keys(const Array& qkv) {
+  const int d = cfg.d_model, hd = d / cfg.heads, heads = (qkv_width() - d) / hd, r = kv_int8_row_bytes(hd);
+  Array c(heads * r, qkv.T, qkv.B, Array::Int8Rows{});
+  c.head_major_hd = hd;
+  for (int b = 0; b < qkv.B; ++b)
+    for (int s = 0; s < heads; ++s)
+      store_heads(qkv, int64_t(b) * qkv.T * qkv.C + d + int64_t(s) * hd, c, (int64_t(b) * heads + s) * qkv.T * r, hd,
+                  qkv.T);
+  return c;
 }
 
 void Stack::cache_store(DecoderState& st, size_t l, const Array& rows, int64_t at, int b, int pos, int T) {
   Array& c = st.cache[l];
   const int64_t base = int64_t(b) * st.b_stride();
   if (!c.head_major_hd) return copy_rows(rows, at, rows.C, c, base + int64_t(pos) * st.row, st.row, qkv_width(), T);
-  const int hd = c.head_major_hd;
-  for (int s = 0; s < st.row / hd; ++s) {  // the key and value heads follow the queries in a fused row
-    const int64_t from = at + cfg.d_model + int64_t(s) * hd, to = base + (int64_t(s) * st.Tmax + pos) * hd;
-    copy_rows(rows, from, rows.C, c, to, hd, hd, T);
+  const int hd = c.head_major_hd, r = st.head_row;
+  for (int s = 0; s < st.row / r; ++s) {  // the key and value heads follow the queries in a fused row
+    const int64_t from = at + cfg.d_model + int64_t(s) * hd, to = base + (int64_t(s) * st.Tmax + pos) * r;
+    store_heads(rows, from, c, to, hd, T);
+  }
+}
+
+void Stack::store_heads(const Array& rows, int64_t from, Array& cache, int64_t to, int hd, int n) {
+  if (!cache.int8) return copy_rows(rows, from, rows.C, cache, to, hd, hd, n);
+  const int r = kv_int8_row_bytes(hd);
+  const uint16_t* bits = rows.bf16 ? rows.bits() + from : nullptr;
+  const float* floats = rows.bf16 ? nullptr : rows.host() + from;
+  for (int t = 0; t < n; ++t) {
+    const int64_t at = int64_t(t) * rows.C;
+    int8_t* row = cache.bytes() + to + int64_t(t) * r;
+    if (bits)
+      quantize_kv_row(hd, [&](int f) { return from_bf16(bits[at + f]); }, row);
+    else
+      quantize_kv_row(hd, [&](int f) { return floats[at + f]; }, row);
   }
 }
 
@@ -62,15 +101,15 @@ void Stack::reorder(DecoderState& st, const std::vector<int>& parent) {
   if (!moved) return;
   const int64_t bstride = st.b_stride();
   // A row's used positions: one run on a device (fused rows), a run per head on the CPU.
-  const int hd = st.apart() ? st.cache[0].head_major_hd : 0, runs = hd ? st.row / hd : 1;
-  const int64_t run = int64_t(st.len) * (hd ? hd : st.row), gap = int64_t(st.Tmax) * hd;
+  const int r = st.apart() ? st.head_row : 0, runs = r ? st.row / r : 1;
+  const int64_t run = int64_t(st.len) * (r ? r : st.row), gap = int64_t(st.Tmax) * r;
   for (auto& c : st.cache) {
     if (!iface) {
       // The used positions of every parent row, set aside once, then copied into the rows
       // that change (a copy of the whole cache per layer and step, allocated afresh, was
       // most of a beam step's host time).
-      const size_t elem = c.bf16 ? sizeof(uint16_t) : sizeof(float), piece = size_t(run) * elem, used = piece * runs;
-      uint8_t* data = c.bf16 ? reinterpret_cast<uint8_t*>(c.bits()) : reinterpret_cast<uint8_t*>(c.host());
+      const size_t elem = c.elem_bytes(), piece = size_t(run) * elem, used = piece * runs;
+      uint8_t* data = c.host_bytes();
       auto at = [&](int b, int r) { return data + size_t(b * bstride + r * gap) * elem; };
       st.reorder_scratch.resize(size_t(st.B) * used);
       uint8_t* scratch = st.reorder_scratch.data();

@@ -37,7 +37,9 @@ void refuse_beyond_memory(double bytes, const std::string& what, const std::stri
 // all rows at once; row b's token at cache position t sits at sequence position
 // t - shift[b], and self_mask hides positions before shift[b].
 struct DecoderState {
-  int B = 0, Tmax = 0, len = 0, row = 0;  // row: a cache row's elements (head-major: 2 * kv_heads * hd)
+  // row: a cache row's elements (head-major: 2 * kv_heads * head_row); head_row: a head's
+  // row as stored (hd, int8: with its scale; Array::head_row).
+  int B = 0, Tmax = 0, len = 0, row = 0, head_row = 0;
   std::vector<Array> cache, cross;
   Array src_mask;   // (S, B) additive, encoder-decoder only
   Array self_mask;  // (Tmax, B): 0, or kMasked before a row's shift
@@ -113,6 +115,9 @@ struct Stack : DeviceContext {
   IBuf row_positions(int rows, const std::function<int(int)>& position);
   void qkv_projection(View x, const LayerWeights& L, View out, bool bf16, IBuf& positions);
   bool self_cache_bf16() const;
+  // The self-attention cache's keys and values as int8 rows (halformer/kv_int8.h; the new
+  // QKV rows, queries included, stay bf16: self_cache_bf16 too). CPU only.
+  bool self_cache_int8() const;
   using KeepQkv = std::function<void(const Array&)>;
   void self_attention_block(Array& x, const LayerWeights& L, const Array& mask, halide_buffer_t* bias,
                             bool decoder = false, const KeepQkv& keep = nullptr, bool last_row = false);
@@ -135,11 +140,21 @@ struct Stack : DeviceContext {
   // Layer l's keys and values of positions [from, from + n) of rows [b, b + nb), as the
   // decoder_self_attention kernel reads them (key head h at k_head + h = heads + h).
   View cache_keys(const DecoderState& st, size_t l, int b, int nb, int from, int n);
+  // The same over a head-major array of keys and values (C per position, T positions, B
+  // sequences, head_major_hd set): n positions of nb sequences from element `at`.
+  View head_major_keys(const Array& c, int64_t at, int n, int nb);
+  // An int8 cache: the keys and values of fused QKV rows (W, T, B) quantized as the cache
+  // stores them, head-major, so that attention over whole sequences reads what a decode
+  // step reads (a batch gives each prompt's results alone, the engine the model's).
+  Array int8_keys(const Array& qkv);
   // Sequence b's T new rows (fused QKV rows of `rows`, from element `at`, rows.C apart)
   // into layer l's cache at positions [pos, pos + T).
   void cache_store(DecoderState& st, size_t l, const Array& rows, int64_t at, int b, int pos, int T);
   // Beam search: row b continues from row parent[b].
   void reorder(DecoderState& st, const std::vector<int>& parent);
+  // n head rows of hd features (from element `from` of `rows`, rows.C apart) into a
+  // head-major cache (from `to`, head_row(hd) apart): copied, or quantized into an int8 cache.
+  void store_heads(const Array& rows, int64_t from, Array& cache, int64_t to, int hd, int n);
 
   // ---- stacks (stacks.cpp)
   Array run_encoder(const Weights& w, const IBuf& src, const Array& src_mask);

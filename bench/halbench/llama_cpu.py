@@ -17,7 +17,9 @@ prompt (seconds, its prefill and first token) and the decode after it, peak RSS,
 that takes at the measured read bandwidth (halformer_peak: the bound; after the long
 prompt the bound counts the key/value cache a step reads too), ratios against llama.cpp on
 the same file (`--llama ""`: halformer's rows alone). Checks on the Q4_0 and Q8_0 files: 5 prompts, the last
-position's logits (max difference over their scale) and 32 greedy tokens.
+position's logits (max difference over their scale) and 32 greedy tokens. A halformer
+precision with `+kv8` (e.g. `int4+kv8:Q4_0`) builds the same spec with an int8 key/value
+cache (precision_overrides.kv_cache: int8; docs/precision.md#int8-key-value-cache).
 """
 from __future__ import annotations
 
@@ -125,18 +127,24 @@ def halformer_step_bytes(s: Dict[str, Any], precision: str) -> int:
     return int(s["layers"] * (layer * per + 2 * d * 4) + s["vocab"] * d * out + d * 4)
 
 
+KV8 = "+kv8"  # a halformer precision's suffix: the int8 key/value cache
+
+
 def cache_step_bytes(s: Dict[str, Any], precision: str, context: int) -> int:
     """Key/value cache bytes a decode step reads at `context` positions: every layer's keys
     and values, 2 bytes each (llama.cpp's default F16 cache; halformer's bf16 cache of its
-    reduced-precision builds), 4 in halformer's fp32 builds."""
-    kvd = s["kv_heads"] * s["d"] // s["heads"]
-    return s["layers"] * context * 2 * kvd * (4 if precision == "fp32" else 2)
+    reduced-precision builds), 4 in halformer's fp32 builds; +kv8: 1 each and a 4-byte scale
+    per head (halformer/kv_int8.h)."""
+    hd = s["d"] // s["heads"]
+    row = hd + 4 if precision.endswith(KV8) else hd * (4 if precision == "fp32" else 2)
+    return s["layers"] * context * 2 * s["kv_heads"] * row
 
 
 def halformer_row(a, cfg, files, s, source: str, precision: str, work: str, prompts: Dict[str, str]) -> Dict:
     from .__main__ import build_model
 
     name = f"{a.shape}-{source.lower()}"
+    base = precision[: -len(KV8)] if precision.endswith(KV8) else precision
     spec = os.path.join(work, f"{name}.yaml")
     weights = os.path.join(work, f"{name}.safetensors")
     if not os.path.exists(spec):
@@ -151,7 +159,13 @@ def halformer_row(a, cfg, files, s, source: str, precision: str, work: str, prom
     if m and int(m.group(1)) < need:
         with open(spec, "w") as f:
             f.write(text[: m.start(1)] + str(need) + text[m.end(1):])
-    driver = build_model(cfg, spec, name, os.path.join(work, name), None, precision)
+    model_work = os.path.join(work, name)
+    if base != precision:  # the same spec with an int8 key/value cache, built apart
+        spec_kv8, model_work = os.path.join(work, f"{name}-kv8.yaml"), model_work + "-kv8"
+        with open(spec) as f, open(spec_kv8, "w") as g:
+            g.write(f.read() + "\nprecision_overrides:\n  kv_cache: int8\n")
+        spec = spec_kv8
+    driver = build_model(cfg, spec, name, model_work, None, base)
     common = [driver, "--weights", weights, "--threads", str(a.threads)]
     r = json.loads(run(common + ["--src-file", prompts["short"], "--warmup", "1", "--repeat", str(a.rounds),
                                  "--new-tokens", str(a.new_tokens), "--prefill-len", str(a.prompt_len),
@@ -159,7 +173,7 @@ def halformer_row(a, cfg, files, s, source: str, precision: str, work: str, prom
     row = {"engine": "halformer", "precision": precision, "file": source,
            "decode_ms": median([sum(d["step_ms"]) / len(d["step_ms"]) for d in r["decode"]]),
            "prompt_ms": median(r["prefill"].get("ms", [float("nan")])), "max_rss_bytes": r["max_rss_bytes"],
-           "step_bytes": halformer_step_bytes(s, precision)}
+           "step_bytes": halformer_step_bytes(s, base)}
     if a.context > 0:
         # One warm-up: a cold first run (weights paged in, AMX state) once read 310 ms per step
         # where the warm binary takes 82 (int8, 2,048 positions).

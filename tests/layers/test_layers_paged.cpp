@@ -4,8 +4,9 @@
 // kernel built for a contiguous cache on the same rows gathered in order -- bit for bit,
 // which is what lets the engine promise a request the tokens it gets alone -- and against
 // the naive reference (tests/reference/layers.h). Grouped-query heads, a causal prompt
-// after earlier blocks, decode rows of different lengths, fp32 and bf16 caches; block
-// size 4, so sequences span several blocks and end inside one.
+// after earlier blocks, decode rows of different lengths, fp32, bf16 and int8 caches
+// (halformer/kv_int8.h: the reference reads the int8 rows' values); block size 4, so
+// sequences span several blocks and end inside one.
 #include <gtest/gtest.h>
 #include <HalideBuffer.h>
 
@@ -14,6 +15,7 @@
 #include <numeric>
 #include <random>
 
+#include "halformer/kv_int8.h"
 #include "layer_checks.h"
 #include "reference/layers.h"
 #include "test_paged_kernels.h"  // KERNEL(name)
@@ -34,42 +36,61 @@ struct Shape {
   std::vector<int> keys;  // per sequence (the mask hides the rest); Tk is the longest. Tq > 1: all equal
 };
 
-// Elem: float, or uint16_t (16-bit cache bits).
+// The cache's elements of `values` (rows of `heads` heads of D features), which then hold
+// the values the kernel reads: float as they are, uint16_t 16-bit bits, int8_t int8 rows.
+template <typename Elem>
+std::vector<Elem> encode(Vec& values, int D, const layer_checks::HalfFormat* half) {
+  if constexpr (sizeof(Elem) == 4) {
+    return values;
+  } else if constexpr (sizeof(Elem) == 2) {
+    return layer_checks::round_to_half(values, *half);
+  } else {
+    const int E = halformer::kv_int8_row_bytes(D);
+    std::vector<int8_t> bytes(values.size() / D * E);
+    for (size_t r = 0; r < values.size() / D; ++r) {
+      float* v = &values[r * D];
+      int8_t* row = &bytes[r * E];
+      halformer::quantize_kv_row(D, [&](int f) { return v[f]; }, row);
+      for (int f = 0; f < D; ++f) v[f] = row[f] * halformer::kv_row_scale(row, D);
+    }
+    return bytes;
+  }
+}
+
+// Elem: float, uint16_t (16-bit cache bits; the queries too), or int8_t (int8 rows; bf16 queries).
 template <typename Elem, typename Paged, typename Contiguous>
 void check(Paged paged, Contiguous contiguous, const Shape& s, const layer_checks::HalfFormat* half,
            Heads heads = {}) {
+  using QElem = std::conditional_t<sizeof(Elem) == 1, uint16_t, Elem>;
   const int H = heads.H, KVH = heads.KVH, D = heads.D;
   const int Ckv = 2 * KVH * D;  // a pool row: the keys, then the values
+  const int E = sizeof(Elem) == 1 ? halformer::kv_int8_row_bytes(D) : D, Ekv = 2 * KVH * E;  // as stored
   const int Cq = H * D;
   const int Tk = *std::max_element(s.keys.begin(), s.keys.end()), per_seq = (Tk + BS - 1) / BS;
   const int blocks = s.B * per_seq + 3;  // more than needed: unused blocks hold noise
   Vec pool = ref::random_vec(size_t(blocks) * BS * Ckv, 11);
   Vec q = ref::random_vec(size_t(s.B) * s.Tq * Cq, 12);
-  std::vector<uint16_t> pool_bits, q_bits;
-  if (half) pool_bits = layer_checks::round_to_half(pool, *half), q_bits = layer_checks::round_to_half(q, *half);
+  std::vector<Elem> pool_elems = encode<Elem>(pool, D, half);
+  std::vector<QElem> q_elems = encode<QElem>(q, D, half);
   // Each sequence's blocks, shuffled over the pool; contiguous: the same rows in order.
   std::vector<int> order(static_cast<size_t>(blocks));
   std::iota(order.begin(), order.end(), 0);
   std::shuffle(order.begin(), order.end(), std::mt19937(5));
   Halide::Runtime::Buffer<int32_t> table(per_seq, s.B);
   Vec rows(size_t(s.B) * Tk * Ckv, 0.0f), mask(size_t(s.B) * Tk, 0.0f);
-  std::vector<Elem> row_elems(rows.size());
+  std::vector<Elem> row_elems(size_t(s.B) * Tk * Ekv);
   for (int b = 0; b < s.B; ++b) {
     for (int n = 0; n < per_seq; ++n) table(n, b) = order[size_t(b * per_seq + n)];
     for (int j = 0; j < Tk; ++j) {
       const size_t from = (size_t(table(j / BS, b)) * BS + j % BS) * Ckv, to = (size_t(b) * Tk + j) * Ckv;
       std::copy_n(&pool[from], Ckv, &rows[to]);
-      if constexpr (sizeof(Elem) == 2) std::copy_n(&pool_bits[from], Ckv, &row_elems[to]);
-      else std::copy_n(&pool[from], Ckv, &row_elems[to]);
+      std::copy_n(&pool_elems[from / Ckv * Ekv], Ekv, &row_elems[to / Ckv * Ekv]);
       if (j >= s.keys[size_t(b)]) mask[size_t(b) * Tk + j] = -1e30f;
     }
   }
-  Elem* pool_data = nullptr;
-  Elem* q_data = nullptr;
-  if constexpr (sizeof(Elem) == 2) pool_data = pool_bits.data(), q_data = q_bits.data();
-  else pool_data = pool.data(), q_data = q.data();
-  Halide::Runtime::Buffer<Elem> qb(q_data, {D, H, s.Tq, s.B}), poolb(pool_data, {D, 2 * KVH, BS, blocks}),
-      rowsb(row_elems.data(), {D, 2 * KVH, Tk, s.B});
+  Halide::Runtime::Buffer<QElem> qb(q_elems.data(), {D, H, s.Tq, s.B});
+  Halide::Runtime::Buffer<Elem> poolb(pool_elems.data(), {E, 2 * KVH, BS, blocks}),
+      rowsb(row_elems.data(), {E, 2 * KVH, Tk, s.B});
   Buf mb(mask.data(), {Tk, s.B});
   Vec got(size_t(s.B) * s.Tq * Cq, -7.0f), want(got.size(), -8.0f);
   Buf gotb(got.data(), {D, H, s.Tq, s.B}), wantb(want.data(), {D, H, s.Tq, s.B});
@@ -84,7 +105,8 @@ void check(Paged paged, Contiguous contiguous, const Shape& s, const layer_check
     Vec ks(rows.begin() + int64_t(b) * Tk * Ckv, rows.begin() + (int64_t(b) * Tk + n) * Ckv);
     Vec r = ref::attention(qs, Cq, ks, Ckv, Vec(size_t(n), 0.0f), 1, s.Tq, n, H, D, 0, 0, KVH, true, H / KVH);
     Vec g(got.begin() + int64_t(b) * s.Tq * Cq, got.begin() + int64_t(b + 1) * s.Tq * Cq);
-    layer_checks::expect_close(g, r, "paged attention, sequence " + std::to_string(b), half ? 1e-4 : KERNEL_TOLERANCE);
+    layer_checks::expect_close(g, r, "paged attention, sequence " + std::to_string(b),
+                               sizeof(Elem) < 4 ? 1e-4 : KERNEL_TOLERANCE);
   }
 }
 
@@ -121,6 +143,37 @@ TEST(PagedAttention, Bf16HeadsAsLanes) {
     SCOPED_TRACE("B=" + std::to_string(s.B) + " Tq=" + std::to_string(s.Tq));
     check<uint16_t>(KERNEL(test_attention_paged_lanes), KERNEL(test_attention_paged_lanes_twin), s,
                     &layer_checks::kBf16, Heads{8, 2, 32});
+  }
+}
+
+// An int8 cache (kv_int8, bf16 queries): head size 20 (decode widens the integers), 48
+// (decode scores as bf16 pairs per head: 2 query heads per key/value head) and 32 with 8
+// query heads per key/value head (heads as lanes); long decode rows besides kShapes.
+TEST(PagedAttention, Int8EqualsContiguous) {
+  std::vector<Shape> shapes = kShapes;
+  shapes.push_back({3, 1, {37, 5, 20}});
+  shapes.push_back({2, 1, {300, 601}});
+  for (const Shape& s : shapes) {
+    SCOPED_TRACE("B=" + std::to_string(s.B) + " Tq=" + std::to_string(s.Tq));
+    {
+      SCOPED_TRACE("head size 20");
+      check<int8_t>(KERNEL(test_attention_paged_int8), KERNEL(test_attention_paged_int8_twin), s, &layer_checks::kBf16);
+    }
+    {
+      SCOPED_TRACE("head size 48");
+      check<int8_t>(KERNEL(test_attention_paged_int8_d48), KERNEL(test_attention_paged_int8_d48_twin), s,
+                    &layer_checks::kBf16, Heads{4, 2, 48});
+    }
+    {
+      SCOPED_TRACE("heads as lanes");
+      check<int8_t>(KERNEL(test_attention_paged_int8_lanes), KERNEL(test_attention_paged_int8_lanes_twin), s,
+                    &layer_checks::kBf16, Heads{8, 2, 32});
+    }
+    {
+      SCOPED_TRACE("heads as lanes, 8 heads of size 64 per group");
+      check<int8_t>(KERNEL(test_attention_paged_int8_g8), KERNEL(test_attention_paged_int8_g8_twin), s,
+                    &layer_checks::kBf16, Heads{16, 2, 64});
+    }
   }
 }
 

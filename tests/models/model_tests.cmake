@@ -31,15 +31,20 @@ endfunction()
 # model_vs_torch_precision(NAME SPEC PRECISION TOLERANCE): a reduced-precision build
 # (`halformer build --precision int8|bf16`) of a model_vs_torch model against the same
 # fp32 PyTorch reference, within TOLERANCE (relative; docs/precision.md).
+# [VARIANT]: a spec variant of the same model (its own build and test names, suffix _VARIANT).
 function(model_vs_torch_precision NAME SPEC PRECISION TOLERANCE)
+  set(tag ${PRECISION})
+  if (ARGC GREATER 4)
+    set(tag ${PRECISION}_${ARGV4})
+  endif ()
   set(ref "${CMAKE_BINARY_DIR}/models/${NAME}")
-  set(out "${CMAKE_BINARY_DIR}/models/${NAME}-${PRECISION}")
-  add_test(NAME build_${NAME}_${PRECISION} COMMAND halformer build "${SPEC}" --precision ${PRECISION} -o "${out}")
-  set_tests_properties(build_${NAME}_${PRECISION} PROPERTIES FIXTURES_SETUP model_${NAME}_${PRECISION} LABELS golden)
-  add_test(NAME model_vs_torch_${NAME}_${PRECISION} COMMAND test_model)
-  set_tests_properties(model_vs_torch_${NAME}_${PRECISION} PROPERTIES
-    FIXTURES_REQUIRED "model_${NAME}_${PRECISION};reference_${NAME}" LABELS golden
-    ENVIRONMENT "HALFORMER_MODEL_BIN=${out}/${NAME};HALFORMER_REFERENCE_DIR=${ref}/reference;HALFORMER_WEIGHTS=${ref}/reference/weights.safetensors;HALFORMER_RUN_TAG=${PRECISION};HALFORMER_TOLERANCE=${TOLERANCE}")
+  set(out "${CMAKE_BINARY_DIR}/models/${NAME}-${tag}")
+  add_test(NAME build_${NAME}_${tag} COMMAND halformer build "${SPEC}" --precision ${PRECISION} -o "${out}")
+  set_tests_properties(build_${NAME}_${tag} PROPERTIES FIXTURES_SETUP model_${NAME}_${tag} LABELS golden)
+  add_test(NAME model_vs_torch_${NAME}_${tag} COMMAND test_model)
+  set_tests_properties(model_vs_torch_${NAME}_${tag} PROPERTIES
+    FIXTURES_REQUIRED "model_${NAME}_${tag};reference_${NAME}" LABELS golden
+    ENVIRONMENT "HALFORMER_MODEL_BIN=${out}/${NAME};HALFORMER_REFERENCE_DIR=${ref}/reference;HALFORMER_WEIGHTS=${ref}/reference/weights.safetensors;HALFORMER_RUN_TAG=${tag};HALFORMER_TOLERANCE=${TOLERANCE}")
 endfunction()
 
 # A model_vs_torch model's build for DEVICE (its spec lists it in targets): OpenCL runs

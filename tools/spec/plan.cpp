@@ -5,6 +5,7 @@
 #include "plan.h"
 
 #include "halformer/amx.h"  // amx_usable_here: ModelConfig::amx_tiles
+#include "halformer/kv_int8.h"
 #include "output_text.h"
 
 #include <cstdio>
@@ -110,15 +111,17 @@ class Planner {
   // kv_bf16 / q_bf16: keys and values / queries read as bf16 bits (the CPU kernels;
   // attention's kv_bf16 and q_bf16).
   // block_size > 0: over the engine's paged cache (generators/attention.cpp block_size).
+  // kv_int8: keys and values as int8 rows (an int8 self-attention cache; attention's kv_int8).
   void attention(KernelRole role, int q_head, int k_head, int v_head, bool causal, bool self,
-                 bool kv_bf16 = false, bool q_bf16 = false, int block_size = 0) {
+                 bool kv_bf16 = false, bool q_bf16 = false, int block_size = 0, bool kv_int8 = false) {
     const int64_t H = spec_.heads;
     const int64_t group = self ? H / spec_.kv_heads : 1;
     const bool relative = self && spec_.positions == Positions::Relative;  // T5: a bias per distance
     std::string label = "attention_" + std::to_string(q_head) + "_" + std::to_string(k_head) + "_" +
                         std::to_string(v_head) + (causal ? "_causal" : "") +
                         (relative ? "_relative" : "") + (spec_.scaled ? "" : "_unscaled") +
-                        (kv_bf16 ? "_kv_bf16" : "") + (q_bf16 ? "_q_bf16" : "") + half_suffix(kv_bf16) +
+                        (kv_bf16 ? "_kv_bf16" : "") + (kv_int8 ? "_kv_int8" : "") + (q_bf16 ? "_q_bf16" : "") +
+                        half_suffix(kv_bf16) +
                         (block_size > 0 ? "_paged" + std::to_string(block_size) : "");
     std::vector<std::pair<std::string, std::string>> params = {{"heads", std::to_string(H)},
                                                                {"head_dim", std::to_string(spec_.d_model / H)},
@@ -131,6 +134,7 @@ class Planner {
     if (spec_.has_target(Target::Cuda) || spec_.has_target(Target::OpenCL))
       params.emplace_back("max_keys", std::to_string(spec_.max_len));
     if (kv_bf16) params.emplace_back("kv_bf16", "true");
+    if (kv_int8) params.emplace_back("kv_int8", "true");
     if (q_bf16) params.emplace_back("q_bf16", "true");
     if (kv_bf16) add_half(params);
     // The CPU's cross-attention cache is stored head by head (Model::cross_kv): contiguous
@@ -206,13 +210,18 @@ class Planner {
     linear(KernelRole::qkv, s.d_model, qkv_width, "none");
     // A bf16 cache (ModelConfig::self_cache_bf16): the decoder's fused QKV rows, queries
     // included, are stored as bf16 by their own projection (qkv_cache) and read as such.
-    const bool bf16_cache = s.half_cache();
+    // An int8 cache (ModelConfig::self_cache_int8): the same rows, their keys and values
+    // stored (and read) as int8 rows; the cross-attention cache stays bf16.
+    const bool bf16_cache = s.half_cache(), int8 = s.cache_precision() == Precision::Int8;
     if (enc) attention(KernelRole::encoder_self_attention, 0, H, H + KVH, false, true);
-    if (dec) attention(KernelRole::decoder_self_attention, 0, H, H + KVH, s.causal, true, bf16_cache, bf16_cache);
+    if (dec)
+      attention(KernelRole::decoder_self_attention, 0, H, H + KVH, s.causal, true, bf16_cache && !int8, bf16_cache, 0,
+                int8);
     // The same over the engine's paged cache, whose rows hold the keys and values only
     // (runtime/kv_blocks.h).
-    if (dec) attention(KernelRole::paged_self_attention, 0, 0, KVH, s.causal, true, bf16_cache, bf16_cache,
-                        kKvBlockSize);
+    if (dec)
+      attention(KernelRole::paged_self_attention, 0, 0, KVH, s.causal, true, bf16_cache && !int8, bf16_cache,
+                kKvBlockSize, int8);
     // Rotary models: the QKV rows in fp32, then turned (and, into a bf16 cache, rounded) once.
     const bool rotary_rows = s.positions == Positions::Rotary;
     if (rotary_rows) rotary(KernelRole::rotary, false);
@@ -329,8 +338,12 @@ Plan make_plan(const Spec& spec) { return Planner(spec).build(); }
 std::string memory_summary(const Spec& s) {
   if (s.architecture == Architecture::Encoder) return "";
   // The CPU's cache holds each layer's keys and values (runtime/stack.h DecoderState).
-  const int64_t kv_features = qkv_width(s) - s.d_model;
-  const int64_t elem = s.half_cache() ? 2 : 4, per_position = s.decoder_layers * kv_features * elem;
+  const int64_t kv_features = qkv_width(s) - s.d_model, hd = s.d_model / s.heads;
+  const int64_t elem = s.half_cache() ? 2 : 4;  // int8: the cross-attention cache's bf16
+  // int8: each head's row with its scale (halformer/kv_int8.h).
+  const int64_t per_position = s.decoder_layers * (s.cache_precision() == Precision::Int8
+                                                       ? kv_features / hd * kv_int8_row_bytes(int(hd))
+                                                       : kv_features * elem);
   const bool cross = s.architecture == Architecture::EncoderDecoder;
   const int64_t cross_per_position = cross ? s.decoder_layers * 2 * s.d_model * elem : 0;
   auto size = [](double bytes) {
@@ -343,8 +356,9 @@ std::string memory_summary(const Spec& s) {
   };
   std::ostringstream o;
   o << "key/value cache per sequence: " << size(double(per_position)) << " per position ("
-    << s.decoder_layers << " layers x " << kv_features << " " << enum_name(s.cache_precision())
-    << " features: the keys and values of " << s.kv_heads << " heads), " << size(double(per_position) * double(s.max_len))
+    << s.decoder_layers << " layers x " << kv_features << " " << enum_name(s.cache_precision()) << " features"
+    << (s.cache_precision() == Precision::Int8 ? " and a scale per head" : "") << ": the keys and values of "
+    << s.kv_heads << " heads), " << size(double(per_position) * double(s.max_len))
     << " at max_len " << s.max_len;
   if (cross)
     o << "; cross-attention " << size(double(cross_per_position)) << " per source position, "
@@ -395,6 +409,7 @@ std::unique_ptr<SpecModelConfig> model_config(const Spec& s) {
   c.int16_activations = s.int16_activations;
   c.cross_kv_bf16 = s.architecture == Architecture::EncoderDecoder && s.half_cache();
   c.self_cache_bf16 = s.architecture != Architecture::Encoder && s.half_cache();
+  c.self_cache_int8 = s.architecture != Architecture::Encoder && s.cache_precision() == Precision::Int8;
   // The kernels for this host use AMX tiles where its CPU and OS offer them (the generators
   // ask the same, schedules/cpu_matmul.h amx_tiles).
   c.amx_tiles = s.precision != Precision::Fp32 && amx_usable_here();
@@ -502,7 +517,8 @@ void write_plan(const Spec& spec, const Plan& plan, const std::string& dir) {
     << ", /*generator_input_scale*/ " << Planner::format_float(cfg.generator_input_scale)
     << ", /*parallel_residual*/ " << b(cfg.parallel_residual) << ", /*embedding_size*/ " << cfg.embedding_size
     << ", /*shared_layers*/ " << b(cfg.shared_layers) << ",\n      /*ff_activation*/ "
-    << cpp_string(cfg.ff_activation) << ", /*tf32*/ " << b(cfg.tf32) << "};\n\n";
+    << cpp_string(cfg.ff_activation) << ", /*tf32*/ " << b(cfg.tf32) << ", /*self_cache_int8*/ "
+    << b(cfg.self_cache_int8) << "};\n\n";
   // A CUDA build hands the runtime Halide's CUDA runtime hooks (model_config.h CudaHooks).
   if (spec.has_target(Target::Cuda))
     c << "extern \"C\" int halide_cuda_acquire_context(void*, void**, bool);\n"

@@ -139,13 +139,15 @@ struct Spec {
     const bool quantized = precision == Precision::Int8 || precision == Precision::Q8_0 || precision == Precision::Int4;
     return embedding_precision.value_or(quantized ? Precision::Int8 : Precision::Fp32);
   }
-  // precision_overrides.kv_cache: the attention caches' (fp32, bf16 or fp16; absent: bf16
-  // in a reduced-precision build, else fp32).
+  // precision_overrides.kv_cache: the attention caches' (fp32, bf16, fp16 or int8; absent:
+  // bf16 in a reduced-precision build, else fp32). int8: the self-attention cache's keys and
+  // values (halformer/kv_int8.h); its new rows and the cross-attention cache are bf16.
   std::optional<Precision> kv_cache_precision;
   Precision cache_precision() const {
     return kv_cache_precision.value_or(precision == Precision::Fp32 ? Precision::Fp32 : Precision::Bf16);
   }
-  // The caches are 16-bit (bf16 or fp16): the kernels' *_bf16 flags and `half` format.
+  // The caches' rows are 16-bit (bf16 or fp16; int8: bf16 before they are stored): the
+  // kernels' *_bf16 flags and `half` format.
   bool half_cache() const { return cache_precision() != Precision::Fp32; }
   std::vector<Target> targets = {Target::Host};
   bool has_target(Target t) const { return std::find(targets.begin(), targets.end(), t) != targets.end(); }

@@ -88,10 +88,10 @@ std::vector<Diagnostic> check_supported(const Spec& s) {
   for (Precision p : {Precision::Bf16, Precision::Fp16, Precision::Q8_0, Precision::Int4})
     if (s.table_precision() == p && s.precision != Precision::Fp16)
       unsupported("precision_overrides.embeddings", std::string("'") + enum_name(p) + "' (embedding tables are fp32 or int8)");
-  for (Precision p : {Precision::Int8, Precision::Q8_0, Precision::Int4})
+  for (Precision p : {Precision::Q8_0, Precision::Int4})
     if (s.cache_precision() == p)
       unsupported("precision_overrides.kv_cache",
-                  std::string("'") + enum_name(p) + "' (attention caches are fp32, bf16 or fp16)");
+                  std::string("'") + enum_name(p) + "' (attention caches are fp32, bf16, fp16 or int8)");
   if (!s.has_target(Target::Host))
     unsupported("targets", "a target list without 'host' (the CPU build is the reference and the fallback-free default)");
   sort_by_position(out);

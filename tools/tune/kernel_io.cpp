@@ -6,6 +6,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "halformer/kv_int8.h"
 #include "halformer/packed_layout.h"
 
 namespace halformer::tune {
@@ -131,6 +132,9 @@ IoPlan io_plan(const PlannedKernel& k, Signature signature, const Shape& s, cons
       // kv_bf16 (a bf16 cache's keys and values): bf16 bits on the CPU; GPU kernels keep fp32.
       // q_bf16 (a bf16 self-attention cache): the queries too.
       if (getb(p, "kv_bf16") && !target.has_gpu_feature()) in.kv.kind = InputSpec::Bf16;
+      // kv_int8 (an int8 self-attention cache): int8 rows, each with its scale.
+      if (getb(p, "kv_int8") && !target.has_gpu_feature())
+        in.kv.kind = InputSpec::KvInt8, in.kv.extents[0] = halformer::kv_int8_row_bytes(D);
       if (getb(p, "q_bf16") && !target.has_gpu_feature()) in.q.kind = InputSpec::Bf16;
       // Cross-attention (its own key/value buffer, keys from head 0): the CPU runtime stores
       // that cache head by head (Model::cross_kv), [sequence][head][position][features].
@@ -247,6 +251,17 @@ std::map<std::string, Arg> make_inputs(const IoPlan& io, std::mt19937& rng) {
       Buffer<int8_t> b = allocate<int8_t>(spec);
       std::uniform_int_distribution<int> u(-127, 127);
       b.for_each_value([&](int8_t& v) { v = int8_t(u(rng)); });
+      a.buf = b;
+    } else if (spec.kind == InputSpec::KvInt8) {
+      Buffer<int8_t> b = allocate<int8_t>(spec);
+      const int hd = spec.extents[0] - halformer::kKvInt8ScaleBytes;
+      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+      std::vector<float> features(size_t(hd), 0.0f);
+      b.for_each_element([&](const int* pos) {
+        if (pos[0] != 0) return;  // once per row
+        for (float& f : features) f = u(rng) * spec.scale;
+        halformer::quantize_kv_row(hd, [&](int f) { return features[size_t(f)]; }, &b(pos));
+      });
       a.buf = b;
     } else if (spec.kind == InputSpec::Bf16) {
       Buffer<uint16_t> b = allocate<uint16_t>(spec);

@@ -27,8 +27,9 @@ struct Arg {
 
 // How one input is synthesised.
 struct InputSpec {
-  // Int8: quantized weights in [-127, 127]; Bf16: uniform values as bf16 bits
-  enum Kind { Uniform, Tokens, Mask, Valid, Scalar, Int8, Bf16 } kind = Uniform;
+  // Int8: quantized weights in [-127, 127]; Bf16: uniform values as bf16 bits; KvInt8:
+  // uniform values as int8 key/value cache rows (halformer/kv_int8.h; extents[0] its bytes)
+  enum Kind { Uniform, Tokens, Mask, Valid, Scalar, Int8, Bf16, KvInt8 } kind = Uniform;
   std::vector<int> extents;
   float scale = 1;
   int range = 1;       // Tokens: ids in [0, range)

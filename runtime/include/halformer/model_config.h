@@ -122,6 +122,11 @@ struct ModelConfig {
   // CUDA: fp32 linears that go to cuBLASLt may multiply in TF32 (spec `tf32: true`; off by
   // default: TF32 keeps 10 mantissa bits of each input).
   bool tf32;
+  // The decoder's self-attention cache keeps its keys and values as int8 rows on the CPU
+  // (precision_overrides.kv_cache: int8; halformer/kv_int8.h): the runtime quantizes the
+  // new rows (bf16, self_cache_bf16) as it stores them, decoder_self_attention and
+  // paged_self_attention (kv_int8) read them. Cross-attention caches stay bf16.
+  bool self_cache_int8;
 };
 
 // Halide's CUDA runtime entry points for its context and stream (halide_cuda_acquire_context,
@@ -220,7 +225,7 @@ inline int relative_table_distance(int relative_distance, int max_len) {
 }
 
 // Bumped when the layout of ModelConfig / KernelTable or an enum value in them changes.
-constexpr int kDescriptorVersion = 16;
+constexpr int kDescriptorVersion = 17;
 
 // A built model as a value: what the generated <name>_model.cpp exports, under a name
 // derived from the model's (extern "C" halformer_model_<name>(), see model.h), so that

@@ -391,6 +391,9 @@ TEST(Supported, KvCacheFollowsPrecision) {
   s.kv_cache_precision = Precision::Fp16;  // llama.cpp's cache type: 16 bits like bf16
   EXPECT_TRUE(s.half_cache());
   EXPECT_TRUE(check_supported(s).empty()) << all(check_supported(s));
+  s.kv_cache_precision = Precision::Int8;  // int8 rows with a scale each (halformer/kv_int8.h)
+  EXPECT_TRUE(s.half_cache());                // the new rows bf16 before they are stored
+  EXPECT_TRUE(check_supported(s).empty()) << all(check_supported(s));
   s.kv_cache_precision = Precision::Q8_0;
   EXPECT_FALSE(check_supported(s).empty());
 }
