@@ -22,8 +22,8 @@ MODELS = pathlib.Path(os.environ.get("HALFORMER_MODELS_DIR", BUILD / "models"))
 class Built:
     """A built model: its directory, name, weights; cli(...) runs its inference binary."""
 
-    def __init__(self, name, weights):
-        self.name, self.dir, self.weights = name, MODELS / name, str(weights)
+    def __init__(self, name, weights, directory=None):
+        self.name, self.dir, self.weights = name, MODELS / (directory or name), str(weights)
         if not (self.dir / f"lib{name}.so").is_file():
             pytest.fail(f"{self.dir}/lib{name}.so is missing: build the model (ctest fixture model_{name})")
         if not os.path.isfile(self.weights):
@@ -49,6 +49,12 @@ def reverse_tiny():
 @pytest.fixture(scope="session")
 def gpt_tiny():
     return Built("gpt-tiny", BUILD / "models" / "gpt-tiny" / "reference" / "weights.safetensors")
+
+
+@pytest.fixture(scope="session")
+def gpt_tied_kv8():
+    """gpt-tied built int8 with an int8 key/value cache (tests/models/CMakeLists.txt)."""
+    return Built("gpt-tied", BUILD / "models" / "gpt-tied" / "reference" / "weights.safetensors", "gpt-tied-int8_kv8")
 
 
 @pytest.fixture(scope="session")

@@ -71,6 +71,19 @@ def test_small_pool_preempts_and_frees(gpt_tiny):
     assert after["blocks_in_use"] == 0
 
 
+def test_int8_cache_engine_and_batch_equal_alone(gpt_tied_kv8):
+    """An int8 key/value cache (docs/precision.md#int8-key-value-cache): the engine's paged
+    pool, a batch of prompts and a prompt alone all attend over the same quantized rows, so
+    the engine and a batch give each prompt's tokens alone (greedy and seeded sampling)."""
+    model = gpt_tied_kv8.model()
+    jobs = [([3 + t % 33 for t in p], o) for p, o in _jobs()]  # gpt-tied's vocabulary is 37 tokens
+    want = [model.generate([p], **o)[0] for p, o in jobs]
+    with halformer.Engine(model, max_sequences=3, prefill_tokens=8) as engine:
+        assert _from_threads(engine, jobs) == want
+    greedy = [p for p, o in jobs if "seed" not in o]
+    assert model.generate(greedy, max_new_tokens=10) == [model.generate([p], max_new_tokens=10)[0] for p in greedy]
+
+
 def test_scores_equal_generate(gpt_tiny):
     model = gpt_tiny.model()
     want = model.generate([[5, 9, 13]], max_new_tokens=8, return_scores=True)[0]
