@@ -132,9 +132,10 @@ IoPlan io_plan(const PlannedKernel& k, Signature signature, const Shape& s, cons
       // kv_bf16 (a bf16 cache's keys and values): bf16 bits on the CPU; GPU kernels keep fp32.
       // q_bf16 (a bf16 self-attention cache): the queries too.
       if (getb(p, "kv_bf16") && !target.has_gpu_feature()) in.kv.kind = InputSpec::Bf16;
-      // kv_int8 (an int8 self-attention cache): int8 rows, each with its scale.
+      // kv_int8 (an int8 self-attention cache): int8 rows, each with its scale, apart from
+      // the queries' rows.
       if (getb(p, "kv_int8") && !target.has_gpu_feature())
-        in.kv.kind = InputSpec::KvInt8, in.kv.extents[0] = halformer::kv_int8_row_bytes(D);
+        in.kv.kind = InputSpec::KvInt8, in.kv.extents[0] = halformer::kv_int8_row_bytes(D), in.kv.alias.clear();
       if (getb(p, "q_bf16") && !target.has_gpu_feature()) in.q.kind = InputSpec::Bf16;
       // Cross-attention (its own key/value buffer, keys from head 0): the CPU runtime stores
       // that cache head by head (Model::cross_kv), [sequence][head][position][features].
