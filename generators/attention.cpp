@@ -68,7 +68,8 @@ class Attention : public Generator<Attention> {
   // true: keys and values arrive as int8 rows on the CPU (an int8 cache,
   // halformer/kv_int8.h: each head's features, then their fp32 scale in 4 bytes), instead
   // of kv_bf16. The integers are read exactly (as bf16 bits where the pair products take
-  // them); a key's scale multiplies its score, a value's its softmax weight. GPU: fp32.
+  // them); a key's scale multiplies its score; a value's multiplies its softmax weight
+  // (decode) or its compact copy (many queries). GPU: fp32.
   GeneratorParam<bool> kv_int8{"kv_int8", false};
   // How many key / value rows ahead the one-query (decode) path prefetches on the CPU; 0:
   // none. For caches whose rows hold every head (self-attention's fused rows); the CPU's

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "halformer/kv_int8.h"
 #include "stack.h"
 #include "threads.h"
 
@@ -298,6 +299,11 @@ int Stack::qkv_width() const { return cfg.d_model + 2 * cfg.kv_heads * (cfg.d_mo
 // The decoder's self-attention cache is bf16 (its kernels read and write bf16 rows).
 bool Stack::self_cache_bf16() const { return cfg.self_cache_bf16 && !iface; }
 bool Stack::self_cache_int8() const { return cfg.self_cache_int8 && !iface; }
+int Stack::stored_kv_row() const {
+  const int hd = cfg.d_model / cfg.heads, features = qkv_width() - cfg.d_model;
+  return self_cache_int8() ? kv_int8_bytes(features, hd) : features;
+}
+int Stack::self_cache_elem_bytes() const { return self_cache_int8() ? 1 : self_cache_bf16() ? 2 : 4; }
 
 // Each row's position for qkv_projection (on the device where the kernels run), made once
 // per step or stack and shared by its layers; empty without rotary positions.

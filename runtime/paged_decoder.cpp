@@ -6,22 +6,12 @@
 
 #include <algorithm>
 
-#include "halformer/kv_int8.h"
 #include "profile.h"
 
 namespace halformer {
 
-namespace {
-// A pool position's elements as stored: the keys, then the values (int8: head rows with their scales).
-int stored_kv_row(const Stack& stack) {
-  const int hd = stack.cfg.d_model / stack.cfg.heads, kv_row = stack.qkv_width() - stack.cfg.heads * hd;
-  return stack.self_cache_int8() ? kv_row / hd * kv_int8_row_bytes(hd) : kv_row;
-}
-}  // namespace
-
 int64_t PagedCache::bytes_per_block(const Stack& stack, const Weights& w) {
-  const int elem = stack.self_cache_int8() ? 1 : stack.self_cache_bf16() ? 2 : 4;
-  return int64_t(w.decoder.size()) * kKvBlockSize * stored_kv_row(stack) * elem;
+  return int64_t(w.decoder.size()) * kKvBlockSize * stack.stored_kv_row() * stack.self_cache_elem_bytes();
 }
 
 PagedCache::PagedCache(Stack& stack, const Weights& w, int count) : blocks(count) {
@@ -33,7 +23,7 @@ PagedCache::PagedCache(Stack& stack, const Weights& w, int count) : blocks(count
     // zero weight), so it is uploaded as zeros.
     if (!stack.iface) {  // head by head in each block, as the decoder's own cache (stack.h DecoderState)
       if (stack.self_cache_int8())
-        pool.emplace_back(stored_kv_row(stack), kKvBlockSize, count, Array::Int8Rows{});
+        pool.emplace_back(stack.stored_kv_row(), kKvBlockSize, count, Array::Int8Rows{});
       else
         pool.emplace_back(kv_row, kKvBlockSize, count, nullptr, stack.self_cache_bf16());
       pool.back().head_major_hd = hd;

@@ -14,7 +14,8 @@ namespace halformer {
 
 struct PagedCache {
   // Per decoder layer: (kv_row, kKvBlockSize, blocks), bf16 with self_cache_bf16; on the CPU
-  // head by head in each block (Array::head_major_hd), as the decoder's own cache.
+  // head by head in each block (Array::head_major_hd), as the decoder's own cache; int8
+  // (self_cache_int8): (Stack::stored_kv_row(), kKvBlockSize, blocks) bytes.
   std::vector<Array> pool;
   KvBlockPool blocks;
   int kv_row = 0;           // features of a pool position: the keys, then the values

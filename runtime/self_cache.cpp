@@ -21,9 +21,8 @@ DecoderState Stack::decoder_state(const Weights& w, int B, int Tmax, std::vector
   const int hd = cfg.d_model / cfg.heads, w3 = qkv_width();
   const bool int8 = self_cache_int8();
   st.head_row = int8 ? kv_int8_row_bytes(hd) : hd;
-  st.row = iface ? int((w3 + kDeviceAlignFloats - 1) / kDeviceAlignFloats * kDeviceAlignFloats)
-                 : (w3 - cfg.d_model) / hd * st.head_row;
-  const double bytes = double(w.decoder.size()) * st.row * double(Tmax) * B * (int8 ? 1 : self_cache_bf16() ? 2 : 4);
+  st.row = iface ? int((w3 + kDeviceAlignFloats - 1) / kDeviceAlignFloats * kDeviceAlignFloats) : stored_kv_row();
+  const double bytes = double(w.decoder.size()) * st.row * double(Tmax) * B * self_cache_elem_bytes();
   if (!iface)
     refuse_beyond_memory(bytes, "the key/value cache for " + std::to_string(B) + " sequence(s) of " +
                                     std::to_string(Tmax) + " positions",
@@ -59,7 +58,7 @@ View Stack::head_major_keys(const Array& c, int64_t at, int n, int nb) {
 
 Array Stack::int8_keys(const Array& qkv) {
   const int d = cfg.d_model, hd = d / cfg.heads, heads = (qkv_width() - d) / hd, r = kv_int8_row_bytes(hd);
-  Array c(heads * r, qkv.T, qkv.B, Array::Int8Rows{});
+  Array c(stored_kv_row(), qkv.T, qkv.B, Array::Int8Rows{});
   c.head_major_hd = hd;
   for (int b = 0; b < qkv.B; ++b)
     for (int s = 0; s < heads; ++s)
@@ -101,8 +100,8 @@ void Stack::reorder(DecoderState& st, const std::vector<int>& parent) {
   if (!moved) return;
   const int64_t bstride = st.b_stride();
   // A row's used positions: one run on a device (fused rows), a run per head on the CPU.
-  const int r = st.apart() ? st.head_row : 0, runs = r ? st.row / r : 1;
-  const int64_t run = int64_t(st.len) * (r ? r : st.row), gap = int64_t(st.Tmax) * r;
+  const int head_row = st.apart() ? st.head_row : 0, runs = head_row ? st.row / head_row : 1;
+  const int64_t run = int64_t(st.len) * (head_row ? head_row : st.row), gap = int64_t(st.Tmax) * head_row;
   for (auto& c : st.cache) {
     if (!iface) {
       // The used positions of every parent row, set aside once, then copied into the rows

@@ -27,7 +27,7 @@ void refuse_beyond_memory(double bytes, const std::string& what, const std::stri
 // (keys and values of every position so far; self_cache.cpp) and, for an
 // encoder-decoder, the cross-attention keys/values of the memory.
 // The cache's layout: on the CPU the keys and values alone, head by head
-// ([B][2 * kv_heads][Tmax][hd], Array::head_major_hd; keys then values), so that a decode
+// ([B][2 * kv_heads][Tmax][head_row], Array::head_major_hd; keys then values), so that a decode
 // step streams each head's keys as one contiguous run (docs/performance-log.md#self-cache-apart);
 // on a GPU device the fused QKV rows, queries included ([B][Tmax][row], each row padded to
 // `row` = a multiple of kDeviceAlignFloats so that the rows of a step start aligned), which
@@ -118,6 +118,10 @@ struct Stack : DeviceContext {
   // The self-attention cache's keys and values as int8 rows (halformer/kv_int8.h; the new
   // QKV rows, queries included, stay bf16: self_cache_bf16 too). CPU only.
   bool self_cache_int8() const;
+  // The CPU cache's elements per position (the keys and values; int8: bytes, with the
+  // heads' scales) and an element's bytes.
+  int stored_kv_row() const;
+  int self_cache_elem_bytes() const;
   using KeepQkv = std::function<void(const Array&)>;
   void self_attention_block(Array& x, const LayerWeights& L, const Array& mask, halide_buffer_t* bias,
                             bool decoder = false, const KeepQkv& keep = nullptr, bool last_row = false);

@@ -135,8 +135,8 @@ def cache_step_bytes(s: Dict[str, Any], precision: str, context: int) -> int:
     and values, 2 bytes each (llama.cpp's default F16 cache; halformer's bf16 cache of its
     reduced-precision builds), 4 in halformer's fp32 builds; +kv8: 1 each and a 4-byte scale
     per head (halformer/kv_int8.h)."""
-    hd = s["d"] // s["heads"]
-    row = hd + 4 if precision.endswith(KV8) else hd * (4 if precision == "fp32" else 2)
+    hd, scale_bytes = s["d"] // s["heads"], 4  # halformer/kv_int8.h kKvInt8ScaleBytes
+    row = hd + scale_bytes if precision.endswith(KV8) else hd * (4 if precision == "fp32" else 2)
     return s["layers"] * context * 2 * s["kv_heads"] * row
 
 

@@ -11,6 +11,7 @@
 #include <HalideBuffer.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -143,6 +144,30 @@ TEST(PagedAttention, Bf16HeadsAsLanes) {
     SCOPED_TRACE("B=" + std::to_string(s.B) + " Tq=" + std::to_string(s.Tq));
     check<uint16_t>(KERNEL(test_attention_paged_lanes), KERNEL(test_attention_paged_lanes_twin), s,
                     &layer_checks::kBf16, Heads{8, 2, 32});
+  }
+}
+
+// The int8 cache's row (halformer/kv_int8.h): max |x| / 127 as the scale, each feature
+// rounded half away from zero, the scale read back; a zero row and a row too small for a
+// normal scale are zeros; a NaN or Inf makes the scale NaN (the row reads as NaN).
+TEST(KvInt8Row, QuantizesRoundsAndPoisons) {
+  const int hd = 4;
+  std::vector<int8_t> row(halformer::kv_int8_row_bytes(hd));
+  auto quantize = [&](std::vector<float> v) {
+    halformer::quantize_kv_row(hd, [&](int f) { return v[size_t(f)]; }, row.data());
+    return halformer::kv_row_scale(row.data(), hd);
+  };
+  EXPECT_EQ(quantize({127.0f, 63.5f, -63.5f, -0.49f}), 1.0f);
+  EXPECT_EQ(std::vector<int>(row.begin(), row.begin() + hd), (std::vector<int>{127, 64, -64, 0}));
+  EXPECT_EQ(quantize({0.0f, -2.54f, 1.0f, 0.0f}), 2.54f / 127.0f);
+  EXPECT_EQ(std::vector<int>(row.begin(), row.begin() + hd), (std::vector<int>{0, -127, 50, 0}));
+  for (std::vector<float> zero : {std::vector<float>{0, 0, 0, 0}, std::vector<float>{1e-37f, -1e-38f, 0, 0}}) {
+    quantize(zero);
+    EXPECT_EQ(std::vector<int>(row.begin(), row.begin() + hd), (std::vector<int>{0, 0, 0, 0}));
+  }
+  for (float bad : {NAN, INFINITY, -INFINITY}) {
+    EXPECT_TRUE(std::isnan(quantize({1.0f, bad, 2.0f, 0.0f}))) << bad;
+    EXPECT_EQ(std::vector<int>(row.begin(), row.begin() + hd), (std::vector<int>{0, 0, 0, 0}));
   }
 }
 

@@ -79,6 +79,9 @@ def test_int8_cache_engine_and_batch_equal_alone(gpt_tied_kv8):
     jobs = [([3 + t % 33 for t in p], o) for p, o in _jobs()]  # gpt-tied's vocabulary is 37 tokens
     want = [model.generate([p], **o)[0] for p, o in jobs]
     with halformer.Engine(model, max_sequences=3, prefill_tokens=8) as engine:
+        # int8 rows: 2 layers x 16 positions x 6 key and value heads of 20 bytes and a 4-byte
+        # scale (bf16 would take 2 x 16 x 120 x 2 = 7680 bytes a block)
+        assert engine.stats()["block_bytes"] == 2 * 16 * 6 * (20 + 4)
         assert _from_threads(engine, jobs) == want
     greedy = [p for p, o in jobs if "seed" not in o]
     assert model.generate(greedy, max_new_tokens=10) == [model.generate([p], max_new_tokens=10)[0] for p in greedy]

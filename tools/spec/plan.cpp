@@ -342,7 +342,7 @@ std::string memory_summary(const Spec& s) {
   const int64_t elem = s.half_cache() ? 2 : 4;  // int8: the cross-attention cache's bf16
   // int8: each head's row with its scale (halformer/kv_int8.h).
   const int64_t per_position = s.decoder_layers * (s.cache_precision() == Precision::Int8
-                                                       ? kv_features / hd * kv_int8_row_bytes(int(hd))
+                                                       ? kv_int8_bytes(int(kv_features), int(hd))
                                                        : kv_features * elem);
   const bool cross = s.architecture == Architecture::EncoderDecoder;
   const int64_t cross_per_position = cross ? s.decoder_layers * 2 * s.d_model * elem : 0;
