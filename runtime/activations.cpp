@@ -139,12 +139,12 @@ View Array::flat() const {
   if (head_major_hd) throw Error("internal: a row view of a head-major activation");
   return view2(*this, 0, C, T * B, C);
 }
-int Array::head_row(int hd) const { return int8 ? kv_int8_row_bytes(hd) : hd; }
+int Array::head_row() const { return int8 ? kv_int8_row_bytes(head_major_hd) : head_major_hd; }
 View Array::heads(int hd, int batches) const {
   const int nb = batches < 0 ? B : batches;
   if (!head_major_hd) return view4(*this, 0, hd, C / hd, T, nb, C, int64_t(C) * T);
   if (hd != head_major_hd) throw Error("internal: a head-major activation viewed with another head size");
-  const int r = head_row(hd);
+  const int r = head_row();
   return view4(*this, 0, r, C / r, T, nb, r, int64_t(C) * T, int64_t(T) * r);
 }
 

@@ -133,8 +133,9 @@ struct Array {
     if (iface) throw Error("internal: host access to a device-resident activation");
     return reinterpret_cast<uint8_t*>(const_cast<Buf&>(mem).data());
   }
-  // A head's row as stored in a head-major activation: hd elements, int8: with its scale.
-  int head_row(int hd) const;
+  // A head's row as stored in a head-major activation: head_major_hd elements, int8: with
+  // its scale.
+  int head_row() const;
   View flat() const;
   View heads(int hd, int batches = -1) const;  // batches: the first ones (-1: all B)
 

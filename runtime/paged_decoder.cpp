@@ -135,15 +135,11 @@ Array paged_forward(Stack& stack, const Weights& w, PagedCache& cache, const IBu
         if (!write[size_t(b)]) continue;
         for (int i = 0; i < Tq; ++i) {
           const int p = start[size_t(b)] + i;
-          const int64_t block = (*tables[size_t(b)])[size_t(p / BS)], from = (int64_t(b) * Tq + i) * W + H * hd;
-          if (!pool.head_major_hd) {
-            stack.copy_elems(qkv, from, pool, (block * BS + p % BS) * kv_row, kv_row);
-            continue;
-          }
-          const int r = pool.head_row(hd);  // a head's row as stored
-          for (int s = 0; s < kv_row / hd; ++s)
-            stack.store_heads(qkv, from + int64_t(s) * hd, pool, (block * pool.C + int64_t(s) * r) * BS + int64_t(p % BS) * r,
-                              hd, 1);
+          const int64_t block = (*tables[size_t(b)])[size_t(p / BS)], row = (int64_t(b) * Tq + i) * W;
+          if (!pool.head_major_hd)  // the keys and values follow the queries in a fused row
+            stack.copy_elems(qkv, row + H * hd, pool, (block * BS + p % BS) * kv_row, kv_row);
+          else  // a block's heads: [block][heads][BS][head_row]
+            stack.store_positions(qkv, row, pool, block * pool.C * BS, p % BS, 1);
         }
       }
       if (y.T == 1 && Tq > 1) {

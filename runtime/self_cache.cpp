@@ -20,7 +20,6 @@ DecoderState Stack::decoder_state(const Weights& w, int B, int Tmax, std::vector
   if (st.shifted() && positions_in_attention()) st.zero_mask = make_input(Tmax, 1, 1, [](float*) {});
   const int hd = cfg.d_model / cfg.heads, w3 = qkv_width();
   const bool int8 = self_cache_int8();
-  st.head_row = int8 ? kv_int8_row_bytes(hd) : hd;
   st.row = iface ? int((w3 + kDeviceAlignFloats - 1) / kDeviceAlignFloats * kDeviceAlignFloats) : stored_kv_row();
   const double bytes = double(w.decoder.size()) * st.row * double(Tmax) * B * self_cache_elem_bytes();
   if (!iface)
@@ -43,12 +42,12 @@ View Stack::cache_keys(const DecoderState& st, size_t l, int b, int nb, int from
   const int64_t at = int64_t(b) * st.b_stride();
   if (!c.head_major_hd)
     return view4(c, at + int64_t(from) * st.row, hd, qkv_width() / hd, n, nb, st.row, st.b_stride());
-  return head_major_keys(c, at + int64_t(from) * st.head_row, n, nb);
+  return head_major_keys(c, at + int64_t(from) * c.head_row(), n, nb);
 }
 
 View Stack::head_major_keys(const Array& c, int64_t at, int n, int nb) {
   // Head slots [heads, heads + 2 * kv_heads) of the kernel's view are the array's [0, 2 * kv_heads).
-  const int r = c.head_row(c.head_major_hd);
+  const int r = c.head_row();
   halide_dimension_t dims[4] = {{0, r, 1},
                                 {cfg.heads, c.C / r, int32_t(int64_t(c.T) * r)},
                                 {0, n, r},
@@ -57,13 +56,9 @@ View Stack::head_major_keys(const Array& c, int64_t at, int n, int nb) {
 }
 
 Array Stack::int8_keys(const Array& qkv) {
-  const int d = cfg.d_model, hd = d / cfg.heads, heads = (qkv_width() - d) / hd, r = kv_int8_row_bytes(hd);
   Array c(stored_kv_row(), qkv.T, qkv.B, Array::Int8Rows{});
-  c.head_major_hd = hd;
-  for (int b = 0; b < qkv.B; ++b)
-    for (int s = 0; s < heads; ++s)
-      store_heads(qkv, int64_t(b) * qkv.T * qkv.C + d + int64_t(s) * hd, c, (int64_t(b) * heads + s) * qkv.T * r, hd,
-                  qkv.T);
+  c.head_major_hd = cfg.d_model / cfg.heads;
+  for (int b = 0; b < qkv.B; ++b) store_positions(qkv, int64_t(b) * qkv.T * qkv.C, c, int64_t(b) * c.C * c.T, 0, qkv.T);
   return c;
 }
 
@@ -71,21 +66,24 @@ void Stack::cache_store(DecoderState& st, size_t l, const Array& rows, int64_t a
   Array& c = st.cache[l];
   const int64_t base = int64_t(b) * st.b_stride();
   if (!c.head_major_hd) return copy_rows(rows, at, rows.C, c, base + int64_t(pos) * st.row, st.row, qkv_width(), T);
-  const int hd = c.head_major_hd, r = st.head_row;
-  for (int s = 0; s < st.row / r; ++s) {  // the key and value heads follow the queries in a fused row
-    const int64_t from = at + cfg.d_model + int64_t(s) * hd, to = base + (int64_t(s) * st.Tmax + pos) * r;
-    store_heads(rows, from, c, to, hd, T);
-  }
+  store_positions(rows, at, c, base, pos, T);
+}
+
+void Stack::store_positions(const Array& rows, int64_t at, Array& c, int64_t base, int pos, int T) {
+  const int hd = c.head_major_hd, r = c.head_row();
+  for (int s = 0; s < c.C / r; ++s)  // the key and value heads follow the queries in a fused row
+    store_heads(rows, at + cfg.d_model + int64_t(s) * hd, c, base + (int64_t(s) * c.T + pos) * r, hd, T);
 }
 
 void Stack::store_heads(const Array& rows, int64_t from, Array& cache, int64_t to, int hd, int n) {
   if (!cache.int8) return copy_rows(rows, from, rows.C, cache, to, hd, hd, n);
-  const int r = kv_int8_row_bytes(hd);
+  const int r = cache.head_row();
   const uint16_t* bits = rows.bf16 ? rows.bits() + from : nullptr;
   const float* floats = rows.bf16 ? nullptr : rows.host() + from;
+  int8_t* first = cache.bytes() + to;
   for (int t = 0; t < n; ++t) {
     const int64_t at = int64_t(t) * rows.C;
-    int8_t* row = cache.bytes() + to + int64_t(t) * r;
+    int8_t* row = first + int64_t(t) * r;
     if (bits)
       quantize_kv_row(hd, [&](int f) { return from_bf16(bits[at + f]); }, row);
     else
@@ -100,7 +98,7 @@ void Stack::reorder(DecoderState& st, const std::vector<int>& parent) {
   if (!moved) return;
   const int64_t bstride = st.b_stride();
   // A row's used positions: one run on a device (fused rows), a run per head on the CPU.
-  const int head_row = st.apart() ? st.head_row : 0, runs = head_row ? st.row / head_row : 1;
+  const int head_row = st.apart() ? st.cache[0].head_row() : 0, runs = head_row ? st.row / head_row : 1;
   const int64_t run = int64_t(st.len) * (head_row ? head_row : st.row), gap = int64_t(st.Tmax) * head_row;
   for (auto& c : st.cache) {
     if (!iface) {

@@ -37,9 +37,7 @@ void refuse_beyond_memory(double bytes, const std::string& what, const std::stri
 // all rows at once; row b's token at cache position t sits at sequence position
 // t - shift[b], and self_mask hides positions before shift[b].
 struct DecoderState {
-  // row: a cache row's elements (head-major: 2 * kv_heads * head_row); head_row: a head's
-  // row as stored (hd, int8: with its scale; Array::head_row).
-  int B = 0, Tmax = 0, len = 0, row = 0, head_row = 0;
+  int B = 0, Tmax = 0, len = 0, row = 0;  // row: a cache row's elements (head-major: 2 * kv_heads * Array::head_row)
   std::vector<Array> cache, cross;
   Array src_mask;   // (S, B) additive, encoder-decoder only
   Array self_mask;  // (Tmax, B): 0, or kMasked before a row's shift
@@ -156,8 +154,13 @@ struct Stack : DeviceContext {
   void cache_store(DecoderState& st, size_t l, const Array& rows, int64_t at, int b, int pos, int T);
   // Beam search: row b continues from row parent[b].
   void reorder(DecoderState& st, const std::vector<int>& parent);
+  // The key and value heads of T fused QKV rows (from element `at` of `rows`, rows.C
+  // apart) into positions [pos, pos + T) of a head-major cache ([..][heads][c.T][head_row],
+  // a sequence or block from element `base`): copied, or quantized into an int8 cache. The
+  // decoder's cache, the engine's pool and Stack::int8_keys store through it.
+  void store_positions(const Array& rows, int64_t at, Array& c, int64_t base, int pos, int T);
   // n head rows of hd features (from element `from` of `rows`, rows.C apart) into a
-  // head-major cache (from `to`, head_row(hd) apart): copied, or quantized into an int8 cache.
+  // head-major cache (from `to`, Array::head_row() apart).
   void store_heads(const Array& rows, int64_t from, Array& cache, int64_t to, int hd, int n);
 
   // ---- stacks (stacks.cpp)

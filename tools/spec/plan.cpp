@@ -212,7 +212,7 @@ class Planner {
     // included, are stored as bf16 by their own projection (qkv_cache) and read as such.
     // An int8 cache (ModelConfig::self_cache_int8): the same rows, their keys and values
     // stored (and read) as int8 rows; the cross-attention cache stays bf16.
-    const bool bf16_cache = s.half_cache(), int8 = s.cache_precision() == Precision::Int8;
+    const bool bf16_cache = s.half_cache(), int8 = s.int8_cache();
     if (enc) attention(KernelRole::encoder_self_attention, 0, H, H + KVH, false, true);
     if (dec)
       attention(KernelRole::decoder_self_attention, 0, H, H + KVH, s.causal, true, bf16_cache && !int8, bf16_cache, 0,
@@ -341,9 +341,8 @@ std::string memory_summary(const Spec& s) {
   const int64_t kv_features = qkv_width(s) - s.d_model, hd = s.d_model / s.heads;
   const int64_t elem = s.half_cache() ? 2 : 4;  // int8: the cross-attention cache's bf16
   // int8: each head's row with its scale (halformer/kv_int8.h).
-  const int64_t per_position = s.decoder_layers * (s.cache_precision() == Precision::Int8
-                                                       ? kv_int8_bytes(int(kv_features), int(hd))
-                                                       : kv_features * elem);
+  const int64_t per_position =
+      s.decoder_layers * (s.int8_cache() ? kv_int8_bytes(int(kv_features), int(hd)) : kv_features * elem);
   const bool cross = s.architecture == Architecture::EncoderDecoder;
   const int64_t cross_per_position = cross ? s.decoder_layers * 2 * s.d_model * elem : 0;
   auto size = [](double bytes) {
@@ -357,7 +356,7 @@ std::string memory_summary(const Spec& s) {
   std::ostringstream o;
   o << "key/value cache per sequence: " << size(double(per_position)) << " per position ("
     << s.decoder_layers << " layers x " << kv_features << " " << enum_name(s.cache_precision()) << " features"
-    << (s.cache_precision() == Precision::Int8 ? " and a scale per head" : "") << ": the keys and values of "
+    << (s.int8_cache() ? " and a scale per head" : "") << ": the keys and values of "
     << s.kv_heads << " heads), " << size(double(per_position) * double(s.max_len))
     << " at max_len " << s.max_len;
   if (cross)
@@ -409,7 +408,7 @@ std::unique_ptr<SpecModelConfig> model_config(const Spec& s) {
   c.int16_activations = s.int16_activations;
   c.cross_kv_bf16 = s.architecture == Architecture::EncoderDecoder && s.half_cache();
   c.self_cache_bf16 = s.architecture != Architecture::Encoder && s.half_cache();
-  c.self_cache_int8 = s.architecture != Architecture::Encoder && s.cache_precision() == Precision::Int8;
+  c.self_cache_int8 = s.architecture != Architecture::Encoder && s.int8_cache();
   // The kernels for this host use AMX tiles where its CPU and OS offer them (the generators
   // ask the same, schedules/cpu_matmul.h amx_tiles).
   c.amx_tiles = s.precision != Precision::Fp32 && amx_usable_here();

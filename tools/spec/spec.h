@@ -149,6 +149,8 @@ struct Spec {
   // The caches' rows are 16-bit (bf16 or fp16; int8: bf16 before they are stored): the
   // kernels' *_bf16 flags and `half` format.
   bool half_cache() const { return cache_precision() != Precision::Fp32; }
+  // The self-attention cache's keys and values stored as int8 rows (kv_cache: int8).
+  bool int8_cache() const { return cache_precision() == Precision::Int8; }
   std::vector<Target> targets = {Target::Host};
   bool has_target(Target t) const { return std::find(targets.begin(), targets.end(), t) != targets.end(); }
   int64_t cuda_capability = 80;

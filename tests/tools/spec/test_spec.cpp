@@ -392,7 +392,8 @@ TEST(Supported, KvCacheFollowsPrecision) {
   EXPECT_TRUE(s.half_cache());
   EXPECT_TRUE(check_supported(s).empty()) << all(check_supported(s));
   s.kv_cache_precision = Precision::Int8;  // int8 rows with a scale each (halformer/kv_int8.h)
-  EXPECT_TRUE(s.half_cache());                // the new rows bf16 before they are stored
+  EXPECT_TRUE(s.int8_cache());
+  EXPECT_TRUE(s.half_cache());  // the new rows bf16 before they are stored
   EXPECT_TRUE(check_supported(s).empty()) << all(check_supported(s));
   s.kv_cache_precision = Precision::Q8_0;
   EXPECT_FALSE(check_supported(s).empty());
